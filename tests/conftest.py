@@ -1,0 +1,59 @@
+"""Shared test fixtures.
+
+Traces are recorded with real TensorFlow, once per test session, by `tests/_record.py`
+helpers; tests that need TensorFlow skip cleanly where it is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def has_tensorflow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+requires_tf = pytest.mark.skipif(not has_tensorflow(), reason="tensorflow is not installed")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_visible = (
+        shutil.which("nvidia-smi") is not None
+        and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+    )
+    for item in items:
+        if "gpu" in item.keywords and not gpu_visible:
+            item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU visible"))
+
+
+@pytest.fixture
+def run_cli(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Run the installed `tftune` entry point as a user would, in a subprocess."""
+
+    def _run(
+        *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        full_env = dict(os.environ)
+        full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if env:
+            full_env.update(env)
+        return subprocess.run(
+            [sys.executable, "-m", "tftune", *args],
+            cwd=cwd or tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=full_env,
+        )
+
+    return _run

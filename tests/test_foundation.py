@@ -1,0 +1,115 @@
+"""The package layout, the CLI shell and the TensorFlow-free boundary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+from click.testing import CliRunner
+
+import tftune
+from tftune import cli
+from tftune.probes.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _modules_after(code: str) -> set[str]:
+    probe = code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_version_matches_distribution() -> None:
+    assert tftune.__version__ == metadata.version("tftune")
+    result = CliRunner().invoke(cli.main, ["--version"])
+    assert result.exit_code == 0
+    assert tftune.__version__ in result.output
+
+
+def test_python_dash_m_runs_help() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tftune", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "Usage:" in out.stdout and "tftune" in out.stdout
+
+
+def test_probes_and_reports_do_not_import_tensorflow() -> None:
+    mods = _modules_after(
+        "import tftune.probes, tftune.reports\n"
+        "import pkgutil, importlib\n"
+        "for pkg in (tftune.probes, tftune.reports):\n"
+        "    for m in pkgutil.iter_modules(pkg.__path__):\n"
+        "        importlib.import_module(pkg.__name__ + '.' + m.name)\n"
+    )
+    assert "tftune.probes" in mods
+    assert not {m for m in mods if m == "tensorflow" or m.startswith("tensorflow.")}
+    assert "optuna" not in mods
+
+
+def test_help_commands_do_not_import_tensorflow() -> None:
+    # Every command's help must be fast and TensorFlow-free, analyze and report above all.
+    every = [["--help"]] + [[name, "--help"] for name in sorted(cli.main.commands)]
+    for args in every:
+        code = (
+            "import sys\n"
+            f"sys.argv = ['tftune', *{args!r}]\n"
+            "from tftune import cli\n"
+            "try:\n"
+            "    cli.main(standalone_mode=False)\n"
+            "except SystemExit:\n"
+            "    pass\n"
+        )
+        mods = _modules_after(code)
+        assert "tensorflow" not in mods, args
+
+
+def test_user_error_is_one_line_exit_1() -> None:
+    @cli.main.command("_boom")
+    def _boom() -> None:
+        raise UserError("data/train.tfrecord: file is empty")
+
+    try:
+        result = CliRunner().invoke(cli.main, ["_boom"])
+    finally:
+        cli.main.commands.pop("_boom")
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: data/train.tfrecord: file is empty"
+    assert "Traceback" not in result.output
+
+
+def test_usage_error_exits_2() -> None:
+    result = CliRunner().invoke(cli.main, ["no-such-command"])
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_wheel_installs_only_tftune(tmp_path: Path) -> None:
+    """`pip install .` must put only `tftune/` and its dist-info into site-packages:
+    bare names such as `probes` or `reports` would shadow users' own modules."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("tftune-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"tftune", f"tftune-{tftune.__version__}.dist-info"}, tops
+    for sub in ("probes", "tuner", "reports"):
+        assert f"tftune/{sub}/__init__.py" in names
