@@ -118,22 +118,23 @@ case(
 # --- Diagnosis cases (issue 4). Each is a real pipeline a user could have written; the
 # analysis must name the category, the stage and the fix from the trace alone.
 
-# Latency-bound reads: each element is "fetched" from slow storage (a blocking wait that
-# uses no CPU) inside a py_function, sequentially. The python tracer is on, as
-# `tftune profile` sets it, so the blocking call is visible inside the UDF.
+# Latency-bound reads: each element is fetched from slow storage (a blocking wait that
+# uses no CPU) inside a py_function. The user already runs 8 fetches at once on a private
+# pool of 8 threads (on 2 cores); the pool caps parallelism, and reads still starve the step.
 case(
     "slow_reads",
     """
     def fetch(i):
-        time.sleep(0.003)  # a remote object store answering in ~3 ms
+        time.sleep(0.004)  # a remote object store answering in ~4 ms
         return i * 2
 
     def make_dataset():
         ds = tf.data.Dataset.range(100000)
-        ds = ds.map(lambda i: tf.py_function(fetch, [i], tf.int64))
-        return ds.batch(8)
+        ds = ds.map(lambda i: tf.py_function(fetch, [i], tf.int64), num_parallel_calls=8)
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = 8
+        return ds.batch(16).with_options(options)
     """,
-    python_tracer=1,
     steps=12,
 )
 
@@ -141,24 +142,26 @@ case(
 case(
     "tfrecord_seq",
     """
-    def _write(path, n=4000):
+    def _write(path, n=1500):
+        rng = __import__("random").Random(0)
         with tf.io.TFRecordWriter(path) as w:
             for i in range(n):
                 feat = {
-                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=[float(i)] * 256)),
+                    "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[rng.randbytes(32768)])),
                     "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
                 }
                 ex = tf.train.Example(features=tf.train.Features(feature=feat))
                 w.write(ex.SerializeToString())
 
     SPEC = {
-        "x": tf.io.FixedLenFeature([256], tf.float32),
+        "x": tf.io.FixedLenFeature([], tf.string),
         "y": tf.io.FixedLenFeature([], tf.int64),
     }
 
     def parse(record):
         ex = tf.io.parse_single_example(record, SPEC)
-        return tf.math.l2_normalize(ex["x"]), ex["y"]
+        x = tf.cast(tf.io.decode_raw(ex["x"], tf.uint8), tf.float32) / 255.0
+        return tf.math.l2_normalize(x), ex["y"]
 
     def make_dataset():
         _write("data.tfrecord")
@@ -209,7 +212,6 @@ case(
         ds = ds.map(lambda s: tf.py_function(tokenize_text, [s], tf.int64))
         return ds.batch(16)
     """,
-    python_tracer=1,
     steps=15,
 )
 
