@@ -53,7 +53,9 @@ def postgres_server() -> Iterator[str]:
         shutil.chown(data, "postgres")
     port = _free_port()
     subprocess.run(
-        _as_server_user([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]),
+        _as_server_user(
+            [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"]
+        ),
         check=True,
         capture_output=True,
     )
@@ -61,8 +63,16 @@ def postgres_server() -> Iterator[str]:
     subprocess.run(
         _as_server_user(
             [
-                str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", str(int(STARTUP_TIMEOUT_S)),
-                "-o", f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=100",
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                str(int(STARTUP_TIMEOUT_S)),
+                "-o",
+                f"-h 127.0.0.1 -p {port} -k {root} -c fsync=off -c max_connections=100",
                 "start",
             ]
         ),
@@ -79,7 +89,9 @@ def postgres_server() -> Iterator[str]:
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
     finally:
         subprocess.run(
-            _as_server_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
+            _as_server_user(
+                [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]
+            ),
             capture_output=True,
         )
         shutil.rmtree(root, ignore_errors=True)
