@@ -48,7 +48,7 @@ def tick_label(v: float) -> str:
 
 def _svg_open(width: float, height: float, label: str, cls: str) -> str:
     return (
-        f'<svg class="chart {cls}" xmlns="http://www.w3.org/2000/svg" role="img" '
+        f'<svg class="chart {cls}" role="img" '
         f'viewBox="0 0 {_f(width)} {_f(height)}" width="{_f(width)}" height="{_f(height)}" '
         f'aria-label="{_e(label)}" {FONT} font-size="11">'
     )
