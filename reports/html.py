@@ -140,7 +140,7 @@ p.sub { color:var(--muted); margin:0 0 12px; }
   flex:1 1 0; min-width:120px; }
 .stat .k { color:var(--muted); font-size:12px; }
 .stat .v { font-size:20px; font-weight:700; }
-.stat .v small { font-size:12px; font-weight:400; color:var(--muted); }
+.stat .v small { display:block; font-size:12px; font-weight:400; color:var(--muted); }
 .nm { color:var(--muted); font-style:italic; font-weight:400; font-size:.9em; }
 .card { border:1px solid var(--line); border-radius:8px; padding:14px 16px; margin:10px 0; }
 .card.first { border-color:#fca5a5; box-shadow:0 0 0 2px #fee2e2; }
@@ -415,7 +415,11 @@ def _bottleneck_card(b: Bottleneck, ids: _Ids) -> str:
             f"<dt>{_e(k)}</dt><dd>{_nm() if v is None else _e(_value(v))}</dd>"
             for k, v in b.evidence
         )
-        evidence = f'<details><summary>Evidence</summary><dl class="evidence">{rows}</dl></details>'
+        opened = " open" if b.rank == 1 else ""
+        evidence = (
+            f"<details{opened}><summary>Evidence</summary>"
+            f'<dl class="evidence">{rows}</dl></details>'
+        )
     share = (
         f'{_e(fmt_pct(b.share))} <span class="where">of step time</span>'
         if b.share is not None
