@@ -712,6 +712,7 @@ def _tuning_hero(m: TuningReport) -> str:
             f"{fmt_pct(min(tuned / ceiling, 9.99))} of this machine's ceiling "
             f"({fmt_rate(ceiling)}, set by the {limit} alone)"
         )
+    counts = (m.trials_complete, m.trials_pruned, m.trials_failed)
     trials = [
         f"{v:,} {k}"
         for k, v in (
@@ -729,7 +730,11 @@ def _tuning_hero(m: TuningReport) -> str:
             _e(fmt_rate(ceiling)) if ceiling is not None else _nm(),
             _e(ceiling_text.split(" (")[0]) if ceiling_text else "",
         ),
-        _stat("Trials", _e(", ".join(trials)) if trials else _nm()),
+        _stat(
+            "Trials",
+            f"{sum(c or 0 for c in counts):,}" if trials else _nm(),
+            _e(" · ".join(trials)),
+        ),
         _stat("Tuning time", _e(f"{m.wall_s / 60:.1f} min") if m.wall_s is not None else _nm()),
     ]
     return (
@@ -882,7 +887,7 @@ def _importance_section(m: TuningReport) -> str:
     return (
         '<section id="importances"><h2>Parameter importances</h2>'
         '<p class="sub">How much of the variation in the objective each knob explains '
-        "(fANOVA over the complete trials).</p>"
+        "(estimated by Optuna over the complete trials).</p>"
         f"{chart}</section>"
     )
 
