@@ -15,6 +15,7 @@ FONT = 'font-family="system-ui,-apple-system,Segoe UI,Roboto,sans-serif"'
 AXIS = "#6b7280"
 GRID = "#e5e7eb"
 CHAR_PX = 6.6  # average glyph width at 11px, to decide whether a label fits
+OUTLIER_FACTOR = 3.0  # a bar this many times the median is cut, not allowed to set the scale
 
 
 def _f(x: float) -> str:
@@ -87,11 +88,20 @@ def stacked_columns(
     height: float = 260,
     label: str,
 ) -> str:
-    """Stacked vertical bars, one per column, with an optional dashed reference line."""
-    left, right, top, bottom = 52.0, 12.0, 14.0, 26.0
+    """Stacked vertical bars, one per column, with an optional dashed reference line.
+
+    A few outliers (a first step that traces and compiles, say) would flatten every other
+    bar: bars beyond OUTLIER_FACTOR x the median are cut at the top of the axis, marked
+    with a break and labelled with their real value.
+    """
+    left, right, top, bottom = 52.0, 12.0, 22.0, 26.0
     plot_w, plot_h = width - left - right, height - top - bottom
     totals = [sum(v for _, v in c.parts if v is not None and v > 0) for c in columns]
+    positive = sorted(t for t in totals if t > 0)
+    median = positive[len(positive) // 2] if positive else 0.0
     high = max([*totals, reference[0] if reference else 0.0, 1e-9])
+    if median > 0 and high > OUTLIER_FACTOR * median:
+        high = max(OUTLIER_FACTOR * median * 0.8, reference[0] if reference else 0.0)
     ticks = nice_ticks(high)
     top_v = ticks[-1]
 
@@ -111,12 +121,23 @@ def stacked_columns(
         for cat, v in col.parts:
             if v is None or v <= 0:
                 continue
-            y1, y0 = y_of(acc + v), y_of(acc)
+            if acc >= top_v:
+                break
+            y1, y0 = y_of(min(acc + v, top_v)), y_of(acc)
             out.append(
                 f'<rect x="{_f(x)}" y="{_f(y1)}" width="{_f(bar_w)}" '
                 f'height="{_f(max(0.5, y0 - y1))}" fill="{colors(cat)}" data-cat="{_e(cat)}"/>'
             )
             acc += v
+        if totals[i] > top_v:
+            yb = top + 8
+            out.append(
+                f'<path class="cut" d="M{_f(x - 2)},{_f(yb + 3)}L{_f(x + bar_w + 2)},{_f(yb - 3)}'
+                f'M{_f(x - 2)},{_f(yb + 8)}L{_f(x + bar_w + 2)},{_f(yb + 2)}" stroke="#fff" '
+                f'stroke-width="2.5"/><text x="{_f(x + bar_w / 2)}" y="{_f(top - 5)}" '
+                f'text-anchor="middle" fill="#111827" font-weight="600">'
+                f"{tick_label(totals[i])} {_e(unit)}</text>"
+            )
         out.append("</g>")
         if i % every == 0:
             out.append(

@@ -11,6 +11,7 @@ Renderers (`reports.html`, `reports.terminal`) only format these models.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -509,7 +510,10 @@ def _timeline(t: Reader) -> Timeline:
             if (
                 not isinstance(ev, (list, tuple))
                 or len(ev) < 2
-                or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in ev[:2])
+                or any(
+                    isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+                    for x in ev[:2]
+                )
             ):
                 raise tr.error(f"events[{i}]", "must be [start_ms, duration_ms, name]")
             name = str(ev[2]) if len(ev) > 2 and ev[2] is not None else ""

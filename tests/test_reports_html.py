@@ -102,6 +102,22 @@ def test_not_measured_is_never_shown_as_zero() -> None:
     assert "0.00 ms" not in flatmap_row.group(0).split("per call")[0][:400]
 
 
+def test_an_outlier_step_is_cut_instead_of_flattening_the_others() -> None:
+    data = load("analysis_cpu_pyfunc.json")
+    page = analysis(data)
+    chart = re.search(r'<svg class="chart stacked".*?</svg>', page, re.S)
+    assert chart is not None and 'class="cut"' not in chart.group(0)
+    data["per_step"][0]["other_ms"] = 4900.0  # a first step that compiles for 5 s
+    chart = re.search(r'<svg class="chart stacked".*?</svg>', analysis(data), re.S)
+    assert chart is not None
+    assert chart.group(0).count('class="cut"') == 1 and "4,936 ms</text>" in chart.group(0)
+    # The axis still fits the ordinary steps (~37 ms), not the outlier.
+    labels = [
+        float(v) for v in re.findall(r'text-anchor="end" fill="#6b7280">(\d+)', chart.group(0))
+    ]
+    assert max(labels) < 200
+
+
 def test_output_is_deterministic_and_only_the_timestamp_moves() -> None:
     data = load("analysis_gpu_h2d.json")
     assert analysis(data) == analysis(load("analysis_gpu_h2d.json"))

@@ -118,6 +118,10 @@ def test_minimal_guide_json_is_enough_and_the_verdict_is_derived() -> None:
         (lambda d: d["stages"][2].update(parallelism="1x"), "'stages[2].parallelism'"),
         (lambda d: d["timeline"]["tracks"][0]["events"].append([1.0]), "'timeline.tracks[0]"),
         (lambda d: d["timeline"].update(end_ms=-5.0), "'timeline.end_ms' must not be before"),
+        (
+            lambda d: d["timeline"]["tracks"][1]["events"].append([float("nan"), 1.0, "x"]),
+            "'timeline.tracks[1].events[8]' must be [start_ms, duration_ms, name]",
+        ),
     ],
 )
 def test_malformed_analysis_fails_naming_file_and_field(mutate: Any, field: str) -> None:
