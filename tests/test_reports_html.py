@@ -228,3 +228,22 @@ def test_tuning_page_without_optional_parts_says_so() -> None:
 def test_render_report_json_picks_the_kind(name: str, marker: str) -> None:
     page = render_report_json(load(name), generated_at=WHEN, source=name)
     assert f"<title>{marker}" in page
+
+
+@pytest.mark.parametrize("objective", ["gpu-util", "both"])
+def test_tuning_history_follows_the_objective(objective: str) -> None:
+    data = load("tuning_latency.json")
+    data["objective"] = objective
+    for i, trial in enumerate(data["trials_detail"]):
+        if trial["state"] == "COMPLETE":
+            trial["utilization"] = round(0.05 + i * 0.04, 2)
+    page = tuning(data)
+    history = re.search(r'<svg class="chart history".*?</svg>', page, re.S)
+    assert history is not None
+    if objective == "gpu-util":
+        assert "GPU utilization %" in history.group(0)
+        assert "as written 236" not in history.group(0)  # examples/s baselines do not apply
+        assert "trial 19 (complete): 81%" in history.group(0)
+    else:
+        assert "examples/s" in history.group(0) and "as written 236" in history.group(0)
+        assert "utilization per trial is in the table below" in text_of(page)
