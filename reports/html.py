@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
+from typing import Any
 
 from tftune.reports import _svg
 from tftune.reports.model import (
@@ -22,6 +23,9 @@ from tftune.reports.model import (
     Timeline,
     Trial,
     TuningReport,
+    build_analysis_model,
+    build_tuning_model,
+    timestamp_now,
 )
 
 NOT_MEASURED = "not measured"
@@ -187,6 +191,8 @@ tr.best td { background:#eff6ff; font-weight:600; }
   vertical-align:middle; margin-right:6px; }
 tr.hot .bar { background:#dc2626; }
 ul.notes { margin:6px 0 0; padding-left:20px; }
+.warn { background:#fffbeb; border:1px solid #fcd34d; border-radius:8px; padding:8px 12px;
+  margin:8px 0; color:#78350f; }
 dl.meta { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margin:0; }
 dl.meta dt { color:var(--muted); } dl.meta dd { margin:0; word-break:break-all; }
 details summary { cursor:pointer; color:#1d4ed8; margin-top:8px; }
@@ -329,8 +335,16 @@ def _page(title: str, body: str, data_json: str, generated_at: str, source: str)
 # ---------------------------------------------------------------------------- analysis
 
 
-def render_analysis_html(model: AnalysisReport) -> str:
-    """The analysis report as one self-contained HTML page."""
+def render_analysis_html(
+    model: AnalysisReport | Mapping[str, Any], *, generated_at: str | None = None
+) -> str:
+    """The analysis report as one self-contained HTML page.
+
+    Given the analysis JSON itself (a mapping) rather than a model, it builds the model
+    first, stamped `generated_at` (default: now, or $SOURCE_DATE_EPOCH).
+    """
+    if not isinstance(model, AnalysisReport):
+        model = build_analysis_model(model, generated_at=generated_at or timestamp_now())
     ids = _Ids()
     body = [
         _verdict_section(model),
@@ -671,8 +685,16 @@ def _run_section(m: AnalysisReport) -> str:
 # ------------------------------------------------------------------------------ tuning
 
 
-def render_tuning_html(model: TuningReport) -> str:
-    """The tuning report as one self-contained HTML page."""
+def render_tuning_html(
+    model: TuningReport | Mapping[str, Any], *, generated_at: str | None = None
+) -> str:
+    """The tuning report as one self-contained HTML page.
+
+    Given the tuning JSON itself (a mapping) rather than a model, it builds the model
+    first, stamped `generated_at` (default: now, or $SOURCE_DATE_EPOCH).
+    """
+    if not isinstance(model, TuningReport):
+        model = build_tuning_model(model, generated_at=generated_at or timestamp_now())
     ids = _Ids()
     body = [
         _tuning_hero(model),
@@ -680,6 +702,7 @@ def render_tuning_html(model: TuningReport) -> str:
         _winner_section(model, ids),
         _history_section(model),
         _importance_section(model),
+        _space_section(model),
         _failures_section(model),
         _tuning_run_section(model),
     ]
@@ -741,7 +764,19 @@ def _tuning_hero(m: TuningReport) -> str:
         '<section class="verdict tuned" id="verdict"><span class="level">tuning result</span>'
         f'<div class="sentence">{_e(sentence)}</div>'
         + (f'<p class="sub">{_e(ceiling_text)}.</p>' if ceiling_text else "")
+        + _confirmed_line(m)
         + f'<div class="stats">{"".join(stats)}</div></section>'
+    )
+
+
+def _confirmed_line(m: TuningReport) -> str:
+    c = m.confirmed
+    if c is None:
+        return ""
+    spread = f" (spread {fmt_pct(c.spread)})" if c.spread is not None else ""
+    return (
+        '<p class="sub">Re-measured after the search: '
+        f"{_e(fmt_rate(c.examples_per_s))}{_e(spread)}.</p>"
     )
 
 
@@ -787,10 +822,13 @@ def _comparison_section(m: TuningReport) -> str:
 
 def _winner_section(m: TuningReport, ids: _Ids) -> str:
     out = ['<section id="winner"><h2>The winning config</h2>']
-    if m.config_file:
-        out.append(
-            f'<p class="sub">Saved as <code>{_e(m.config_file)}</code>, keyed by call site.</p>'
-        )
+    out += [f'<div class="warn">{_e(w)}</div>' for w in m.warnings]
+    saved = (
+        f"Saved as <code>{_e(m.config_file)}</code>, keyed by call site. " if m.config_file else ""
+    )
+    what = f"{_e(m.best_description)}." if m.best_description else ""
+    if saved or what:
+        out.append(f'<p class="sub">{saved}{what}</p>')
     if m.config:
         rows = "".join(
             f"<tr><td><code>{_e(c.scope)}</code></td><td>{_e(c.knob)}</td>"
@@ -807,9 +845,39 @@ def _winner_section(m: TuningReport, ids: _Ids) -> str:
         out.append("<h3>Run it</h3>" + _codebox(m.command, ids))
     if m.diff:
         out.append("<h3>The change to your code</h3>" + _codebox(m.diff, ids, diff=True))
+    if m.snippet:
+        out.append("<h3>Or paste these lines</h3>" + _codebox(m.snippet, ids))
     out.append(
         "<details><summary>Config JSON</summary>" + _codebox(m.config_json, ids) + "</details>"
     )
+    out.append("</section>")
+    return "".join(out)
+
+
+def _space_section(m: TuningReport) -> str:
+    if not (m.knobs or m.fixed or m.left_out):
+        return ""
+    out = [
+        '<section id="space"><h2>What was searched</h2>'
+        '<p class="sub">The knobs found at your call sites, and those left out because they '
+        "cannot matter here.</p>"
+    ]
+    if m.knobs:
+        rows = "".join(
+            f"<tr><td><code>{_e(k.name)}</code></td><td>{_e(', '.join(k.choices))}</td>"
+            f"<td>{_e(k.why or '')}</td></tr>"
+            for k in m.knobs
+        )
+        out.append(
+            "<table><thead><tr><th>knob</th><th>choices</th><th>why</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    if m.fixed:
+        chips = "".join(f'<span class="chip">{_e(k)} <b>{_e(v)}</b></span>' for k, v in m.fixed)
+        out.append(f"<h3>Fixed</h3><p>{chips}</p>")
+    if m.left_out:
+        items = "".join(f"<li><code>{_e(k)}</code>: {_e(why)}</li>" for k, why in m.left_out)
+        out.append(f'<h3>Left out</h3><ul class="notes">{items}</ul>')
     out.append("</section>")
     return "".join(out)
 
@@ -834,7 +902,7 @@ def _history_section(m: TuningReport) -> str:
             if value is not None
             else NOT_MEASURED
         )
-        title = f"trial {t.number} ({t.state.lower()}): {shown}"
+        title = f"trial {t.number}{_role(t)} ({t.state.lower()}): {shown}"
         if t.reason:
             title += f" — {t.reason}"
         if t.params:
@@ -893,7 +961,13 @@ def _importance_section(m: TuningReport) -> str:
 
 
 def _params_text(t: Trial) -> str:
-    return ", ".join(f"{k}={v}" for k, v in t.params) if t.params else ""
+    if t.params:
+        return ", ".join(f"{k}={v}" for k, v in t.params)
+    return t.description or ""
+
+
+def _role(t: Trial) -> str:
+    return "" if t.role in (None, "search") else f" ({t.role.replace('_', ' ')})"
 
 
 def _failures_section(m: TuningReport) -> str:
@@ -914,7 +988,7 @@ def _failures_section(m: TuningReport) -> str:
     else:
         table = '<p class="sub">None: every trial completed.</p>'
     every = "".join(
-        f'<tr><td class="num">{t.number}</td><td>{_e(t.state.lower())}</td>'
+        f'<tr><td class="num">{t.number}</td><td>{_e(t.state.lower() + _role(t))}</td>'
         f'<td class="num">{_h(fmt_rate(t.examples_per_s), unknown=t.examples_per_s is None)}</td>'
         f'<td class="num">{_h(fmt_pct(t.utilization), unknown=t.utilization is None)}</td>'
         f"<td><code>{_e(_params_text(t))}</code></td></tr>"
@@ -951,6 +1025,7 @@ def _tuning_run_section(m: TuningReport) -> str:
         ),
         row("model alone", fmt_rate(m.ceiling_model) if m.ceiling_model is not None else None),
         row("tuning wall time", f"{m.wall_s:,.0f} s" if m.wall_s is not None else None),
+        *(row(k, v) for k, v in m.study),
     ]
     notes = ""
     if m.notes:

@@ -48,7 +48,8 @@ BREAKDOWN_ORDER = (
 VERDICT_LEVELS = ("high", "moderate", "low")
 TRACK_KINDS = ("host", "tf_data", "device")
 TRIAL_STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
-BASELINE_KEYS = ("as_written", "autotune", "heuristic")
+BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
+OPTIONAL_BASELINES = frozenset({"guided"})  # a row only when the run measured it
 
 Scalar = str | int | float | bool | None
 Kind = Literal["analysis", "tuning"]
@@ -209,6 +210,15 @@ class Trial:
     utilization: float | None
     value: float | None  # the objective as the history plots it
     reason: str | None
+    role: str | None = None  # as_written | autotune | heuristic | guided | search | confirm
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    name: str
+    choices: tuple[str, ...]
+    why: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,16 +242,27 @@ class TuningReport:
     wall_s: float | None
     ceiling_pipeline: float | None
     ceiling_model: float | None
+    ceiling_value: float | None  # as measured; else the lower of the two bounds
+    ceiling_limited_by: str | None
     rows: tuple[ComparisonRow, ...]
+    confirmed: Measurement | None  # the winner re-measured after the search
+    best_description: str | None
     config_file: str | None
     config: tuple[ConfigEntry, ...]
     config_json: str
     command: str | None
     diff: str | None
+    snippet: str | None
     importances: tuple[tuple[str, float], ...]  # most important first
     trials: tuple[Trial, ...]
     trials_total: int
+    pareto_trials: tuple[int, ...]
+    knobs: tuple[Knob, ...]
+    fixed: tuple[tuple[str, str], ...]
+    left_out: tuple[tuple[str, str], ...]  # (knob, why it cannot matter)
+    warnings: tuple[str, ...]
     notes: tuple[str, ...]
+    study: tuple[tuple[str, str], ...]  # name, storage, seed, platform ...
     data_json: str
 
     @property
@@ -250,11 +271,27 @@ class TuningReport:
 
     @property
     def ceiling(self) -> float | None:
+        if self.ceiling_value is not None:
+            return self.ceiling_value
         known = [c for c in (self.ceiling_pipeline, self.ceiling_model) if c is not None]
         return min(known) if known else None
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def timestamp_now() -> str:
+    """The report timestamp: now in UTC, or $SOURCE_DATE_EPOCH for reproducible output."""
+    import datetime as dt
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    when = (
+        dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
+        if epoch.isdigit()
+        else dt.datetime.now(dt.timezone.utc)
+    )
+    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def detect_kind(data: Mapping[str, Any], *, source: str = "report JSON") -> Kind:
@@ -545,6 +582,7 @@ _ROW_LABELS = {
     "as_written": "As written",
     "autotune": "AUTOTUNE everywhere",
     "heuristic": "#cores heuristic",
+    "guided": "Analysis-guided guess",
     "tuned": "Tuned (tftune)",
 }
 
@@ -581,6 +619,8 @@ def build_tuning_model(
     rows = []
     for key in (*BASELINE_KEYS, "tuned"):
         m = measured[key]
+        if m is None and key in OPTIONAL_BASELINES:
+            continue
         rate = m.examples_per_s if m is not None else None
         speedup = rate / base_rate if rate is not None and base_rate else None
         rows.append(ComparisonRow(key, _ROW_LABELS[key], m, speedup))
@@ -589,9 +629,31 @@ def build_tuning_model(
     if config_raw is not None and not isinstance(config_raw, Mapping):
         raise best.error("config", "must be an object keyed by call site")
     config = _config_entries(config_raw or {})
+    confirmed_r = best.obj("confirmed")
 
     trials_r = r.obj("trials")
     ceiling = r.obj("ceiling")
+    space = r.obj("space")
+    knobs: list[Knob] = []
+    fixed: list[tuple[str, str]] = []
+    left_out: list[tuple[str, str]] = []
+    warnings: tuple[str, ...] = ()
+    if space is not None:
+        for k in space.objects("knobs"):
+            choices = tuple(_text(c) for c in k.items("choices"))
+            knobs.append(Knob(k.required_string("name"), choices, k.string("why")))
+        fixed_r = space.obj("fixed")
+        if fixed_r is not None:
+            fixed = [(k, _text(v)) for k, v in sorted(fixed_r.mapping().items())]
+        for lo in space.objects("left_out"):
+            left_out.append((lo.required_string("name"), lo.string("reason") or ""))
+        warnings = space.strings("warnings")
+    pareto = tuple(t for t in (p.integer("trial") for p in r.objects("pareto")) if t is not None)
+    study: list[tuple[str, str]] = []
+    for key in ("study", "platform"):
+        sub = r.obj(key)
+        if sub is not None:
+            study += [(k, _text(v)) for k, v in sub.mapping().items() if v is not None]
 
     importances: list[tuple[str, float]] = []
     imp = r.obj("importances")
@@ -622,29 +684,58 @@ def build_tuning_model(
         wall_s=r.number("wall_s"),
         ceiling_pipeline=ceiling.number("pipeline_only_examples_per_s") if ceiling else None,
         ceiling_model=ceiling.number("model_only_examples_per_s") if ceiling else None,
+        ceiling_value=ceiling.number("ceiling_examples_per_s") if ceiling else None,
+        ceiling_limited_by=ceiling.string("limited_by") if ceiling else None,
         rows=tuple(rows),
+        confirmed=_measurement(confirmed_r) if confirmed_r is not None else None,
+        best_description=best.string("description"),
         config_file=best.string("config_file"),
         config=config,
         config_json=json.dumps(config_raw or {}, indent=2, sort_keys=True, default=str),
         command=r.string("command"),
         diff=r.string("diff") or None,
+        snippet=r.string("snippet") or None,
         importances=tuple(importances),
         trials=trials,
         trials_total=len(all_trials),
-        notes=r.strings("notes"),
+        pareto_trials=pareto,
+        knobs=tuple(knobs),
+        fixed=tuple(fixed),
+        left_out=tuple(left_out),
+        warnings=warnings,
+        notes=r.strings("notes") + (ceiling.strings("notes") if ceiling else ()),
+        study=tuple(study),
         data_json=_dump(capped),
     )
 
 
+_CONFIG_META_KEYS = frozenset({"schema", "meta"})
+
+
 def _config_entries(config: Mapping[str, Any]) -> tuple[ConfigEntry, ...]:
+    """Flatten a config file: ``{"sites": {site: {knob: v}}, global_knob: v, ...}``.
+
+    A knob that is null is left as the script wrote it, so it is not a change to show.
+    """
     out = []
-    for scope in sorted(config):
-        value = config[scope]
+    scoped: dict[str, Any] = {}
+    sites = config.get("sites")
+    if isinstance(sites, Mapping):
+        scoped.update({str(k): v for k, v in sites.items()})
+    for key in sorted(config):
+        value = config[key]
+        if key in _CONFIG_META_KEYS or (key == "sites" and isinstance(value, Mapping)):
+            continue
+        if isinstance(value, Mapping):
+            scoped[str(key)] = value
+        elif value is not None:
+            out.append(ConfigEntry("global", str(key), _text(value)))
+    for scope in sorted(scoped):
+        value = scoped[scope]
         if isinstance(value, Mapping):
             for knob in sorted(value):
-                out.append(ConfigEntry(str(scope), str(knob), _text(value[knob])))
-        else:
-            out.append(ConfigEntry("global", str(scope), _text(value)))
+                if value[knob] is not None:
+                    out.append(ConfigEntry(scope, str(knob), _text(value[knob])))
     return tuple(out)
 
 
@@ -677,4 +768,6 @@ def _trial(t: Reader, objective: str) -> Trial:
         utilization=util,
         value=value,
         reason=t.string("reason"),
+        role=t.string("role"),
+        description=t.string("description"),
     )

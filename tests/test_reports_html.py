@@ -192,16 +192,18 @@ def test_tuning_page() -> None:
     visible = text_of(page)
     assert "31.4× the script as written" in visible and "15.7× AUTOTUNE" in visible
     assert "81% of this machine's ceiling" in visible
-    for label in ("As written", "AUTOTUNE everywhere", "#cores heuristic", "Tuned (tftune)"):
+    labels = ("As written", "AUTOTUNE everywhere", "#cores heuristic", "Analysis-guided guess")
+    for label in (*labels, "Tuned (tftune)", "Re-measured after the search: 7,310 el/s"):
         assert label in visible
     assert "7,400 el/s" in visible and "236 el/s" in visible
     assert "ResourceExhaustedError" in visible and "below the median" in visible
     assert page.count('<span class="add">') == 5 and page.count('<span class="del">') == 2
     assert "tftune run --config tftune-best.json train.py" in visible
-    assert page.count("data-copy=") == 3  # command, diff, config JSON
+    assert page.count("data-copy=") == 4  # command, diff, snippet, config JSON
+    assert "--batch-size to tune it" in visible  # knobs left out say why
     history = re.search(r'<svg class="chart history".*?</svg>', page, re.S)
     assert history is not None
-    complete = sum(1 for t in data["trials_detail"] if t["state"] == "COMPLETE")
+    complete = sum(1 for t in data["trials_detail"] if t["state"].upper() == "COMPLETE")
     assert history.group(0).count("<circle") == complete
     assert 'class="best"' in history.group(0) and "best 7,400" in history.group(0)
     bars = re.search(r'<svg class="chart hbars".*?</svg>', page, re.S)
@@ -235,7 +237,7 @@ def test_tuning_history_follows_the_objective(objective: str) -> None:
     data = load("tuning_latency.json")
     data["objective"] = objective
     for i, trial in enumerate(data["trials_detail"]):
-        if trial["state"] == "COMPLETE":
+        if trial["state"].upper() == "COMPLETE":
             trial["utilization"] = round(0.05 + i * 0.04, 2)
     page = tuning(data)
     history = re.search(r'<svg class="chart history".*?</svg>', page, re.S)
@@ -247,3 +249,15 @@ def test_tuning_history_follows_the_objective(objective: str) -> None:
     else:
         assert "examples/s" in history.group(0) and "as written 236" in history.group(0)
         assert "utilization per trial is in the table below" in text_of(page)
+
+
+def test_renderers_also_take_the_json_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tftune optimize` hands its tuning dict straight to the renderer."""
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1796000000")
+    data = load("tuning_latency.json")
+    page = render_tuning_html(data)
+    assert "generated 2026-11-30 00:53 UTC" in page
+    model = build_tuning_model(data, generated_at="2026-11-30 00:53 UTC", source="tuning JSON")
+    assert page == render_tuning_html(model)
+    page = render_analysis_html(load("analysis_gpu_h2d.json"), generated_at=WHEN)
+    assert f"generated {WHEN}" in page and "prefetch_to_device" in page

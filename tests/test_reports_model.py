@@ -165,7 +165,7 @@ def test_timeline_and_steps_are_capped_keeping_the_longest_events() -> None:
 def test_tuning_model() -> None:
     m = build_tuning_model(load(TUNING), generated_at=WHEN, source=TUNING)
     assert m == build_tuning_model(load(TUNING), generated_at=WHEN, source=TUNING)
-    assert [r.key for r in m.rows] == ["as_written", "autotune", "heuristic", "tuned"]
+    assert [r.key for r in m.rows] == ["as_written", "autotune", "heuristic", "guided", "tuned"]
     speedups = {r.key: r.speedup for r in m.rows}
     assert speedups["as_written"] == pytest.approx(1.0)
     assert speedups["tuned"] == pytest.approx(7400 / 236)
@@ -178,7 +178,15 @@ def test_tuning_model() -> None:
     assert failed.reason is not None and "ResourceExhausted" in failed.reason
     assert failed.value is None
     assert model.ConfigEntry("train.py:18", "num_parallel_calls", "32") in m.config
-    assert model.ConfigEntry("global", "mixed_precision", "off") in m.config
+    assert model.ConfigEntry("global", "threadpool_size", "32") in m.config
+    # null knobs are left as written, and the file's bookkeeping is not a knob
+    assert {c.knob for c in m.config}.isdisjoint({"deterministic", "schema", "mixed_precision"})
+    assert m.confirmed is not None and m.confirmed.examples_per_s == 7310.0
+    assert m.ceiling_limited_by == "pipeline"
+    assert ("batch_size", m.left_out[1][1]) == m.left_out[1] and "--batch-size" in m.left_out[1][1]
+    assert m.knobs[0].name == "train.py:18/num_parallel_calls" and "AUTOTUNE" in m.knobs[0].choices
+    assert m.trials[0].role == "as_written" and m.trials[5].role == "search"
+    assert ("storage", "sqlite:///tftune.db") in m.study
     assert m.diff is not None and m.diff.startswith("--- train.py")
 
 
@@ -191,6 +199,13 @@ def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
     assert m.trials == () and m.importances == () and m.ceiling is None
     heuristic = next(r for r in m.rows if r.key == "heuristic")
     assert heuristic.measurement is None and heuristic.speedup is None
+    guide_shape = load(TUNING)  # GUIDE.md's config shape: {call site: {knob: value}}
+    guide_shape["best"]["config"] = {"train.py:18": {"num_parallel_calls": 32}, "global": {"x": 1}}
+    entries = build_tuning_model(guide_shape, generated_at=WHEN).config
+    assert entries == (
+        model.ConfigEntry("global", "x", "1"),
+        model.ConfigEntry("train.py:18", "num_parallel_calls", "32"),
+    )
 
     gpu = load(TUNING)
     gpu["objective"] = "gpu-util"

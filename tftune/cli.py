@@ -42,16 +42,9 @@ def main() -> None:
 
 def generated_at() -> str:
     """The report timestamp: now in UTC, or SOURCE_DATE_EPOCH for reproducible output."""
-    import datetime as dt
-    import os
+    from tftune.reports.model import timestamp_now
 
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    when = (
-        dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
-        if epoch.isdigit()
-        else dt.datetime.now(dt.timezone.utc)
-    )
-    return when.strftime("%Y-%m-%d %H:%M UTC")
+    return timestamp_now()
 
 
 def read_json_file(path: Path) -> Any:
