@@ -250,7 +250,9 @@ _CPU_PATHS = _paths(load(CPU))
 _TUNING_PATHS = _paths(load(TUNING))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     which=st.booleans(),
     index=st.integers(min_value=0, max_value=10_000),
