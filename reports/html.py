@@ -903,6 +903,8 @@ def _history_section(m: TuningReport) -> str:
             else NOT_MEASURED
         )
         title = f"trial {t.number}{_role(t)} ({t.state.lower()}): {shown}"
+        if t.number in m.pareto_trials:
+            title += " · on the Pareto front"
         if t.reason:
             title += f" — {t.reason}"
         if t.params:
@@ -933,7 +935,13 @@ def _history_section(m: TuningReport) -> str:
     if m.objective == "both":
         both = (
             '<p class="sub">Objective "both": examples/s shown; utilization per trial is in '
-            "the table below.</p>"
+            "the table below."
+            + (
+                " Pareto front: trials " + ", ".join(str(n) for n in m.pareto_trials) + "."
+                if m.pareto_trials
+                else ""
+            )
+            + "</p>"
         )
     return (
         '<section id="history"><h2>Optimization history</h2>'

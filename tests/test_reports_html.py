@@ -249,6 +249,10 @@ def test_tuning_history_follows_the_objective(objective: str) -> None:
     else:
         assert "examples/s" in history.group(0) and "as written 236" in history.group(0)
         assert "utilization per trial is in the table below" in text_of(page)
+        data["pareto"] = [{"trial": 16}, {"trial": 19}]
+        page = tuning(data)
+        assert "Pareto front: trials 16, 19." in text_of(page)
+        assert "trial 16 (complete): 7,400 el/s · on the Pareto front" in page
 
 
 def test_renderers_also_take_the_json_itself(monkeypatch: pytest.MonkeyPatch) -> None:
