@@ -460,7 +460,7 @@ def _cache_rec(w: StageWork, share: float) -> Recommendation | None:
 
 def _vectorize_rec(w: StageWork, share: float) -> Recommendation | None:
     st = w.stage
-    if st.function_calls == 0 or st.kind == "MapAndBatch" and st.knob("batch_size") is None:
+    if st.function_calls == 0 or (st.kind == "MapAndBatch" and st.knob("batch_size") is None):
         return None
     per_call_ms = st.function_ps / st.function_calls / PS_PER_MS
     if per_call_ms > VECTORIZE_MAX_CALL_MS or any(op in PY_UDF_OPS for op, _ in st.ops_ps):
@@ -472,7 +472,7 @@ def _vectorize_rec(w: StageWork, share: float) -> Recommendation | None:
         ),
         code="ds = ds.batch(batch_size).map(fn_on_batch, num_parallel_calls=tf.data.AUTOTUNE)",
         gain=share * 0.5,
-        category=w.by_category and max(w.by_category, key=lambda k: w.by_category[k]) or "other",
+        category=(w.by_category and max(w.by_category, key=lambda k: w.by_category[k])) or "other",
         stage=st.name,
         evidence={"per_call_ms": round(per_call_ms, 4), "calls": st.function_calls},
     )

@@ -337,7 +337,9 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
             elif p >= 0 and kinds_mid[j] in proc_ids and kinds_mid[p] not in proc_ids:
                 nested_proc_ps[p] += durs[j]
 
-        def owner_iter(j: int) -> int:
+        def owner_iter(
+            j: int, parents: npt.NDArray[np.intp] = parents, kinds_mid: list[int] = kinds_mid
+        ) -> int:
             """Innermost enclosing iterator event of event j (-1: none)."""
             p = int(parents[j])
             while p >= 0 and kinds_mid[p] not in iter_set:
@@ -400,7 +402,8 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
                     acc[owner].function_ids.add(fid)
             elif mid in proc_ids:
                 pid = _stat_id(plane, stat_id_keys, line, int(idx[j]))
-                if pid is not None and (parents[j] < 0 or kinds_mid[int(parents[j])] not in proc_ids):
+                outer = int(parents[j])
+                if pid is not None and (outer < 0 or kinds_mid[outer] not in proc_ids):
                     processes[pid].append((line, int(idx[j])))
             elif mid in produce_ids and parents[j] < 0:
                 owner = runner_owner.get(j, line_default_owner)

@@ -105,7 +105,10 @@ def _bottlenecks(d: Mapping[str, Any]) -> Table | Text:
     table.add_column("where / functions", overflow="fold")
     for i, b in enumerate(rows[:MAX_BOTTLENECKS], 1):
         table.add_row(
-            str(i), str(b.get("category")), _pct(b.get("share")), _short_stage(b.get("stage")),
+            str(i),
+            str(b.get("category")),
+            _pct(b.get("share")),
+            _short_stage(b.get("stage")),
             _where(b),
         )
     return table

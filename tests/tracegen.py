@@ -147,7 +147,9 @@ case(
         with tf.io.TFRecordWriter(path) as w:
             for i in range(n):
                 feat = {
-                    "x": tf.train.Feature(bytes_list=tf.train.BytesList(value=[rng.randbytes(32768)])),
+                    "x": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[rng.randbytes(32768)])
+                    ),
                     "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
                 }
                 ex = tf.train.Example(features=tf.train.Features(feature=feat))

@@ -120,9 +120,7 @@ def report(json_file: Path, output: Path | None) -> None:
 @click.option(
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the analysis JSON here."
 )
-@click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Write the HTML report here."
-)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the HTML report here.")
 def analyze(
     logdir: Path,
     run_name: str | None,
