@@ -123,10 +123,13 @@ def _fix(d: Mapping[str, Any]) -> Group | Text:
         Text("Top fix: ", style="bold cyan").append(str(top.get("summary")), style="default"),
         Padding(Text(str(top.get("code")), style="green"), (0, 0, 0, 4)),
     ]
-    for r in recs[1 : 1 + MAX_MORE_RECS]:
+    marker_fixes = [r for r in recs[1:] if "step_detection" in (r.get("evidence") or {})]
+    more = [r for r in recs[1 : 1 + MAX_MORE_RECS] if r not in marker_fixes]
+    for r in more:
         parts.append(Text("also: ", style="cyan").append(str(r.get("summary")), style="default"))
-        if r.get("category") == "other" and r.get("stage") is None:
-            parts.append(Padding(Text(str(r.get("code")), style="green"), (0, 0, 0, 4)))
+    for r in marker_fixes:  # no step markers: always show the one-line fix for the loop
+        parts.append(Text("steps: ", style="bold yellow").append(str(r.get("summary"))))
+        parts.append(Padding(Text(str(r.get("code")), style="green"), (0, 0, 0, 4)))
     return Group(*parts)
 
 
