@@ -94,7 +94,8 @@ def test_keras_fit_through_the_tensorboard_callback(trace_case) -> None:  # type
     assert a.steps.detection == "markers" and len(a.steps) >= 4
     assert a.input_share is not None and a.findings.verdict.sentence
     maps = [s for s in a.stages.stages if s.function_calls]
-    assert maps and any(op in dict(maps[0].ops_ps) for op in ("MatMul", "_MklMatMul", "Tanh"))
+    # The user's map (fused with batch(64)) and the time its function ran are found.
+    assert maps and maps[0].function_ps > 0 and maps[0].knob("batch_size") == 64
 
 
 def test_no_step_markers_gives_the_one_line_fix(trace_case) -> None:  # type: ignore[no-untyped-def]
