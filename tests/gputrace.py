@@ -161,15 +161,22 @@ class GpuExpect:
     kernel_ps: list[int]
     d2h_ps: list[int]
     h2d_bytes: list[int]
+    device_span_ps: list[int]  # first copy start to last copy end, per step
 
 
 def gpu_trace(
-    n_steps: int = 8, spec: GpuStepSpec = GpuStepSpec(), markers: bool = True
+    n_steps: int = 8,
+    spec: GpuStepSpec = GpuStepSpec(),
+    markers: bool = True,
+    h2d_name: str = "MemcpyH2D",
+    d2h_name: str = "MemcpyD2H",
 ) -> tuple[XSpaceBuilder, GpuExpect]:
     """A host+GPU trace of `n_steps` steps, each: wait for input, copy H2D, kernels, D2H.
 
     Device work is serialised inside the step (the host syncs at the end), so the
-    expected per-step device times are exact sums.
+    expected per-step device times are exact sums. The copy names default to what the
+    CUPTI collector writes (`MemcpyH2D`); XProf's name parser expects `MemcpyHToD`, so
+    tests can build both.
     """
     b = XSpaceBuilder()
     host = b.plane("/host:CPU")
@@ -181,7 +188,7 @@ def gpu_trace(
         gpu.line(name, line_id=lid)
     t = 1 * MS
     corr = 1
-    exp = GpuExpect(n_steps, [], [], [], [], [], [])
+    exp = GpuExpect(n_steps, [], [], [], [], [], [], [])
     for step in range(n_steps):
         start = t
         wait = int(spec.wait_us * US)
@@ -190,10 +197,11 @@ def gpu_trace(
         t += wait + 10 * US
         # Host side of the copy: the CUDA API call that enqueues it.
         h2d = int(spec.h2d_us * US)
+        t_copy = t
         host.event("python", "cuMemcpyHtoDAsync_v2", t, 20 * US, correlation_id=corr)
         gpu.event(
             H2D_STREAM,
-            "MemcpyH2D",
+            h2d_name,
             t + 5 * US,
             h2d,
             refs={
@@ -233,7 +241,7 @@ def gpu_trace(
         host.event("python", "cuMemcpyDtoHAsync_v2", t, 10 * US, correlation_id=corr)
         gpu.event(
             D2H_STREAM,
-            "MemcpyD2H",
+            d2h_name,
             dev_t,
             d2h,
             refs={"memcpy_details": "kind_src:device kind_dst:pageable size:4 dest:0 async:0"},
@@ -252,6 +260,7 @@ def gpu_trace(
         exp.kernel_ps.append(kernel_total)
         exp.d2h_ps.append(d2h)
         exp.h2d_bytes.append(spec.h2d_bytes)
+        exp.device_span_ps.append(dev_t + d2h - (t_copy + 5 * US))
         t = end + 20 * US
     # Events of a line must be in time order, as the profiler writes them.
     for pb in (host, gpu):
