@@ -184,10 +184,13 @@ def _step_num(plane: Plane, line: Line, index: int) -> int | None:
         if plane.stat_names.get(stat.metadata_id) == STEP_NUM_STAT:
             kind = stat.WhichOneof("value")
             value = getattr(stat, kind) if kind else None
+            num: int | None = None
             if isinstance(value, int) and kind != "ref_value":
-                return value
-            if isinstance(value, str) and value.lstrip("-").isdigit():
-                return int(value)
+                num = value
+            elif isinstance(value, str) and value.lstrip("-").isdigit():
+                num = int(value)
+            if num is not None and -(2**63) <= num < 2**63:
+                return num
     return None
 
 

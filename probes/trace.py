@@ -27,6 +27,9 @@ I64 = npt.NDArray[np.int64]
 HOST_PLANE = "/host:CPU"
 GPU_PLANE_RE = re.compile(r"^/device:GPU:(\d+)")
 TASK_ENV_PLANE = "Task Environment"
+# Any event time or duration beyond this (about 13 days in picoseconds) is corrupt; the
+# bound also keeps base + offset + duration inside int64.
+MAX_TIME_PS = 2**60
 
 
 def decode_stat(stat: Any, stat_names: Mapping[int, str]) -> Any:
@@ -167,6 +170,8 @@ def _columns(events: Any, base_ps: int) -> tuple[I64, I64, I64]:
     mids = np.fromiter((e.metadata_id for e in events), dtype=np.int64, count=n)
     offs = np.fromiter((e.offset_ps for e in events), dtype=np.int64, count=n)
     durs = np.fromiter((e.duration_ps for e in events), dtype=np.int64, count=n)
+    if n and (offs.min() < -MAX_TIME_PS or offs.max() > MAX_TIME_PS):
+        return mids, offs, durs  # the caller rejects it; adding the base could overflow
     if base_ps:
         offs += base_ps
     return mids, offs, durs
@@ -193,9 +198,17 @@ def parse_xspace(data: bytes, path: Path, host: str) -> HostTrace:
         event_names = {int(k): v.name for k, v in p.event_metadata.items()}
         lines = []
         for ln in p.lines:
-            mids, starts, durs = _columns(ln.events, (ln.timestamp_ns - origin_ns) * 1000)
-            if durs.size and (durs.min() < 0 or starts.min() < -(10**15)):
-                raise TraceError(f"{path}: not a valid XSpace trace (negative event times)")
+            base_ps = (ln.timestamp_ns - origin_ns) * 1000
+            if abs(base_ps) > MAX_TIME_PS:
+                raise TraceError(
+                    f"{path}: not a valid XSpace trace (line '{ln.name}' of plane "
+                    f"'{p.name}' starts {base_ps / 1e12:.3g} s away from the others)"
+                )
+            mids, starts, durs = _columns(ln.events, base_ps)
+            if durs.size and (durs.min() < 0 or durs.max() > MAX_TIME_PS):
+                raise TraceError(f"{path}: not a valid XSpace trace (event durations out of range)")
+            if starts.size and (starts.min() < -MAX_TIME_PS or starts.max() > MAX_TIME_PS):
+                raise TraceError(f"{path}: not a valid XSpace trace (event times out of range)")
             lines.append(
                 Line(
                     id=ln.id,
