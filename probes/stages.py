@@ -199,6 +199,62 @@ def nesting_parents(starts: I64, ends: I64) -> npt.NDArray[np.intp]:
     return parents
 
 
+_K_ITER, _K_FR, _K_PROC, _K_PRODUCE, _K_OP, _K_NOTE = 1, 2, 3, 4, 5, 6
+
+
+def _nest(starts: I64, ends: I64, kinds: npt.NDArray[np.int8]) -> tuple[I64, I64, I64, I64, I64]:
+    """Per event on one thread: parent, innermost iterator ancestor, outermost function
+    execution ancestor, innermost kernel ancestor, and outermost ancestor (-1: none)."""
+    n = int(starts.shape[0])
+    order = np.lexsort((-(ends - starts), starts)).tolist()
+    s_l, e_l, k_l = starts.tolist(), ends.tolist(), kinds.tolist()
+    parent, it_a, pr_a, op_a = [-1] * n, [-1] * n, [-1] * n, [-1] * n
+    top = list(range(n))
+    stack: list[int] = []
+    for i in order:
+        s = s_l[i]
+        while stack and e_l[stack[-1]] <= s:
+            stack.pop()
+        if stack and e_l[i] <= e_l[stack[-1]]:
+            p = stack[-1]
+            kp = k_l[p]
+            parent[i] = p
+            it_a[i] = p if kp == _K_ITER else it_a[p]
+            pr_a[i] = pr_a[p] if pr_a[p] >= 0 else (p if kp == _K_PROC else -1)
+            op_a[i] = p if kp == _K_OP else op_a[p]
+            top[i] = top[p]
+        stack.append(i)
+    return (
+        np.asarray(parent, dtype=np.int64),
+        np.asarray(it_a, dtype=np.int64),
+        np.asarray(pr_a, dtype=np.int64),
+        np.asarray(op_a, dtype=np.int64),
+        np.asarray(top, dtype=np.int64),
+    )
+
+
+def union_of(chunks: Iterable[tuple[I64, I64]]) -> int:
+    """Total length covered by the union of intervals given as (starts, ends) arrays."""
+    parts = list(chunks)
+    if not parts:
+        return 0
+    s = np.concatenate([p[0] for p in parts])
+    e = np.concatenate([p[1] for p in parts])
+    if not s.size:
+        return 0
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # A new run starts where an interval begins after everything before it has ended.
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    run_id = np.cumsum(new) - 1
+    run_start = s[new]
+    run_end = np.zeros(run_start.size, dtype=np.int64)
+    np.maximum.at(run_end, run_id, e)
+    return int((run_end - run_start).sum())
+
+
 def union_ps(starts: Iterable[int], ends: Iterable[int]) -> int:
     pairs = sorted(zip(starts, ends, strict=True))
     total, cur_s, cur_e = 0, None, None
@@ -277,7 +333,7 @@ class _Acc:
     child_events: int = 0
     child_events_nested: int = 0
     function_ids: set[int] = field(default_factory=set)
-    work_intervals: list[tuple[int, int]] = field(default_factory=list)
+    work_intervals: list[tuple[I64, I64]] = field(default_factory=list)
     first_seen: int = 0
     id: int | None = None
     parent_id: int | None = None
@@ -306,110 +362,130 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
     py_ids = {mid for mid, n in names.items() if n.startswith("$")}
     iter_set = set(iter_ids.tolist())
     stage_of_mid = {mid: stage_name(names[mid]) for mid in iter_set}
+    udf_mids = np.array([m for m, t in op_types.items() if t in PY_UDF_OPS], dtype=np.int64)
 
     acc: dict[str, _Acc] = defaultdict(_Acc)
-    # Function executions (ExecutorState::Process) by function-run id, with their line.
-    processes: dict[int, list[tuple[Line, int]]] = defaultdict(list)
-    fr_owner: dict[int, str] = {}
-    seen_order = 0
+    stage_list = sorted(set(stage_of_mid.values()))
+    stage_ix = {n: i for i, n in enumerate(stage_list)}
+    parent_ix = np.array(
+        [stage_ix.get(_parent_name(n) or "", -1) for n in stage_list] or [-1], dtype=np.int64
+    )
+    n_st = len(stage_list)
+    max_mid = max(names) if names else 0
+    kind_of = np.zeros(max_mid + 2, dtype=np.int8)
+    stage_of = np.full(max_mid + 2, -1, dtype=np.int64)
+    for mid in iter_set:
+        kind_of[mid] = _K_ITER
+        stage_of[mid] = stage_ix[stage_of_mid[mid]]
+    for ids, k in ((fr_ids, _K_FR), (proc_ids, _K_PROC), (produce_ids, _K_PRODUCE)):
+        for mid in ids:
+            kind_of[mid] = k
+    for mid in op_types:
+        kind_of[mid] = _K_OP
+    for mid in py_ids | {m for m, n in names.items() if _DATASET_FN_RE.search(n)}:
+        kind_of[mid] = _K_NOTE
+    calls = np.zeros(n_st, dtype=np.int64)
+    total = np.zeros(n_st, dtype=np.int64)
+    self_ps = np.zeros(n_st, dtype=np.int64)
+    runner = np.zeros(n_st, dtype=np.int64)
+    child_events = np.zeros(n_st, dtype=np.int64)
+    child_nested = np.zeros(n_st, dtype=np.int64)
+    first_start = np.full(n_st, np.iinfo(np.int64).max, dtype=np.int64)
+    last_event: dict[int, tuple[int, Line, int]] = {}
+    fr_owner: dict[int, int] = {}
+    # Per line, what ran inside top-level function executions, resolved once every
+    # FunctionRun (on runner threads) has named its owner stage.
+    pending: list[tuple[list[int], I64, I64, I64, I64, I64, I64, I64]] = []
 
     for line in plane.lines:
         if not len(line):
             continue
-        mids = line.metadata_id
-        s_all, e_all = line.start_ps, line.start_ps + line.duration_ps
-        interesting = np.isin(mids, iter_ids) | np.isin(
-            mids, np.fromiter(fr_ids | proc_ids | produce_ids, dtype=np.int64)
-        )
-        in_window = (s_all >= lo) & (s_all < hi)
-        idx = np.flatnonzero(interesting & in_window)
+        mids_all = line.metadata_id
+        kinds_all = kind_of[np.clip(mids_all, 0, max_mid + 1)]
+        s_all = line.start_ps
+        sel = (kinds_all > 0) & (s_all >= lo) & (s_all < hi)
+        idx = np.flatnonzero(sel)
         if not idx.size:
             continue
-        starts, ends = s_all[idx], e_all[idx]
-        parents = nesting_parents(starts, ends)
-        kinds_mid = mids[idx].tolist()
-        durs = (ends - starts).tolist()
-        nested_iter_ps = [0] * len(idx)  # direct child iterator calls
-        nested_proc_ps = [0] * len(idx)  # function executions run inline
-        for j, p in enumerate(parents.tolist()):
-            if p >= 0 and kinds_mid[j] in iter_set:
-                nested_iter_ps[p] += durs[j]
-            elif p >= 0 and kinds_mid[j] in proc_ids and kinds_mid[p] not in proc_ids:
-                nested_proc_ps[p] += durs[j]
+        kinds = kinds_all[idx]
+        if not np.isin(kinds, (_K_ITER, _K_FR, _K_PROC)).any():
+            continue
+        mids = mids_all[idx]
+        starts = s_all[idx]
+        durs = line.duration_ps[idx]
+        ends = starts + durs
+        parents, iter_anc, proc_anc, op_anc, top = _nest(starts, ends, kinds)
+        n = int(idx.size)
+        has_parent = parents >= 0
+        pk = np.where(has_parent, kinds[np.maximum(parents, 0)], 0)
+        m = (kinds == _K_ITER) & has_parent
+        nested_iter = np.bincount(parents[m], weights=durs[m], minlength=n).astype(np.int64)
+        m = (kinds == _K_PROC) & has_parent & (pk != _K_PROC)
+        nested_proc = np.bincount(parents[m], weights=durs[m], minlength=n).astype(np.int64)
 
-        def owner_iter(
-            j: int, parents: npt.NDArray[np.intp] = parents, kinds_mid: list[int] = kinds_mid
-        ) -> int:
-            """Innermost enclosing iterator event of event j (-1: none)."""
-            p = int(parents[j])
-            while p >= 0 and kinds_mid[p] not in iter_set:
-                p = int(parents[p])
-            return p
+        ii = np.flatnonzero(kinds == _K_ITER)
+        runner_owner: dict[int, int] = {}
+        if ii.size:
+            st = stage_of[mids[ii]]
+            np.add.at(calls, st, 1)
+            np.add.at(total, st, durs[ii])
+            np.add.at(self_ps, st, np.maximum(0, durs[ii] - nested_iter[ii]))
+            np.minimum.at(first_start, st, starts[ii])
+            pst = parent_ix[st]
+            has = pst >= 0
+            np.add.at(child_events, pst[has], 1)
+            anc = iter_anc[ii]
+            anc_stage = np.where(anc >= 0, stage_of[mids[np.maximum(anc, 0)]], -2)
+            ok = has & (anc_stage == pst)
+            np.add.at(child_nested, pst[ok], 1)
+            for u in np.unique(st).tolist():
+                k = ii[st == u]
+                j = int(k[np.argmax(starts[k])])
+                if u not in last_event or int(starts[j]) > last_event[u][0]:
+                    last_event[u] = (int(starts[j]), line, int(idx[j]))
+            # Runner threads: a top-level event that calls a stage's input belongs to the
+            # stage whose input it calls.
+            tops = top[ii]
+            cand = (tops != ii) & (kinds[tops] != _K_ITER) & has & (anc < 0)
+            runner_owner = dict(zip(tops[cand].tolist(), pst[cand].tolist(), strict=True))
+        line_default = next(iter(runner_owner.values()), -1)
 
-        # Which stage owns this line's top-level (runner) events: the parent stage of the
-        # iterator events they call.
-        runner_owner: dict[int, str] = {}
-        for j, mid in enumerate(kinds_mid):
-            if mid in iter_set:
-                top = j
-                while parents[top] >= 0:
-                    top = int(parents[top])
-                if top != j and kinds_mid[top] not in iter_set and top not in runner_owner:
-                    parent_stage = _parent_name(stage_of_mid[mid])
-                    if parent_stage is not None:
-                        runner_owner[top] = parent_stage
+        for j in np.flatnonzero(kinds == _K_FR).tolist():
+            fid = _stat_id(plane, stat_id_keys, line, int(idx[j]))
+            a_j = int(iter_anc[j])
+            if a_j >= 0:
+                owner = int(stage_of[int(mids[a_j])])
+            else:
+                owner = runner_owner.get(int(top[j]), line_default)
+            if owner >= 0 and fid is not None:
+                fr_owner[fid] = owner
 
-        line_default_owner = next(iter(runner_owner.values()), None)
-        for j, mid in enumerate(kinds_mid):
-            if mid in iter_set:
-                name = stage_of_mid[mid]
-                a = acc[name]
-                if not a.calls:
-                    a.first_seen = seen_order
-                    seen_order += 1
-                a.calls += 1
-                a.total += durs[j]
-                a.self_ps += max(0, durs[j] - nested_iter_ps[j])
-                p = owner_iter(j)
-                parent_stage = _parent_name(name)
-                if parent_stage is not None:
-                    pa = acc[parent_stage]
-                    pa.child_events += 1
-                    if p >= 0 and stage_of_mid[kinds_mid[p]] == parent_stage:
-                        pa.child_events_nested += 1
-                if int(starts[j]) > a.knob_time:
-                    a.knob_time = int(starts[j])
-                    stats = plane.event_stats(line, int(idx[j]))
-                    a.knobs = _knobs(stats)
-                    a.id = _as_int(stats.get("id"))
-                    a.parent_id = _as_int(stats.get("parent_id"))
-                    op = stats.get("name")
-                    a.op = op.decode() if isinstance(op, bytes) else op
-                    ty = stats.get("types")
-                    a.types = ty.decode() if isinstance(ty, bytes) else ty
-            elif mid in fr_ids:
-                fid = _stat_id(plane, stat_id_keys, line, int(idx[j]))
-                p = owner_iter(j)
-                if p >= 0:
-                    owner: str | None = stage_of_mid[kinds_mid[p]]
-                else:
-                    top = j
-                    while parents[top] >= 0:
-                        top = int(parents[top])
-                    owner = runner_owner.get(top, line_default_owner)
-                if owner is not None and fid is not None:
-                    fr_owner[fid] = owner
-                    acc[owner].function_ids.add(fid)
-            elif mid in proc_ids:
-                pid = _stat_id(plane, stat_id_keys, line, int(idx[j]))
-                outer = int(parents[j])
-                if pid is not None and (outer < 0 or kinds_mid[outer] not in proc_ids):
-                    processes[pid].append((line, int(idx[j])))
-            elif mid in produce_ids and parents[j] < 0:
-                owner = runner_owner.get(j, line_default_owner)
-                if owner is not None:
-                    a = acc[owner]
-                    a.runner += max(0, durs[j] - nested_iter_ps[j] - nested_proc_ps[j])
+        pi = np.flatnonzero((kinds == _K_PRODUCE) & ~has_parent)
+        for j in pi.tolist():
+            owner = runner_owner.get(j, line_default)
+            if owner >= 0:
+                runner[owner] += max(0, int(durs[j] - nested_iter[j] - nested_proc[j]))
+
+        procs = np.flatnonzero((kinds == _K_PROC) & (proc_anc < 0))
+        if not procs.size:
+            continue
+        fids = [_stat_id(plane, stat_id_keys, line, int(idx[j])) or -1 for j in procs.tolist()]
+        local = np.full(n, -1, dtype=np.int64)
+        local[procs] = np.arange(procs.size)
+        inner = np.flatnonzero((proc_anc >= 0) & np.isin(kinds, (_K_OP, _K_NOTE)))
+        inner = inner[(kinds[inner] != _K_OP) | (op_anc[inner] < 0)]  # outermost kernels
+        pending.append(
+            (
+                fids,
+                starts[procs],
+                ends[procs],
+                local[proc_anc[inner]],
+                mids[inner],
+                starts[inner],
+                ends[inner],
+                kinds[inner].astype(np.int64),
+            )
+        )
 
     # Function executions: time, kernels, Python frames, concurrency, per owner stage.
     fn_ps: dict[str, int] = defaultdict(int)
@@ -418,53 +494,58 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
     fn_nodes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     fn_frames: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     fn_names: dict[str, set[str]] = defaultdict(set)
-    udf_iv: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    by_line: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    line_of: dict[int, Line] = {}
-    for fid, runs in processes.items():
-        owner = fr_owner.get(fid)
-        if owner is None:
-            continue
-        for line, i in runs:
-            by_line[line.id].append((owner, i))
-            line_of[line.id] = line
-    for line_id, items in by_line.items():
-        line = line_of[line_id]
-        order = np.argsort(line.start_ps, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        s_all = line.start_ps[order]
-        e_all = s_all + line.duration_ps[order]
-        mids = line.metadata_id[order]
-        for owner, raw_i in items:
-            i = int(rank[raw_i])
-            s, e = int(s_all[i]), int(e_all[i])
-            fn_ps[owner] += e - s
-            fn_calls[owner] += 1
-            acc[owner].work_intervals.append((s, e))
-            lo_i = int(np.searchsorted(s_all, s, side="left"))
-            hi_i = int(np.searchsorted(s_all, e, side="left"))
-            inner = np.arange(lo_i, hi_i)
-            inner = inner[(e_all[inner] <= e) & (inner != i)]
-            covered_until = -1
-            for k in inner.tolist():
-                mid = int(mids[k])
+    udf_iv: dict[str, list[tuple[I64, I64]]] = defaultdict(list)
+    work_iv: dict[str, list[tuple[I64, I64]]] = defaultdict(list)
+    for fids, p_s, p_e, op_proc, op_mid, op_s, op_e, op_kind in pending:
+        owners = np.array([fr_owner.get(f, -1) for f in fids], dtype=np.int64)
+        for u in np.unique(owners[owners >= 0]).tolist():
+            name = stage_list[u]
+            mine = owners == u
+            fn_ps[name] += int((p_e[mine] - p_s[mine]).sum())
+            fn_calls[name] += int(mine.sum())
+            work_iv[name].append((p_s[mine], p_e[mine]))
+            sel_ops = mine[op_proc]
+            if not sel_ops.any():
+                continue
+            om, od = op_mid[sel_ops], (op_e - op_s)[sel_ops]
+            ok_kind = op_kind[sel_ops]
+            uniq, inv = np.unique(om, return_inverse=True)
+            sums = np.bincount(inv, weights=od).astype(np.int64)
+            for mid, d in zip(uniq.tolist(), sums.tolist(), strict=True):
+                ev = names[mid]
                 t = op_types.get(mid)
-                if t is not None and int(s_all[k]) >= covered_until:
-                    d = int(e_all[k] - s_all[k])
-                    fn_ops[owner][t] += d
-                    node = names[mid].rsplit(":", 1)[0]
-                    fn_nodes[owner][node] += d
-                    covered_until = int(e_all[k])
-                    if t in PY_UDF_OPS:
-                        udf_iv[owner].append((int(s_all[k]), int(e_all[k])))
-                elif mid in py_ids:
-                    m = _PY_EVENT_RE.match(names[mid])
-                    if m:
-                        fn_frames[owner][names[mid]] += int(e_all[k] - s_all[k])
-                dn = _DATASET_FN_RE.search(names[mid])
+                if t is not None:
+                    fn_ops[name][t] += d
+                    fn_nodes[name][ev.rsplit(":", 1)[0]] += d
+                    continue
+                if _PY_EVENT_RE.match(ev):
+                    fn_frames[name][ev] += d
+                dn = _DATASET_FN_RE.search(ev)
                 if dn:
-                    fn_names[owner].add(dn.group(1))
+                    fn_names[name].add(dn.group(1))
+            udf = (ok_kind == _K_OP) & np.isin(om, udf_mids)
+            if udf.any():
+                udf_iv[name].append((op_s[sel_ops][udf], op_e[sel_ops][udf]))
+
+    for name in stage_list:
+        u = stage_ix[name]
+        a = acc[name]
+        a.calls, a.total, a.self_ps = int(calls[u]), int(total[u]), int(self_ps[u])
+        a.runner = int(runner[u])
+        a.child_events, a.child_events_nested = int(child_events[u]), int(child_nested[u])
+        a.first_seen = int(first_start[u])
+        if u in last_event:
+            _, ln, raw = last_event[u]
+            stats = plane.event_stats(ln, raw)
+            a.knobs = _knobs(stats)
+            a.id = _as_int(stats.get("id"))
+            a.parent_id = _as_int(stats.get("parent_id"))
+            op = stats.get("name")
+            a.op = op.decode() if isinstance(op, bytes) else op
+            ty = stats.get("types")
+            a.types = ty.decode() if isinstance(ty, bytes) else ty
+        if work_iv.get(name):
+            a.work_intervals = work_iv[name]
 
     # Assemble, parents before children.
     all_names = set(acc)
@@ -514,8 +595,7 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
     def active(name: str) -> int:
         a = acc[name]
         if is_async[name]:
-            fn = union_ps([s for s, _ in a.work_intervals], [e for _, e in a.work_intervals])
-            return a.runner + fn
+            return a.runner + union_of(a.work_intervals)
         return a.self_ps
 
     root_knobs = acc[ROOT_NAME].knobs if ROOT_NAME in acc else {}
@@ -528,15 +608,13 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
     for name in _depth_first(ordered):
         a = acc[name]
         knobs = dict(a.knobs)
-        for k in ("threadpool_size", "cpu_budget", "ram_budget_megabytes"):
-            if k not in knobs and k in root_knobs:
-                knobs[k] = root_knobs[k]
+        for knob in ("threadpool_size", "cpu_budget", "ram_budget_megabytes"):
+            if knob not in knobs and knob in root_knobs:
+                knobs[knob] = root_knobs[knob]
         iv = udf_iv.get(name, [])
-        conc = (
-            sum(e - s for s, e in iv) / union_ps([s for s, _ in iv], [e for _, e in iv])
-            if len(iv) > 1
-            else None
-        )
+        n_udf = sum(int(s.size) for s, _ in iv)
+        busy = sum(int((e - s).sum()) for s, e in iv)
+        conc = busy / union_of(iv) if n_udf > 1 and union_of(iv) > 0 else None
         stages.append(
             Stage(
                 name=name,
