@@ -301,8 +301,9 @@ def functions_of(stage: Stage) -> tuple[str, ...]:
     nodes = tuple(n for n in stage.op_nodes if n not in PY_UDF_OPS)
     if stage.python_frames:
         return tuple(stage.python_frames[:3])
-    if any(op in PY_UDF_OPS for op, _ in stage.ops_ps):
-        return ("py_function (EagerPyFunc)", *nodes[:4])
+    py_ops = sorted({op for op, _ in stage.ops_ps if op in PY_UDF_OPS})
+    if py_ops:
+        return (f"Python UDF ({', '.join(py_ops)})", *nodes[:4])
     return nodes[:5]
 
 
@@ -347,6 +348,27 @@ def _parallel_map_recs(
                     f"ds = ds.map(fn, num_parallel_calls={target}).with_options(options)"
                 ),
                 gain=share * 0.9,
+                category=category,
+                stage=st.name,
+                evidence=ev,
+            )
+        )
+        return recs
+    if category == "python" and "Generator" in st.kind:
+        recs.append(
+            Recommendation(
+                summary=(
+                    "Dataset.from_generator runs your Python generator one element at a time "
+                    "under the GIL: produce the data with tf.data sources (from_tensor_slices, "
+                    "TFRecordDataset) and TF ops, or at least run several generators in parallel"
+                ),
+                code=(
+                    "ds = tf.data.Dataset.range(4).interleave(\n"
+                    "    lambda i: tf.data.Dataset.from_generator(gen, output_signature=spec, "
+                    "args=(i,)),\n"
+                    "    cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE)"
+                ),
+                gain=share * 0.6,
                 category=category,
                 stage=st.name,
                 evidence=ev,
@@ -404,10 +426,11 @@ def _parallel_map_recs(
         return recs
     if not isinstance(par, int) or par <= 1:
         n = cores or 1
+        how = f"parallelism {par}" if isinstance(par, int) else "a synchronous map"
         recs.append(
             Recommendation(
                 summary=(
-                    f"The map runs one element at a time (parallelism {par}): let tf.data run "
+                    f"The map runs one element at a time ({how}): let tf.data run "
                     f"it on all {n} cores"
                 ),
                 code="ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)",

@@ -43,6 +43,9 @@ I64 = npt.NDArray[np.int64]
 ITERATOR_PREFIX = "Iterator::"
 ROOT_NAME = "Iterator::Root"
 FUNCTION_RUN = "FunctionRun"
+# Dispatch of a tf.data function (map fn, filter predicate, generator, ...): these carry the
+# `id` stat that the function's `ExecutorState::Process` events repeat.
+CAPTURED_FUNCTION_PREFIX = "InstantiatedCapturedFunction::"
 EXECUTOR_PROCESS = "ExecutorState::Process"
 PRODUCE_SUFFIX = "Produce"
 TF_DATA_LINE_PREFIX = "tf_data"
@@ -173,6 +176,10 @@ def _parent_name(name: str) -> str | None:
     return name.rsplit("::", 1)[0] if name.count("::") > 1 else None
 
 
+def is_function_dispatch(event_name: str) -> bool:
+    return event_name == FUNCTION_RUN or event_name.startswith(CAPTURED_FUNCTION_PREFIX)
+
+
 def op_type(event_name: str) -> str | None:
     """The kernel type of a `node:OpType` event, else None."""
     m = _OP_EVENT_RE.match(event_name)
@@ -202,13 +209,16 @@ def nesting_parents(starts: I64, ends: I64) -> npt.NDArray[np.intp]:
 _K_ITER, _K_FR, _K_PROC, _K_PRODUCE, _K_OP, _K_NOTE = 1, 2, 3, 4, 5, 6
 
 
-def _nest(starts: I64, ends: I64, kinds: npt.NDArray[np.int8]) -> tuple[I64, I64, I64, I64, I64]:
+def _nest(
+    starts: I64, ends: I64, kinds: npt.NDArray[np.int8]
+) -> tuple[I64, I64, I64, I64, I64, I64]:
     """Per event on one thread: parent, innermost iterator ancestor, outermost function
-    execution ancestor, innermost kernel ancestor, and outermost ancestor (-1: none)."""
+    execution ancestor, innermost kernel ancestor, outermost ancestor, and innermost
+    function-dispatch ancestor (-1: none)."""
     n = int(starts.shape[0])
     order = np.lexsort((-(ends - starts), starts)).tolist()
     s_l, e_l, k_l = starts.tolist(), ends.tolist(), kinds.tolist()
-    parent, it_a, pr_a, op_a = [-1] * n, [-1] * n, [-1] * n, [-1] * n
+    parent, it_a, pr_a, op_a, fr_a = [-1] * n, [-1] * n, [-1] * n, [-1] * n, [-1] * n
     top = list(range(n))
     stack: list[int] = []
     for i in order:
@@ -222,6 +232,7 @@ def _nest(starts: I64, ends: I64, kinds: npt.NDArray[np.int8]) -> tuple[I64, I64
             it_a[i] = p if kp == _K_ITER else it_a[p]
             pr_a[i] = pr_a[p] if pr_a[p] >= 0 else (p if kp == _K_PROC else -1)
             op_a[i] = p if kp == _K_OP else op_a[p]
+            fr_a[i] = p if kp == _K_FR else fr_a[p]
             top[i] = top[p]
         stack.append(i)
     return (
@@ -230,6 +241,7 @@ def _nest(starts: I64, ends: I64, kinds: npt.NDArray[np.int8]) -> tuple[I64, I64
         np.asarray(pr_a, dtype=np.int64),
         np.asarray(op_a, dtype=np.int64),
         np.asarray(top, dtype=np.int64),
+        np.asarray(fr_a, dtype=np.int64),
     )
 
 
@@ -341,6 +353,8 @@ class _Acc:
     types: str | None = None
     knobs: dict[str, Any] = field(default_factory=dict)
     knob_time: int = -1
+    inline_fn: int = 0  # functions a synchronous stage called and waited for
+    inline_calls: int = 0
 
 
 def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> StageTree:
@@ -355,7 +369,7 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
         return StageTree((), window_ps)
     names = plane.event_names
     stat_id_keys = frozenset(k for k, v in plane.stat_names.items() if v == "id")
-    fr_ids = set(plane.metadata_ids(lambda n: n == FUNCTION_RUN).tolist())
+    fr_ids = set(plane.metadata_ids(is_function_dispatch).tolist())
     proc_ids = set(plane.metadata_ids(lambda n: n == EXECUTOR_PROCESS).tolist())
     produce_ids = set(plane.metadata_ids(lambda n: n.endswith(PRODUCE_SUFFIX)).tolist())
     op_types = {mid: t for mid, n in names.items() if (t := op_type(n)) is not None}
@@ -392,6 +406,8 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
     child_nested = np.zeros(n_st, dtype=np.int64)
     first_start = np.full(n_st, np.iinfo(np.int64).max, dtype=np.int64)
     last_event: dict[int, tuple[int, Line, int]] = {}
+    inline_fn = np.zeros(n_st, dtype=np.int64)
+    inline_calls = np.zeros(n_st, dtype=np.int64)
     fr_owner: dict[int, int] = {}
     # Per line, what ran inside top-level function executions, resolved once every
     # FunctionRun (on runner threads) has named its owner stage.
@@ -414,7 +430,7 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
         starts = s_all[idx]
         durs = line.duration_ps[idx]
         ends = starts + durs
-        parents, iter_anc, proc_anc, op_anc, top = _nest(starts, ends, kinds)
+        parents, iter_anc, proc_anc, op_anc, top, fr_anc = _nest(starts, ends, kinds)
         n = int(idx.size)
         has_parent = parents >= 0
         pk = np.where(has_parent, kinds[np.maximum(parents, 0)], 0)
@@ -455,6 +471,9 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
             a_j = int(iter_anc[j])
             if a_j >= 0:
                 owner = int(stage_of[int(mids[a_j])])
+                if fr_anc[j] < 0:  # a synchronous call: the stage waits for it right here
+                    inline_fn[owner] += int(durs[j])
+                    inline_calls[owner] += 1
             else:
                 owner = runner_owner.get(int(top[j]), line_default)
             if owner >= 0 and fid is not None:
@@ -546,6 +565,7 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
             a.types = ty.decode() if isinstance(ty, bytes) else ty
         if work_iv.get(name):
             a.work_intervals = work_iv[name]
+        a.inline_fn, a.inline_calls = int(inline_fn[u]), int(inline_calls[u])
 
     # Assemble, parents before children.
     all_names = set(acc)
@@ -630,8 +650,14 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
                 self_ps=work_ps(name),
                 active_ps=active(name),
                 wait_ps=wait_ps(name),
-                function_ps=fn_ps.get(name, 0),
-                function_calls=fn_calls.get(name, 0),
+                function_ps=(
+                    a.inline_fn if a.inline_calls and not is_async[name] else fn_ps.get(name, 0)
+                ),
+                function_calls=(
+                    a.inline_calls
+                    if a.inline_calls and not is_async[name]
+                    else fn_calls.get(name, 0)
+                ),
                 ops_ps=tuple(sorted(fn_ops[name].items(), key=lambda kv: -kv[1])),
                 op_nodes=tuple(
                     n for n, _ in sorted(fn_nodes[name].items(), key=lambda kv: -kv[1])[:8]

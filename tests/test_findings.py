@@ -118,3 +118,10 @@ def test_two_runs_newest_by_default_and_selectable(trace_case) -> None:  # type:
     assert len(runs) == 2
     assert analyze(logdir).run.name == runs[-1].name
     assert analyze(logdir, run=runs[0].name).run.name == runs[0].name
+
+
+def test_from_generator_is_python_with_a_generator_fix(trace_case) -> None:  # type: ignore[no-untyped-def]
+    a = analyze(trace_case("generator"))
+    top = _top(a)
+    assert top.category == "python" and top.stage is not None and "Generator" in top.stage
+    assert top.recommendation is not None and "from_generator" in top.recommendation.summary

@@ -323,6 +323,27 @@ case(
 )
 
 
+# A Python generator feeding the pipeline (Dataset.from_generator), CPU-bound per element.
+case(
+    "generator",
+    """
+    import numpy as np
+
+    def gen():
+        i = 0
+        while True:
+            total = sum(range(4000))  # per-record Python work
+            i += 1
+            yield np.full([64], i + total % 7, np.float32)
+
+    def make_dataset():
+        spec = tf.TensorSpec([64], tf.float32)
+        return tf.data.Dataset.from_generator(gen, output_signature=spec).batch(16)
+    """,
+    steps=15,
+)
+
+
 def record(case: Case, out_dir: Path, timeout: float = 300) -> Path:
     """Run `case` under the profiler and return its logdir."""
     out_dir.mkdir(parents=True, exist_ok=True)
