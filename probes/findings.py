@@ -304,7 +304,10 @@ def functions_of(stage: Stage) -> tuple[str, ...]:
     py_ops = sorted({op for op, _ in stage.ops_ps if op in PY_UDF_OPS})
     if py_ops:
         return (f"Python UDF ({', '.join(py_ops)})", *nodes[:4])
-    return nodes[:5]
+    if nodes:
+        return nodes[:5]
+    # The tracer recorded no kernel inside: name the dataset op the stage runs instead.
+    return (stage.op,) if stage.op else ()
 
 
 # -- recommendations --------------------------------------------------------------------

@@ -11,9 +11,10 @@ from tftune.reports.terminal import render
 
 
 def test_analyze_cli_writes_json_and_summary(trace_case, run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "a.json"
-    proc = run_cli("analyze", str(trace_case("image_aug")), "--json", str(out))
+    out, html = tmp_path / "a.json", tmp_path / "report.html"
+    proc = run_cli("analyze", str(trace_case("image_aug")), "--json", str(out), "-o", str(html))
     assert proc.returncode == 0, proc.stderr
+    assert "input-bound" in html.read_text()  # the HTML report renders from the same JSON
     assert "input-bound" in proc.stdout and "DecodeJpeg" in proc.stdout
     data = json.loads(out.read_text())
     assert data["schema"] == 1 and data["device"] == "CPU_ONLY"
