@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -109,6 +110,17 @@ def record_trace(out: Path, seconds: float) -> Path:
         print(f"trace is {size / 2**20:.1f} MB, under 40 MB: recording {seconds:.0f} s")
 
 
+def fresh_copy(path: Path, work: Path, i: int) -> Path:
+    """The trace alone in a new run folder: XProf saves its converted op stats next to
+    the trace (`ALL_HOSTS.op_stats_v2.pb`) and reuses them, which would time a cache."""
+    run = work / f"run_{i}" / "plugins" / "profile" / "bench"
+    shutil.rmtree(run.parent.parent.parent, ignore_errors=True)
+    run.mkdir(parents=True)
+    target = run / path.name
+    shutil.copyfile(path, target)
+    return target
+
+
 def run_child(argv: list[str]) -> tuple[float, int]:
     """Wall seconds and peak RSS bytes of one child process."""
     t0 = time.perf_counter()
@@ -140,18 +152,24 @@ def main() -> int:
     path = args.trace or record_trace(args.out, args.seconds)
     size = path.stat().st_size
     cli = has_analyze_cli()
-    ours_argv = (
-        [sys.executable, "-m", "tftune", "analyze", str(path), "--json", str(args.out / "o.json")]
-        if cli
-        else [sys.executable, "-c", OURS, str(path), str(args.out / "ours.json")]
-    )
-    xprof_argv = [sys.executable, "-c", XPROF, str(path), str(args.out / "xprof.json")]
+
+    def ours_argv(f: Path) -> list[str]:
+        if cli:
+            return [sys.executable, "-m", "tftune", "analyze", str(f), "--json", str(f) + ".json"]
+        return [sys.executable, "-c", OURS, str(f), str(f) + ".ours.json"]
+
+    def xprof_argv(f: Path) -> list[str]:
+        return [sys.executable, "-c", XPROF, str(f), str(f) + ".xprof.json"]
+
     ours, theirs = [], []
+    work = args.out / "runs"
     for i in range(args.repeats):
         # Alternate which goes first, so cache warmth and machine load even out.
         pair = [("ours", ours_argv), ("xprof", xprof_argv)]
-        for name, argv in pair if i % 2 == 0 else pair[::-1]:
-            (ours if name == "ours" else theirs).append(run_child(argv))
+        for name, make in pair if i % 2 == 0 else pair[::-1]:
+            f = fresh_copy(path, work, 0)
+            (ours if name == "ours" else theirs).append(run_child(make(f)))
+    shutil.rmtree(work, ignore_errors=True)
     o_t = statistics.median(t for t, _ in ours)
     x_t = statistics.median(t for t, _ in theirs)
     o_m = max(m for _, m in ours)

@@ -21,8 +21,10 @@ How time is attributed (the same rules as XProf's `xplane_to_step_events.cc` and
 
 `input_wait` is XProf's "host wait input"; XProf's "input" is `input_wait +
 host_to_device`, which is `Breakdown.input_share`. Device-to-device copies and
-collectives have no field of their own in the analysis JSON; they are counted in `other`
-and kept separately as `device_to_device_ms` in `per_step`.
+collectives (XProf's "device to device" and "device collectives") are one more
+category, `device_to_device`, an extension of the analysis JSON's `breakdown`; every
+`<category>_ms` of a `per_step` row is a disjoint part of the step, and they sum to its
+duration.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ CATEGORIES = (
     "kernel_launch",
     "compilation",
     "output",
+    "device_to_device",
     "other",
 )
 # Internal kinds, highest priority first (XProf EventType values in comments).
@@ -110,21 +113,12 @@ class Breakdown:
     def _total(self, kind: str) -> int:
         return int(self.ps[kind].sum())
 
-    @property
-    def other_ps(self) -> I64:
-        """Unattributed step time plus device-to-device copies (no JSON field of their own)."""
-        return self.ps["other"] + self.ps[DEVICE_TO_DEVICE]
-
     def fractions(self) -> dict[str, float | None]:
         """The analysis JSON's `breakdown`: each category's share of all step time."""
         total = int(self.steps.duration_ps.sum())
         if total <= 0:
             return {c: None for c in CATEGORIES}
-        out: dict[str, float | None] = {}
-        for c in CATEGORIES:
-            val = int(self.other_ps.sum()) if c == "other" else self._total(c)
-            out[c] = round(val / total, 4)
-        return out
+        return {c: round(self._total(c) / total, 4) for c in CATEGORIES}
 
     @property
     def input_share(self) -> float | None:
@@ -139,10 +133,7 @@ class Breakdown:
         n = len(self.steps)
         if not n:
             return {c: None for c in CATEGORIES}
-        return {
-            c: (int(self.other_ps.sum()) if c == "other" else self._total(c)) / n / PS_PER_MS
-            for c in CATEGORIES
-        }
+        return {c: self._total(c) / n / PS_PER_MS for c in CATEGORIES}
 
     def per_step(self) -> list[dict[str, Any]]:
         """The analysis JSON's `per_step` rows (milliseconds, trace time base)."""
@@ -155,9 +146,7 @@ class Breakdown:
                 "duration_ms": round(int(st.duration_ps[i]) / PS_PER_MS, 3),
             }
             for c in CATEGORIES:
-                v = self.other_ps[i] if c == "other" else self.ps[c][i]
-                row[f"{c}_ms"] = round(int(v) / PS_PER_MS, 3)
-            row["device_to_device_ms"] = round(int(self.ps[DEVICE_TO_DEVICE][i]) / PS_PER_MS, 3)
+                row[f"{c}_ms"] = round(int(self.ps[c][i]) / PS_PER_MS, 3)
             row["host_to_device_bytes"] = int(self.h2d_bytes[i]) if self.has_device else None
             rows.append(row)
         return rows

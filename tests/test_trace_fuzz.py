@@ -172,6 +172,8 @@ def test_structurally_valid_but_wild_values(trace_case, tmp_path: Path) -> None:
                 assert "\n" not in str(exc) and str(target) in str(exc)
                 outcomes["error"] += 1
                 return
+            # Whatever parses must read exactly as the full protobuf parse reads it.
+            assert _ours(host) == _reference(target.read_bytes())
             st_ = steps.detect_steps(host)
             bd = breakdown.compute_breakdown(host, st_)
             bd.fractions()
@@ -186,3 +188,96 @@ def test_structurally_valid_but_wild_values(trace_case, tmp_path: Path) -> None:
     tried = outcomes["error"] + outcomes["parsed"]
     print(f"wild values: {tried} inputs, {outcomes['error']} clean errors")
     assert tried >= EXAMPLES // 2 * 0.9 and outcomes["parsed"] > 0
+
+
+def _reference(data: bytes) -> list[list[tuple[int, int, int, int]]]:
+    """Per line: (metadata id, absolute start ps, duration, stat count) via full protobuf."""
+    from tftune.probes._schema import xspace_class
+
+    space = xspace_class().FromString(data)
+    stamps = [ln.timestamp_ns for p in space.planes for ln in p.lines if len(ln.events)]
+    origin = min(stamps) if stamps else 0
+    return [
+        [
+            (
+                e.metadata_id,
+                e.offset_ps + (ln.timestamp_ns - origin) * 1000,
+                e.duration_ps,
+                len(e.stats),
+            )
+            for e in ln.events
+        ]
+        for p in space.planes
+        for ln in p.lines
+    ]
+
+
+def _ours(host: trace.HostTrace) -> list[list[tuple[int, int, int, int]]]:
+    return [
+        [
+            (int(m), int(s), int(d), len(list(ln.raw_stats(i))))
+            for i, (m, s, d) in enumerate(
+                zip(ln.metadata_id, ln.start_ps, ln.duration_ps, strict=True)
+            )
+        ]
+        for p in host.planes
+        for ln in p.lines
+    ]
+
+
+def test_bulk_decoding_equals_protobuf_on_real_and_gpu_traces(trace_case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gputrace import gpu_trace
+
+    real = tracegen_steps.one_file(trace_case("latency_py"))
+    gpu = gpu_trace()[0].write(tmp_path / "gpu")
+    for path in (real, gpu):
+        assert _ours(trace.load_host(path)) == _reference(path.read_bytes())
+
+
+def test_unusual_field_order_takes_the_slow_path(tmp_path: Path) -> None:
+    """An event written with duration before metadata id still reads correctly."""
+    from gputrace import MS, XSpaceBuilder
+
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    host.event("python", "a", 0, 2 * MS, step_num=1)
+    host.event("python", "b", 3 * MS, MS)
+    data = bytearray(b.bytes())
+    # Re-encode event "b" (metadata 2, offset 3 ms, duration 1 ms) with its fields in
+    # reverse order: duration (0x18), offset (0x10), metadata id (0x08).
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    def field(tag: int, value: int) -> bytes:
+        return bytes([tag]) + _VarintBytes(value)
+
+    normal = field(0x08, 2) + field(0x10, 3 * MS) + field(0x18, MS)
+    swapped = field(0x18, MS) + field(0x10, 3 * MS) + field(0x08, 2)
+    at = bytes(data).index(bytes([0x22, len(normal)]) + normal)
+    data[at + 2 : at + 2 + len(normal)] = swapped
+    f = tmp_path / "swapped.xplane.pb"
+    f.write_bytes(bytes(data))
+    ours = _ours(trace.load_host(f))
+    assert ours == _reference(bytes(data))
+    assert [r[0] for r in ours[0]] == [1, 2]
+
+
+def test_corrupt_stats_inside_a_valid_event_read_as_no_stats(tmp_path: Path) -> None:
+    from gputrace import MS, XSpaceBuilder
+
+    b = XSpaceBuilder()
+    b.plane("/host:CPU").event("python", "a", 5 * MS, MS, step_num=1)
+    data = bytearray(b.bytes())
+    # The event's only stat gets a length running past the event's end, while the
+    # event's own length stays right: the event frames fine, its stats do not decode.
+    stat = bytes(b.space.planes[0].lines[0].events[0].stats[0].SerializeToString())
+    at = bytes(data).index(bytes([0x22, len(stat)]) + stat)
+    data[at + 1] = len(stat) + 9
+    f = tmp_path / "badstat.xplane.pb"
+    f.write_bytes(bytes(data))
+    host = trace.load_host(f)
+    plane = host.host_plane
+    assert plane is not None
+    line = plane.lines[0]
+    assert (int(line.start_ps[0]), int(line.duration_ps[0])) == (5 * MS, MS)
+    assert list(line.raw_stats(0)) == []
+    assert steps.detect_steps(host).detection == "none"

@@ -36,9 +36,11 @@ KERAS_SCRIPT = textwrap.dedent(
     import keras
     from keras.src.backend.tensorflow import tensorboard as ktb
 
+    # Many small ops per element: the input side takes far longer than the tiny model,
+    # so the run is input-bound on any machine.
     def heavy(x):
         v = tf.cast(tf.fill([16, 64], x), tf.float32)
-        for _ in range(30):
+        for _ in range(100):
             v = tf.sin(v) + tf.cos(v)
         return tf.reduce_mean(v, axis=1), tf.cast(x % 2, tf.float32)
 
