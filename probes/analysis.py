@@ -13,7 +13,7 @@ from typing import Any
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
 from tftune.probes.findings import Findings, Recommendation, dedupe, find
 from tftune.probes.locate import locate
-from tftune.probes.stages import Stage, StageTree, build_stage_tree
+from tftune.probes.stages import ROOT_NAME, Stage, StageTree, build_stage_tree
 from tftune.probes.steps import Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
 
@@ -39,6 +39,7 @@ class Analysis:
     findings: Findings
     timeline: Timeline | None
     tool_version: str
+    notes: tuple[str, ...] = ()
 
     @property
     def input_share(self) -> float | None:
@@ -63,7 +64,7 @@ class Analysis:
             lo, hi = self.host.span_ps
             duration_ms = _ms(hi - lo)
         cores = self.stages.root_knobs.get("cpu_budget")
-        notes = [*self.steps.notes, *f.notes]
+        notes = [*self.steps.notes, *self.notes, *f.notes]
         notes += [f"host {s.host} skipped: {s.reason}" for s in self.run.skipped]
         if len(self.run.hosts) > 1:
             notes.append(
@@ -201,16 +202,29 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
     window = (int(steps.start_ps.min()), int(steps.end_ps.max())) if len(steps) else None
     tree = build_stage_tree(host, window)
     fractions = bd.fractions()
+    wait_share = fractions.get("input_wait")
+    notes: list[str] = []
+    root = tree.by_name(ROOT_NAME)
+    if not len(steps) and root is not None and tree.window_ps > 0:
+        # Without steps there is no step time; the consumer's time inside the root
+        # iterator over the profile window still says what the pipeline made it wait for.
+        wait_share = min(1.0, root.total_ps / tree.window_ps)
+        notes.append(
+            "no steps: bottleneck shares are fractions of the profile window "
+            f"(consumers spent {100 * wait_share:.0f}% of it inside the tf.data iterator)"
+        )
     findings = find(
         tree,
-        input_wait_share=fractions.get("input_wait"),
+        input_wait_share=wait_share,
         input_share=bd.input_share,
         fractions=fractions,
         device="GPU" if device == "GPU" else "CPU",
         detection=steps.detection,
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
-    return Analysis(logdir, run, host, device, steps, bd, tree, findings, timeline, tool_version)
+    return Analysis(
+        logdir, run, host, device, steps, bd, tree, findings, timeline, tool_version, tuple(notes)
+    )
 
 
 def analyze(
