@@ -13,7 +13,7 @@ from typing import Any
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
 from tftune.probes.findings import Findings, Recommendation, dedupe, find
 from tftune.probes.locate import locate
-from tftune.probes.stages import ROOT_NAME, Stage, StageTree, build_stage_tree
+from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
 
@@ -204,7 +204,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
     fractions = bd.fractions()
     wait_share = fractions.get("input_wait")
     notes: list[str] = []
-    root = tree.by_name(ROOT_NAME)
+    root = tree.root
     if not len(steps) and root is not None and tree.window_ps > 0:
         # Without steps there is no step time; the consumer's time inside the root
         # iterator over the profile window still says what the pipeline made it wait for.

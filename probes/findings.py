@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tftune.probes.stages import PY_UDF_OPS, ROOT_NAME, Stage, StageTree
+from tftune.probes.stages import PY_UDF_OPS, Stage, StageTree
 
 # XProf's input-bound bands (input share of step time).
 HIGHLY_INPUT_BOUND = 0.20
@@ -272,7 +272,7 @@ def input_split(tree: StageTree) -> list[StageWork]:
     cores = tree.root_knobs.get("cpu_budget")
     out = []
     for st in tree.stages:
-        if not st.blocking or st.name == ROOT_NAME:
+        if not st.blocking or st.parent is None:
             continue
         w = stage_work(st, cores if isinstance(cores, int) else None, tree.children(st.name))
         if sum(w.by_category.values()) > 0:
@@ -534,7 +534,8 @@ def _io_rec(w: StageWork, share: float, tree: StageTree) -> Recommendation | Non
 
 
 def _prefetch_rec(tree: StageTree, input_share: float, host_share: float) -> Recommendation | None:
-    top = tree.children(ROOT_NAME)
+    root = tree.root
+    top = tree.children(root.name) if root is not None else ()
     if not top or top[0].kind == "Prefetch":
         return None
     return Recommendation(

@@ -79,3 +79,16 @@ def test_no_steps_still_names_the_bottleneck_over_the_window(tmp_path: Path) -> 
     top = data["bottlenecks"][0]
     assert top["category"] == "preprocessing" and top["stage"] == MAP
     assert any("profile window" in n for n in data["notes"])
+
+
+def test_older_tensorflow_root_name_is_a_root_too(tmp_path: Path) -> None:
+    b = _pipeline()
+    raw = b.plane("/host:CPU").raw
+    for md in raw.event_metadata.values():  # TF before 2.7 named the root `Iterator::Model`
+        md.name = md.name.replace("Iterator::Root", "Iterator::Model")
+    tree = build_stage_tree(trace.load_host(b.write(tmp_path / "run", host="vm")), (0, 50 * MS))
+    root = tree.root
+    assert root is not None and root.name == "Iterator::Model" and root.blocking
+    bn = tree.bottleneck
+    assert bn is not None and bn.name == "Iterator::Model::Prefetch::Map"
+    assert tree.root_knobs["cpu_budget"] == 2
