@@ -164,6 +164,7 @@ def _stage_json(s: Stage) -> dict[str, Any]:
         "total_ms": _ms(s.total_ps),
         "self_ms": _ms(s.self_ps),
         "self_per_call_ms": round(s.self_ps / s.calls / PS_PER_MS, 4) if s.calls else None,
+        "work_ms": _ms(s.work_ps),
         "active_ms": _ms(s.active_ps),
         "wait_ms": _ms(s.wait_ps),
         "function_ms": _ms(s.function_ps) if s.function_calls else None,

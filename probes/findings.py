@@ -227,7 +227,7 @@ def stage_work(stage: Stage, cores: int | None, inputs: Sequence[Stage] = ()) ->
     if tokenizer:
         ev["text_to_ids"] = True
     if is_io_source(stage):
-        cats["io"] += stage.self_ps
+        cats["io"] += stage.work_ps
         return StageWork(stage, dict(cats), None, {"source": stage.kind})
     op_total = sum(ps for _, ps in stage.ops_ps)
     specific: dict[str, int] = defaultdict(int)
@@ -258,7 +258,7 @@ def stage_work(stage: Stage, cores: int | None, inputs: Sequence[Stage] = ()) ->
             specific["preprocessing"] += untraced
     for c, ps in specific.items():
         cats[c] += ps
-    overhead = max(0, stage.self_ps - stage.function_ps)
+    overhead = max(0, stage.work_ps - stage.function_ps)
     if overhead:
         cats["other"] += overhead
     ev = dict(ev)

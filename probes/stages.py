@@ -113,7 +113,8 @@ class Stage:
     types: str | None  # element dtypes the stage produces (the `types` stat)
     calls: int
     total_ps: int
-    self_ps: int
+    self_ps: int  # wall-clock time the stage itself was busy (async: union over threads)
+    work_ps: int  # the same work summed over threads (CPU-like; > self_ps when parallel)
     active_ps: int
     wait_ps: int | None
     function_ps: int
@@ -655,7 +656,8 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
                 types=a.types,
                 calls=a.calls,
                 total_ps=a.total,
-                self_ps=work_ps(name),
+                self_ps=active(name),
+                work_ps=work_ps(name),
                 active_ps=active(name),
                 wait_ps=wait_ps(name),
                 function_ps=(

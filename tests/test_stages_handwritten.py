@@ -54,9 +54,9 @@ def test_sync_map_owns_its_function_and_prefetch_wait_is_not_work(tmp_path: Path
     pf, mp, src = tree.by_name(PF), tree.by_name(MAP), tree.by_name(SRC)
     assert pf is not None and mp is not None and src is not None
     assert pf.is_async and pf.wait_ps == 5 * (8 * MS - MS // 5)
-    assert pf.self_ps == 5 * (9 * MS - 8 * MS)  # runner overhead outside the map call
+    assert pf.work_ps == pf.self_ps == 5 * (9 * MS - 8 * MS)  # runner outside the map call
     assert not mp.is_async and mp.calls == 5
-    assert mp.self_ps == 5 * (8 * MS - MS // 10)  # minus the nested Range call
+    assert mp.work_ps == mp.self_ps == 5 * (8 * MS - MS // 10)  # minus the nested Range
     assert mp.function_calls == 5 and mp.function_ps == 5 * 6 * MS
     assert dict(mp.ops_ps) == {"DecodeJpeg": 5 * 5 * MS}
     assert pf.blocking and mp.blocking and src.blocking  # the consumer waits 80% of the time
