@@ -14,7 +14,7 @@ from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extr
 from tftune.probes.findings import Findings, Recommendation, dedupe, find
 from tftune.probes.locate import locate
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
-from tftune.probes.steps import Steps, detect_steps
+from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
 
 SCHEMA = 1
@@ -185,6 +185,21 @@ def _stage_json(s: Stage) -> dict[str, Any]:
     }
 
 
+def _busiest_functions(host: HostTrace, limit: int = 2) -> tuple[str, ...]:
+    """The tf.functions the consumer spent most time in (`__inference_<name>_<n>` calls)."""
+    plane = host.host_plane
+    if plane is None:
+        return ()
+    totals: dict[str, int] = {}
+    for line, idx in plane.find(lambda n: FUNCTION_CALL_RE.match(n) is not None):
+        for mid in set(line.metadata_id[idx].tolist()):
+            m = FUNCTION_CALL_RE.match(plane.event_names[mid])
+            if m:
+                sel = idx[line.metadata_id[idx] == mid]
+                totals[m.group(1)] = totals.get(m.group(1), 0) + int(line.duration_ps[sel].sum())
+    return tuple(sorted(totals, key=lambda k: -totals[k])[:limit])
+
+
 def _pick_host(run: RunTrace) -> HostTrace:
     """The host with the most tf.data activity (the input pipeline lives there)."""
 
@@ -221,6 +236,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
         fractions=fractions,
         device="GPU" if device == "GPU" else "CPU",
         detection=steps.detection,
+        compute_functions=_busiest_functions(host),
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
     return Analysis(

@@ -633,6 +633,7 @@ def find(
     fractions: Mapping[str, float | None],
     device: str,
     detection: str,
+    compute_functions: Sequence[str] = (),
 ) -> Findings:
     """All findings for one host: verdict, ranked bottlenecks, ranked recommendations."""
     v = verdict(input_share, fractions, device)
@@ -711,7 +712,17 @@ def find(
     if compute >= COMPUTE_BOUND_SHARE:
         r = compute_rec(device, compute)
         recs.append(r)
-        bottlenecks.append(Bottleneck(compute_cat, round(compute, 4), None, None, (), {}, r))
+        bottlenecks.append(
+            Bottleneck(
+                compute_cat,
+                round(compute, 4),
+                None,
+                None,
+                tuple(compute_functions),
+                {"functions": list(compute_functions)},
+                r,
+            )
+        )
     bottlenecks.sort(key=lambda b: -b.share)
     recs.sort(key=lambda r: -r.gain)
     mr = marker_rec(detection)
