@@ -61,7 +61,7 @@ class Line:
     # The line's serialized bytes and, per event, where its XEvent message lies in them:
     # stats are decoded from there on demand, so no per-event Python object is kept.
     _data: bytes = field(repr=False)
-    _event_pos: I64 = field(repr=False)
+    _event_pos: npt.NDArray[np.integer[Any]] = field(repr=False)  # uint32 when it fits
     _event_len: npt.NDArray[np.int32] = field(repr=False)
 
     def __len__(self) -> int:
@@ -375,7 +375,8 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
         start_ps=offs,
         duration_ps=durs,
         _data=events_data,
-        _event_pos=pos,
+        # Positions fit 32 bits for lines under 4 GiB: 4 bytes an event saved.
+        _event_pos=pos.astype(np.uint32) if len(events_data) < 2**32 else pos,
         _event_len=lens32,
     )
 
