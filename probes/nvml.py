@@ -7,6 +7,7 @@ here changes a device setting: only ``nvmlDeviceGet*`` queries are made.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -108,10 +109,9 @@ class PynvmlReader:
         return out
 
     def close(self) -> None:
-        try:
+        # Shutting down a reader must never fail a trial.
+        with contextlib.suppress(Exception):
             self._nvml.nvmlShutdown()
-        except Exception:  # shutting down a reader must never fail a trial
-            pass
 
 
 def _nvml_reason(exc: BaseException) -> str:

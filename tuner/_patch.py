@@ -20,6 +20,7 @@ What is patched:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
@@ -76,8 +77,8 @@ class Hooks:
     on_site: Callable[[SiteCall], None] | None = None
     on_iterate: Callable[[IterationInfo], None] | None = None
     # Called per step: (stream, examples) on delivery, stream on request.
-    on_request: Callable[[int], None] | None = None
-    on_deliver: Callable[[int, int], None] | None = None
+    on_request: Callable[[int], object] | None = None
+    on_deliver: Callable[[int, int], object] | None = None
     on_nan: Callable[[str, float], None] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -358,10 +359,8 @@ def _nan_callback(base: type, hooks: Hooks) -> Any:
 
 
 def _tag(ds: Any, site: str | None) -> None:
-    try:
+    with contextlib.suppress(AttributeError):
         ds._tftune_site = site
-    except AttributeError:
-        pass
 
 
 def _inputs(ds: Any) -> Sequence[Any]:

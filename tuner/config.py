@@ -49,7 +49,7 @@ class SiteConfig:
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
 
-    def to_json(self) -> dict[str, int | str]:
+    def to_json(self) -> dict[str, int | str | None]:
         return {
             f.name: _knob_to_json(getattr(self, f.name))
             for f in fields(self)
@@ -117,7 +117,7 @@ def _knob_to_json(value: int | None) -> int | str | None:
 def _parse_knob(where: str, name: str, raw: object) -> int | None:
     if raw is None:
         return None
-    if name in _AUTOTUNABLE and (raw == AUTOTUNE_JSON or raw == AUTOTUNE):
+    if name in _AUTOTUNABLE and (raw in (AUTOTUNE_JSON, AUTOTUNE)):
         return AUTOTUNE
     if isinstance(raw, bool) or not isinstance(raw, int):
         allowed = '"AUTOTUNE" or ' if name in _AUTOTUNABLE else ""
