@@ -38,7 +38,12 @@ class _Discovery:
         self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
     def site(self, call: SiteCall) -> None:
-        row: dict[str, Any] = {"kind": "site", "site": call.site, "op": call.op, "function": call.function}
+        row: dict[str, Any] = {
+            "kind": "site",
+            "site": call.site,
+            "op": call.op,
+            "function": call.function,
+        }
         row["as_written"] = call.as_written.to_json()
         self._fh.write(json.dumps(row) + "\n")
 
