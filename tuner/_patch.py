@@ -1,0 +1,487 @@
+"""Apply a `Config` to an unmodified script by patching tf.data and Keras in-process.
+
+Used by the child bootstrap (trials, discovery, `tftune run`, `tftune profile`) and by
+`tftune.apply()`. Nothing is imported from TensorFlow until the script imports it: a
+post-import hook patches ``tensorflow`` and ``keras`` right after they load, before any
+line of the script's own pipeline or model code runs.
+
+What is patched:
+
+- ``Dataset.map/interleave/batch/padded_batch/prefetch``: when called directly from user
+  code, the call site (``file:line`` relative to the script's folder) is identified from
+  the caller's frame, what the script passed is recorded (discovery), and the config's
+  knobs for that site replace it.
+- ``Dataset.__iter__`` and autograph's dataset ``for`` loop: the dataset that is iterated
+  gets the global options (private threadpool, determinism, autotune budgets), a final
+  prefetch where it has none, and, when measuring, the step clock.
+- ``keras.Model.fit``: a callback that reports a NaN/inf loss; the global mixed precision
+  policy is set when Keras loads, before the script can build a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import inspect
+import math
+import os
+import sys
+import sysconfig
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType, ModuleType
+from typing import Any
+
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+
+# Which knobs each transformation takes, by the parameter name TF uses.
+OP_KNOBS: dict[str, dict[str, str]] = {
+    "map": {"num_parallel_calls": "num_parallel_calls"},
+    "interleave": {"num_parallel_calls": "num_parallel_calls", "cycle_length": "cycle_length"},
+    "batch": {"batch_size": "batch_size"},
+    "padded_batch": {"batch_size": "batch_size"},
+    "prefetch": {"buffer_size": "buffer_size"},
+}
+_STREAM_LIMIT = 1 << 62
+_BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteCall:
+    """A user call of a tf.data transformation, as written (before any override)."""
+
+    site: str
+    op: str
+    as_written: SiteConfig
+    function: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IterationInfo:
+    """The dataset a loop iterates, as the script built it."""
+
+    site: str | None
+    final_prefetch: bool
+    batched: bool
+    threadpool_size: int | None
+    deterministic: bool | None
+
+
+@dataclass(slots=True)
+class Hooks:
+    """What the patched functions call back into (discovery recorder, step clock...)."""
+
+    on_site: Callable[[SiteCall], None] | None = None
+    on_iterate: Callable[[IterationInfo], None] | None = None
+    # Called per step: (stream, examples) on delivery, stream on request.
+    on_request: Callable[[int], object] | None = None
+    on_deliver: Callable[[int, int], object] | None = None
+    on_nan: Callable[[str, float], None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    prefixes = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    for pkg in ("tftune", "tftune.probes", "tftune.tuner", "tftune.reports"):
+        m = sys.modules.get(pkg)
+        for p in getattr(m, "__path__", []) if m is not None else []:
+            prefixes.add(os.path.abspath(p))  # tftune itself, wherever it is installed
+    for mod in ("tensorflow", "keras", "tf_keras"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            prefixes.add(os.path.dirname(os.path.abspath(str(m.__file__))))
+    return tuple(os.path.join(p, "") for p in sorted(prefixes))
+
+
+def _as_int(value: object) -> int | None:
+    """A knob value as the script wrote it, when it is a concrete integer."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return int(value)
+        numpy_fn = getattr(value, "numpy", None)
+        if callable(numpy_fn):
+            arr = np.asarray(numpy_fn())
+            if arr.shape == () and np.issubdtype(arr.dtype, np.integer):
+                return int(arr)
+    except Exception:  # a symbolic tensor: not a concrete value
+        return None
+    return None
+
+
+class Patcher:
+    """Installs the patches once per process. `config` may be replaced before iteration."""
+
+    def __init__(self, config: Config, script_dir: str, hooks: Hooks | None = None) -> None:
+        self.config = config
+        self.script_dir = os.path.abspath(script_dir)
+        self.hooks = hooks or Hooks()
+        self.instrument_clock = False
+        self.seen_sites: set[str] = set()
+        self._prefixes: tuple[str, ...] = ()
+        self._streams = 0
+        self._lock = threading.Lock()
+        self._tf_patched = False
+        self._keras_patched: set[str] = set()
+
+    # ---- installation -------------------------------------------------------------
+    def install(self) -> None:
+        """Patch now what is loaded, and hook what loads later."""
+        if "tensorflow" in sys.modules:
+            self._patch_tf()
+        else:
+            _PostImportHook.register("tensorflow", lambda _m: self._patch_tf())
+        for name in ("keras", "tf_keras"):
+            if name in sys.modules:
+                self._patch_keras(sys.modules[name])
+            else:
+                _PostImportHook.register(name, self._patch_keras)
+
+    def _patch_tf(self) -> None:
+        if self._tf_patched:
+            return
+        self._tf_patched = True
+        from tensorflow.python.data.ops import dataset_autograph, dataset_ops
+
+        self._prefixes = _internal_prefixes()
+        cls = dataset_ops.DatasetV2
+        for op in OP_KNOBS:
+            original = getattr(cls, op)
+            setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
+        original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
+        patcher = self
+
+        @functools.wraps(original_iter)
+        def __iter__(ds: Any) -> Any:
+            return original_iter(patcher.prepare(ds))
+
+        __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
+        cls.__iter__ = __iter__  # type: ignore[method-assign]
+
+        original_scan = getattr(
+            dataset_autograph._general_purpose_scan,
+            "__tftune_original__",
+            dataset_autograph._general_purpose_scan,
+        )
+
+        @functools.wraps(original_scan)
+        def _general_purpose_scan(ds: Any, init_state: Any, body: Any) -> Any:
+            return original_scan(patcher.prepare(ds), init_state, body)
+
+        _general_purpose_scan.__tftune_original__ = original_scan  # type: ignore[attr-defined]
+        dataset_autograph._general_purpose_scan = _general_purpose_scan
+
+    # ---- call sites ---------------------------------------------------------------
+    def site_of(self, frame: FrameType | None) -> str | None:
+        """`file:line` of a user frame, relative to the script folder; None if internal."""
+        if frame is None:
+            return None
+        filename = frame.f_code.co_filename
+        if filename.startswith("<") or "__autograph_generated" in filename:
+            return None
+        path = os.path.abspath(filename)
+        if path.startswith(self._prefixes) and not path.startswith(
+            os.path.join(self.script_dir, "")
+        ):
+            return None
+        rel = os.path.relpath(path, self.script_dir).replace(os.sep, "/")
+        return f"{rel}:{frame.f_lineno}"
+
+    def _wrap_op(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        knobs = OP_KNOBS[op]
+        patcher = self
+
+        @functools.wraps(original)
+        def wrapper(ds: Any, *args: Any, **kwargs: Any) -> Any:
+            site = patcher.site_of(sys._getframe(1))
+            if site is None:
+                return original(ds, *args, **kwargs)
+            try:
+                bound = signature.bind(ds, *args, **kwargs)
+            except TypeError:
+                return original(ds, *args, **kwargs)  # let TF raise its own error
+            written = SiteConfig(**{k: _as_int(bound.arguments.get(p)) for k, p in knobs.items()})
+            fn = bound.arguments.get("map_func")
+            name = getattr(fn, "__name__", None) if fn is not None else None
+            patcher.seen_sites.add(site)
+            if patcher.hooks.on_site is not None:
+                patcher.hooks.on_site(SiteCall(site, op, written, name))
+            override = patcher.config.site(site)
+            if override is not None:
+                for knob, param in knobs.items():
+                    value = getattr(override, knob)
+                    if value is not None:
+                        bound.arguments[param] = value
+            result = original(*bound.args, **bound.kwargs)
+            _tag(result, site)
+            return result
+
+        wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    # ---- the iterated dataset -----------------------------------------------------
+    def prepare(self, ds: Any) -> Any:
+        """The dataset to iterate instead of `ds`: options, final prefetch, step clock."""
+        cached = getattr(ds, "_tftune_prepared", None)
+        if cached is not None:
+            return cached
+        info = describe(ds)
+        if self.hooks.on_iterate is not None:
+            self.hooks.on_iterate(info)
+        out = apply_globals(ds, self.config, info)
+        if self.instrument_clock:
+            with self._lock:
+                self._streams += 1
+                stream = self._streams
+            out = self._with_clock(out, stream, info.batched)
+        if out is not ds:
+            _tag(out, info.site)
+            try:
+                ds._tftune_prepared = out
+                out._tftune_prepared = out
+            except AttributeError:
+                pass
+        return out
+
+    def _with_clock(self, ds: Any, stream: int, batched: bool) -> Any:
+        import tensorflow as tf
+        from tensorflow.python.data.ops import dataset_ops
+
+        hooks = self.hooks
+        base_map = getattr(dataset_ops.DatasetV2.map, "__tftune_original__", None)
+        assert base_map is not None
+
+        def _request(index: Any) -> Any:
+            if hooks.on_request is not None:
+                hooks.on_request(stream)
+            return index
+
+        def _deliver(index: Any, examples: Any) -> Any:
+            if hooks.on_deliver is not None:
+                hooks.on_deliver(stream, int(examples))
+            return index
+
+        def mark_request(i: Any) -> Any:
+            return tf.numpy_function(_request, [i], tf.int64, stateful=True, name="tftune_request")
+
+        def mark_deliver(i: Any, element: Any) -> Any:
+            flat = tf.nest.flatten(element)
+            first = flat[0] if flat else None
+            if (
+                batched
+                and first is not None
+                and first.shape.rank is not None
+                and first.shape.rank > 0
+            ):
+                count = tf.shape(first, out_type=tf.int64)[0]
+            else:
+                count = tf.constant(1, tf.int64)
+            token = tf.numpy_function(
+                _deliver, [i, count], tf.int64, stateful=True, name="tftune_deliver"
+            )
+            with tf.control_dependencies([token]):
+                return tf.nest.map_structure(
+                    lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
+                )
+
+        requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), mark_request)
+        zipped = tf.data.Dataset.zip((requests, ds))
+        return base_map(zipped, mark_deliver)
+
+    # ---- keras ----------------------------------------------------------------------
+    def _patch_keras(self, module: ModuleType) -> None:
+        name = module.__name__
+        if name in self._keras_patched:
+            return
+        self._keras_patched.add(name)
+        policy = self.config.mixed_precision
+        mp: Any = getattr(module, "mixed_precision", None)
+        if policy is not None and mp is not None:
+            target = "float32" if policy == "off" else policy
+            mp.set_global_policy(target)
+            original_set = getattr(mp.set_global_policy, "__tftune_original__", None)
+            original_set = original_set or mp.set_global_policy
+
+            def set_global_policy(value: Any) -> None:
+                # The config decides the policy for this run; the script's own choice is
+                # overridden (and noted), or the trial would not test what it claims.
+                self.hooks.notes.append(f"script set mixed precision {value!r}; kept {target}")
+
+            set_global_policy.__tftune_original__ = original_set  # type: ignore[attr-defined]
+            mp.set_global_policy = set_global_policy
+        model_cls: Any = getattr(module, "Model", None)
+        callbacks_mod: Any = getattr(module, "callbacks", None)
+        if model_cls is None or callbacks_mod is None:
+            return
+        original_fit = getattr(model_cls.fit, "__tftune_original__", model_cls.fit)
+        signature = inspect.signature(original_fit)
+        callback = _nan_callback(callbacks_mod.Callback, self.hooks)
+
+        @functools.wraps(original_fit)
+        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(model, *args, **kwargs)
+            except TypeError:
+                return original_fit(model, *args, **kwargs)
+            given = bound.arguments.get("callbacks") or []
+            bound.arguments["callbacks"] = [*list(given), callback]
+            return original_fit(*bound.args, **bound.kwargs)
+
+        fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
+        model_cls.fit = fit
+
+
+def _nan_callback(base: type, hooks: Hooks) -> Any:
+    class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
+        """Reports a NaN/inf loss to the trial runner (who stops the trial)."""
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            if not logs or "loss" not in logs or hooks.on_nan is None:
+                return
+            try:
+                loss = float(logs["loss"])
+            except (TypeError, ValueError):
+                return
+            if not math.isfinite(loss):
+                hooks.on_nan("loss", loss)
+
+    return _TftuneNanCheck()
+
+
+def _tag(ds: Any, site: str | None) -> None:
+    with contextlib.suppress(AttributeError):
+        ds._tftune_site = site
+
+
+def _inputs(ds: Any) -> Sequence[Any]:
+    try:
+        return list(ds._inputs())
+    except Exception:
+        return []
+
+
+def _unwrap_options(ds: Any) -> Any:
+    while type(ds).__name__ == "_OptionsDataset":
+        inputs = _inputs(ds)
+        if not inputs:
+            break
+        ds = inputs[0]
+    return ds
+
+
+def _is_batched(ds: Any, depth: int = 0) -> bool:
+    name = type(ds).__name__
+    if "Unbatch" in name or depth > 64:
+        return False
+    if any(name.endswith(c) for c in _BATCHING_CLASSES):
+        return True
+    return any(_is_batched(i, depth + 1) for i in _inputs(ds))
+
+
+def describe(ds: Any) -> IterationInfo:
+    """What the script built: its last call site, final prefetch, batching, options."""
+    last = _unwrap_options(ds)
+    try:
+        options = ds.options()
+        threadpool = options.threading.private_threadpool_size
+        deterministic = options.deterministic
+    except Exception:
+        threadpool, deterministic = None, None
+    return IterationInfo(
+        site=getattr(ds, "_tftune_site", None),
+        final_prefetch="Prefetch" in type(last).__name__,
+        batched=_is_batched(ds),
+        threadpool_size=threadpool or None,
+        deterministic=deterministic,
+    )
+
+
+def apply_globals(ds: Any, config: Config, info: IterationInfo) -> Any:
+    """Options on the iterated dataset and a final prefetch where the script has none."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops
+
+    out = ds
+    if config.final_prefetch is not None and not info.final_prefetch:
+        prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
+        prefetch = prefetch or dataset_ops.DatasetV2.prefetch
+        out = prefetch(out, config.final_prefetch)
+    options = tf.data.Options()
+    changed = False
+    if config.threadpool_size is not None:
+        options.threading.private_threadpool_size = config.threadpool_size
+        changed = True
+    if config.deterministic is not None:
+        options.deterministic = config.deterministic
+        changed = True
+    if config.autotune_cpu_budget is not None and config.autotune_cpu_budget != AUTOTUNE:
+        options.autotune.cpu_budget = config.autotune_cpu_budget
+        changed = True
+    if config.autotune_ram_budget_mb is not None:
+        options.autotune.ram_budget = config.autotune_ram_budget_mb * 2**20
+        changed = True
+    if changed:
+        out = out.with_options(options)
+    return out
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a named module has finished importing."""
+
+    _instance: _PostImportHook | None = None
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
+
+    @classmethod
+    def register(cls, name: str, callback: Callable[[ModuleType], None]) -> None:
+        if cls._instance is None:
+            cls._instance = cls()
+            sys.meta_path.insert(0, cls._instance)
+        cls._instance.callbacks.setdefault(name, []).append(callback)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        callbacks = self.callbacks.pop(fullname, None)
+        if not callbacks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _CallbackLoader(spec.loader, callbacks)
+                return spec
+        return None
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, callbacks: list[Callable[[ModuleType], None]]) -> None:
+        self._inner = inner
+        self._callbacks = callbacks
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        result: ModuleType | None = self._inner.create_module(spec)
+        return result
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self._inner
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._inner
+        self._inner.exec_module(module)
+        for callback in self._callbacks:
+            callback(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
