@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import Any
 
+from tftune.tuner import bounds
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 
 # Which knobs each transformation takes, by the parameter name TF uses.
@@ -239,11 +240,17 @@ class Patcher:
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
         out = apply_globals(ds, self.config, info)
+        # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
+        bound = bounds.bound_mode(self.config)
+        if bound == bounds.MODEL_ONLY:
+            out = bounds.cache_for_model_only(out, _original_iter())
         if self.instrument_clock:
             with self._lock:
                 self._streams += 1
                 stream = self._streams
             out = self._with_clock(out, stream, info.batched)
+        if bound == bounds.PIPELINE_ONLY:
+            bounds.drain_pipeline_only(out, _original_iter())
         if out is not ds:
             _tag(out, info.site)
             try:
@@ -356,6 +363,14 @@ def _nan_callback(base: type, hooks: Hooks) -> Any:
                 hooks.on_nan("loss", loss)
 
     return _TftuneNanCheck()
+
+
+def _original_iter() -> Callable[[Any], Any]:
+    """The unpatched ``Dataset.__iter__`` (for iterating without re-entering `prepare`)."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    it = dataset_ops.DatasetV2.__iter__
+    return getattr(it, "__tftune_original__", it)  # type: ignore[no-any-return]
 
 
 def _tag(ds: Any, site: str | None) -> None:
