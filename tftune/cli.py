@@ -34,3 +34,65 @@ class _Group(click.Group):
 @click.version_option(__version__, prog_name="tftune")
 def main() -> None:
     """Find and fix what slows your tf.data input pipeline down."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--trials", default=20, show_default=True, help="Finished trials the study holds.")
+@click.option("--timeout", type=float, help="Stop searching after this many seconds.")
+@click.option(
+    "--objective",
+    type=click.Choice(["gpu-util", "throughput", "both"]),
+    help="Default: gpu-util when a GPU is visible, else throughput.",
+)
+@click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal].")
+@click.option("--study-name", help="Resume this study [tftune-<script>].")
+@click.option("--seed", default=0, show_default=True, help="TPE sampler seed.")
+@click.option(
+    "--guided/--no-guided",
+    default=True,
+    show_default=True,
+    help="Enqueue a guess derived from the as-written trial.",
+)
+@click.option(
+    "--space",
+    "space_file",
+    type=click.Path(dir_okay=False),
+    help="JSON file that narrows or extends the search space.",
+)
+@click.option("--batch-size", help="N fixes the batch size; MIN:MAX bounds it.")
+@click.option(
+    "--best",
+    "best_file",
+    default="tftune-best.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the winning config.",
+)
+@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Tuning JSON.")
+@click.option(
+    "-o",
+    "--output",
+    "html_file",
+    default="tftune-tuning.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="HTML tuning report.",
+)
+@click.option("--window", type=float, help="Seconds per measured window [3].")
+@click.option("--repeats", type=int, help="Measured windows per trial [3].")
+@click.option(
+    "--bounds/--no-bounds",
+    default=True,
+    show_default=True,
+    help="Measure the pipeline alone and the model alone first.",
+)
+def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
+    """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
+
+    Arguments after `--` go to the script: tftune optimize train.py -- --epochs 1
+    """
+    from tftune._optimize_cli import run_optimize_command
+
+    run_optimize_command(script, list(script_args), opts)

@@ -421,7 +421,8 @@ def run_study(
     t0 = clock()
     deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
     storage, storage_name = open_storage(settings.storage)
-    directions = ["maximize", "maximize"] if settings.objective is Objective.BOTH else ["maximize"]
+    n_obj = 2 if settings.objective is Objective.BOTH else 1
+    directions = [optuna.study.StudyDirection.MAXIMIZE] * n_obj
     sampler = optuna.samplers.TPESampler(
         seed=settings.seed,
         multivariate=True,
@@ -461,7 +462,10 @@ def run_study(
         nonlocal ran
         ran += 1
         role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
-        params = {k.name: trial.suggest_categorical(k.name, k.choices) for k in space.knobs}
+        params: dict[str, KnobValue] = {
+            k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
+            for k in space.knobs
+        }
         config = space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
         recs = [_record(t, space) for t in _finished(study)]
         aw = _as_written(recs)
@@ -631,11 +635,11 @@ def _as_written(records: Sequence[TrialRecord]) -> TrialRecord | None:
 def _baselines(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     out: dict[Role, TrialRecord] = {}
     for r in records:
-        if r.role in (Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED):
-            if r.role not in out or (
-                out[r.role].state is not State.COMPLETE and r.state is State.COMPLETE
-            ):
-                out[r.role] = r
+        if r.role in (Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED) and (
+            r.role not in out
+            or (out[r.role].state is not State.COMPLETE and r.state is State.COMPLETE)
+        ):
+            out[r.role] = r
     return list(out.values())
 
 
