@@ -128,11 +128,13 @@ class Patcher:
         self.hooks = hooks or Hooks()
         self.instrument_clock = False
         self.seen_sites: set[str] = set()
+        self.batch_seen = False  # a user batch call was seen: elements count as batches
         self._prefixes: tuple[str, ...] = ()
         self._streams = 0
         self._lock = threading.Lock()
         self._tf_patched = False
         self._keras_patched: set[str] = set()
+        self._warned = False
 
     # ---- installation -------------------------------------------------------------
     def install(self) -> None:
@@ -215,6 +217,7 @@ class Patcher:
             fn = bound.arguments.get("map_func")
             name = getattr(fn, "__name__", None) if fn is not None else None
             patcher.seen_sites.add(site)
+            patcher.batch_seen = patcher.batch_seen or op in ("batch", "padded_batch")
             if patcher.hooks.on_site is not None:
                 patcher.hooks.on_site(SiteCall(site, op, written, name))
             override = patcher.config.site(site)
@@ -236,7 +239,8 @@ class Patcher:
         cached = getattr(ds, "_tftune_prepared", None)
         if cached is not None:
             return cached
-        info = describe(ds)
+        self._warn_unknown_sites()
+        info = describe(ds, batched_default=self.batch_seen)
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
         out = apply_globals(ds, self.config, info)
@@ -259,6 +263,20 @@ class Patcher:
             except AttributeError:
                 pass
         return out
+
+    def _warn_unknown_sites(self) -> None:
+        """Once, when iteration starts: config sites the script never called (stale)."""
+        if self._warned:
+            return
+        self._warned = True
+        missing = sorted(set(self.config.sites) - self.seen_sites)
+        if missing:
+            message = (
+                f"config names call sites this script does not have: {', '.join(missing)}; "
+                "the rest of the config is applied"
+            )
+            self.hooks.notes.append(message)
+            print(f"tftune: warning: {message}", file=sys.stderr, flush=True)
 
     def _with_clock(self, ds: Any, stream: int, batched: bool) -> Any:
         import tensorflow as tf
@@ -348,6 +366,21 @@ class Patcher:
         model_cls.fit = fit
 
 
+_ACTIVE: Patcher | None = None
+
+
+def activate(config: Config, script_dir: str) -> Patcher:
+    """Apply `config` to this process (``tftune.apply``); a second call replaces it."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        _ACTIVE = Patcher(config, script_dir)
+        _ACTIVE.install()
+    else:
+        _ACTIVE.config = config
+        _ACTIVE.script_dir = os.path.abspath(script_dir)
+    return _ACTIVE
+
+
 def _nan_callback(base: type, hooks: Hooks) -> Any:
     class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
         """Reports a NaN/inf loss to the trial runner (who stops the trial)."""
@@ -394,17 +427,26 @@ def _unwrap_options(ds: Any) -> Any:
     return ds
 
 
-def _is_batched(ds: Any, depth: int = 0) -> bool:
+def _is_batched(ds: Any, depth: int = 0) -> bool | None:
+    """Whether the dataset's lineage batches (and does not unbatch after); None when the
+    lineage is opaque, as for a dataset passed into a ``tf.function`` as an argument."""
     name = type(ds).__name__
     if "Unbatch" in name or depth > 64:
         return False
     if any(name.endswith(c) for c in _BATCHING_CLASSES):
         return True
-    return any(_is_batched(i, depth + 1) for i in _inputs(ds))
+    if name == "_VariantDataset":
+        return None
+    answers = [_is_batched(i, depth + 1) for i in _inputs(ds)]
+    if any(a is True for a in answers):
+        return True
+    return None if any(a is None for a in answers) else False
 
 
-def describe(ds: Any) -> IterationInfo:
-    """What the script built: its last call site, final prefetch, batching, options."""
+def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
+    """What the script built: its last call site, final prefetch, batching, options.
+
+    `batched_default` answers for a lineage that cannot be walked (see `_is_batched`)."""
     last = _unwrap_options(ds)
     try:
         options = ds.options()
@@ -415,7 +457,7 @@ def describe(ds: Any) -> IterationInfo:
     return IterationInfo(
         site=getattr(ds, "_tftune_site", None),
         final_prefetch="Prefetch" in type(last).__name__,
-        batched=_is_batched(ds),
+        batched=batched if (batched := _is_batched(ds)) is not None else batched_default,
         threadpool_size=threadpool or None,
         deterministic=deterministic,
     )
