@@ -126,21 +126,20 @@ def _site_edits(
     return edits
 
 
-def source_diff(script: str | os.PathLike[str], config: Config) -> str:
-    """A unified diff that writes the config's call-site knobs into the user's own lines.
-    Sites in files that cannot be read or parsed are skipped (the snippet still applies
-    through ``tftune run --config``)."""
+def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str, tuple[str, str]]:
+    """``{relative path: (before, after)}``: the config's call-site knobs written into the
+    user's own lines. Files that cannot be read or parsed are skipped (the config still
+    applies through ``tftune run --config``)."""
     script_dir = Path(script).resolve().parent
     by_file: dict[str, list[tuple[int, SiteConfig]]] = {}
     for key, site in config.sites.items():
         path, _, line = key.rpartition(":")
         if line.isdigit() and not site.is_empty():
             by_file.setdefault(path, []).append((int(line), site))
-    out: list[str] = []
+    out: dict[str, tuple[str, str]] = {}
     for rel, sites in sorted(by_file.items()):
-        file = script_dir / rel
         try:
-            source = file.read_bytes()
+            source = (script_dir / rel).read_bytes()
             tree = ast.parse(source)
         except (OSError, SyntaxError, ValueError):
             continue
@@ -150,9 +149,22 @@ def source_diff(script: str | os.PathLike[str], config: Config) -> str:
         new = source
         for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
             new = new[: e.start] + e.text.encode() + new[e.end :]
-        before = source.decode("utf-8", "replace").splitlines(keepends=True)
-        after = new.decode("utf-8", "replace").splitlines(keepends=True)
-        out.extend(difflib.unified_diff(before, after, f"a/{rel}", f"b/{rel}"))
+        out[rel] = (source.decode("utf-8", "replace"), new.decode("utf-8", "replace"))
+    return out
+
+
+def source_diff(script: str | os.PathLike[str], config: Config) -> str:
+    """A unified diff (``patch -p1`` from the script's folder) of `rewrite_sources`."""
+    out: list[str] = []
+    for rel, (before, after) in rewrite_sources(script, config).items():
+        out.extend(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                after.splitlines(keepends=True),
+                f"a/{rel}",
+                f"b/{rel}",
+            )
+        )
     return "".join(out)
 
 

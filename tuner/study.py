@@ -230,7 +230,10 @@ def open_storage(url: str | None) -> tuple[Any, str]:
         except (OSError, ValueError) as exc:
             raise StorageError(f"--storage {path}: cannot open journal ({exc})") from None
     try:
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
+            # A heartbeat lets a later run mark a killed worker's trial failed.
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
     except Exception as exc:  # sqlalchemy raises many kinds; all mean "unreachable"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"--storage {_redact(url)}: cannot connect ({first[:160]})") from None
@@ -518,19 +521,22 @@ def run_study(
         if on_trial is not None:
             on_trial(_record(t, space), best_so_far())
 
+    def stop_at_deadline(_study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Checked after each trial (a running trial is never cut short), on the injected
+        # clock so that tests can drive it.
+        if deadline is not None and clock() >= deadline:
+            _study.stop()
+
     def run_some(n: int) -> None:
-        if n <= 0:
-            return
-        timeout = None if deadline is None else max(0.0, deadline - clock())
-        if timeout is not None and timeout <= 0:
+        if n <= 0 or (deadline is not None and clock() >= deadline):
             return
         study.optimize(
             objective,
             n_trials=n,
-            timeout=timeout,
             catch=(_TrialFailed,),
             callbacks=[
                 report,
+                stop_at_deadline,
                 optuna.study.MaxTrialsCallback(
                     settings.n_trials,
                     states=(
