@@ -129,8 +129,8 @@ def optimize(
     open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
     note = on_note or (lambda _s: None)
     bound = BatchBound.parse(batch_size) if batch_size else None
-    if space_file is not None and not Path(space_file).is_file():
-        raise ConfigError(f"{space_file}: space file does not exist")
+    if space_file is not None:  # a malformed file fails now, not after discovery
+        apply_space_file(build_space([], cores=1), space_file, known_sites=None)
 
     note(f"discovering the tf.data call sites of {script} ...")
     found = discover(path, args)

@@ -408,7 +408,7 @@ def _parse_value(where: str, knob_field: str, raw: object) -> KnobValue:
 
 
 def apply_space_file(
-    space: SearchSpace, path: str | os.PathLike[str], known_sites: Iterable[str]
+    space: SearchSpace, path: str | os.PathLike[str], known_sites: Iterable[str] | None
 ) -> SearchSpace:
     """Narrow or extend `space` with a JSON file::
 
@@ -417,7 +417,8 @@ def apply_space_file(
                    "deterministic": [true, false],             # added
                    "mixed_precision": null}}                   # left out (as written)
 
-    Errors name the file and the knob (`ConfigError`).
+    Errors name the file and the knob (`ConfigError`). ``known_sites=None`` skips the
+    check that call sites exist (to validate the file before discovery has run).
     """
     p = Path(path)
     try:
@@ -433,7 +434,7 @@ def apply_space_file(
     unknown_top = sorted(set(data) - {"knobs", "schema"})
     if unknown_top:
         raise ConfigError(f"{p}: unknown field {unknown_top[0]!r}")
-    sites = set(known_sites)
+    sites = None if known_sites is None else set(known_sites)
     knobs = {k.name: k for k in space.knobs}
     order = list(knobs)
     fixed = dict(space.fixed)
@@ -444,7 +445,7 @@ def apply_space_file(
         if sep:
             if knob_field not in SITE_KNOB_NAMES:
                 raise ConfigError(f"{where}: unknown knob {knob_field!r}")
-            if site not in sites:
+            if sites is not None and site not in sites:
                 raise ConfigError(f"{where}: call site {site!r} was not found in the script")
         elif name in GLOBAL_KNOB_NAMES:
             knob_field, site = name, ""

@@ -1,0 +1,107 @@
+"""`tftune optimize` as a user runs it: one real, short study on the latency-bound
+example (checked by ranges, never exact timings), resume, and one-line user errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import requires_tf
+
+from tftune import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "latency_bound.py"
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+# Short windows keep the suite lean; the 4 ms latency makes the effect large anyway.
+FAST = ["--window", "0.5", "--repeats", "2"]
+# On a loaded 2-core machine the tuned pipeline still beats sequential by far more.
+CLEAR_FACTOR = 3.0
+
+
+@pytest.mark.slow
+@requires_tf
+def test_optimize_latency_bound_example_end_to_end(tmp_path: Path, run_cli: RunCli) -> None:
+    out = run_cli(
+        "optimize", str(EXAMPLE), "--trials", "7", *FAST, "--json", "t.json",
+        "--study-name", "e2e", "--", "--steps", "100000",
+        cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    data = json.loads((tmp_path / "t.json").read_text())
+    for key in ("schema", "ceiling", "baselines", "best", "trials_detail", "importances"):
+        assert key in data
+    assert data["trials"]["complete"] + data["trials"]["pruned"] + data["trials"]["failed"] == 7
+    aw = data["baselines"]["as_written"]["examples_per_s"]
+    best = data["best"]
+    assert best["examples_per_s"] >= CLEAR_FACTOR * aw, (aw, best)
+    # The winner raises parallelism and the private thread pool (AUTOTUNE alone cannot
+    # go past the default pool, the core count).
+    config = best["config"]
+    (site,) = [s for s in config["sites"].values() if "num_parallel_calls" in s]
+    par = site["num_parallel_calls"]
+    pool = config["threadpool_size"]
+    assert pool is not None and pool >= 8
+    assert par == "AUTOTUNE" or par >= 8
+    # The ceiling: the pipeline alone (as written) is the limit, far below the model.
+    ceiling = data["ceiling"]
+    assert ceiling["limited_by"] == "pipeline"
+    assert ceiling["model_only_examples_per_s"] > 5 * ceiling["pipeline_only_examples_per_s"]
+    assert "num_parallel_calls=" in data["diff"] and data["command"].startswith("tftune run")
+    for row in ("as written", "AUTOTUNE everywhere", "#cores heuristic", "tuned"):
+        assert row in out.stdout
+    assert (tmp_path / "tftune-best.json").exists()
+
+    # The best file applies with `tftune run --config`: the script's own report is faster.
+    run = run_cli(
+        "run", "--config", "tftune-best.json", str(EXAMPLE), "--", "--steps", "150",
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    rate = float(re.findall(r"([\d.]+) examples/s", run.stdout)[-1])
+    assert rate >= CLEAR_FACTOR * aw / 1.5, (rate, aw)  # includes start-up, so a looser bar
+
+    # Resume: the same study name reruns no finished trial.
+    again = run_cli(
+        "optimize", str(EXAMPLE), "--trials", "7", *FAST, "--json", "t2.json", "--no-bounds",
+        "--study-name", "e2e", "--", "--steps", "100000",
+        cwd=tmp_path, timeout=200,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(r"\b0\s+ran\s+now", again.stdout), again.stdout[-2000:]
+    data2 = json.loads((tmp_path / "t2.json").read_text())
+    assert data2["trials_detail"] == data["trials_detail"]
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli.main, ["optimize", *args])
+    return result.exit_code, result.output
+
+
+def test_missing_script_is_one_line(tmp_path: Path) -> None:
+    code, output = _invoke(str(tmp_path / "nope.py"))
+    assert code == 1 and "nope.py" in output and "Traceback" not in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_malformed_space_file_is_one_line_before_any_trial(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    bad = tmp_path / "space.json"
+    bad.write_text('{"knobs": {"threadpool_size": "many"}}')
+    code, output = _invoke(str(script), "--space", str(bad), "--storage", str(tmp_path / "j"))
+    assert code == 1 and "space.json" in output and "threadpool_size" in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_unreachable_storage_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    code, output = _invoke(str(script), "--storage", "postgresql://u:pw@127.0.0.1:9/db")
+    assert code == 1 and "127.0.0.1:9" in output and "pw@" not in output
+    assert len(output.strip().splitlines()) == 1
