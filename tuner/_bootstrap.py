@@ -155,6 +155,7 @@ def main() -> None:
             writer.event(
                 "exception",
                 type=type(exc).__name__,
+                bases=[c.__name__ for c in type(exc).__mro__],
                 message=message[0][:500] if message else "",
                 where=where,
             )

@@ -249,6 +249,7 @@ class Patcher:
         if bound == bounds.MODEL_ONLY:
             out = bounds.cache_for_model_only(out, _original_iter())
         if self.instrument_clock:
+            out = _emulate_injected_prefetch(out)
             with self._lock:
                 self._streams += 1
                 stream = self._streams
@@ -321,7 +322,12 @@ class Patcher:
 
         requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), mark_request)
         zipped = tf.data.Dataset.zip((requests, ds))
-        return base_map(zipped, mark_deliver)
+        # TF would inject a prefetch after our delivery stage, which then would time the
+        # prefetch thread instead of the consumer. `_emulate_injected_prefetch` has put
+        # that prefetch where TF would have put it without us.
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return base_map(zipped, mark_deliver).with_options(options)
 
     # ---- keras ----------------------------------------------------------------------
     def _patch_keras(self, module: ModuleType) -> None:
@@ -463,6 +469,22 @@ def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
     )
 
 
+def _emulate_injected_prefetch(ds: Any) -> Any:
+    """Add the final prefetch TF's ``inject_prefetch`` rewrite would add to `ds`."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    try:
+        options = ds.options()
+        inject = options.experimental_optimization.inject_prefetch is not False
+        autotune = options.autotune.enabled is not False
+    except Exception:
+        return ds
+    if not (inject and autotune) or "Prefetch" in type(_unwrap_options(ds)).__name__:
+        return ds
+    prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
+    return (prefetch or dataset_ops.DatasetV2.prefetch)(ds, AUTOTUNE)
+
+
 def apply_globals(ds: Any, config: Config, info: IterationInfo) -> Any:
     """Options on the iterated dataset and a final prefetch where the script has none."""
     import tensorflow as tf
@@ -510,23 +532,25 @@ class _PostImportHook(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        callbacks = self.callbacks.pop(fullname, None)
-        if not callbacks:
+        # `importlib.util.find_spec` (TensorFlow probes for Keras that way) also lands
+        # here without importing: callbacks are only consumed when the module executes.
+        if not self.callbacks.get(fullname):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(fullname, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _CallbackLoader(spec.loader, callbacks)
+                spec.loader = _CallbackLoader(spec.loader, self, fullname)
                 return spec
         return None
 
 
 class _CallbackLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any, callbacks: list[Callable[[ModuleType], None]]) -> None:
+    def __init__(self, inner: Any, hook: _PostImportHook, name: str) -> None:
         self._inner = inner
-        self._callbacks = callbacks
+        self._hook = hook
+        self._name = name
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         result: ModuleType | None = self._inner.create_module(spec)
@@ -537,7 +561,7 @@ class _CallbackLoader(importlib.abc.Loader):
         if module.__spec__ is not None:
             module.__spec__.loader = self._inner
         self._inner.exec_module(module)
-        for callback in self._callbacks:
+        for callback in self._hook.callbacks.pop(self._name, []):
             callback(module)
 
     def __getattr__(self, name: str) -> Any:

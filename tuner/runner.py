@@ -46,6 +46,7 @@ SPEC_ENV = "TFTUNE_CHILD_SPEC"
 POLL_S = 0.05
 STDERR_TAIL_LINES = 25
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
+OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 DISCOVERY_TIMEOUT_S = 300.0
 
 
@@ -333,7 +334,8 @@ def _classify_exit(
         kind = str(exception.get("type", "Exception"))
         message = str(exception.get("message", ""))
         text = f"{kind}: {message}"
-        if any(m in text for m in OOM_MARKERS):
+        bases = [str(b) for b in exception.get("bases", [])]
+        if any(m in text for m in OOM_MARKERS) or any(b in OOM_EXCEPTIONS for b in bases):
             return FailureKind.OOM, f"out of memory: {text}"[:300]
         return FailureKind.EXCEPTION, f"raised {text}"[:300]
     if any(m in stderr_tail for m in OOM_MARKERS):
