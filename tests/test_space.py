@@ -216,3 +216,16 @@ def test_every_sampled_config_survives_the_config_file(data: st.DataObject) -> N
             assert getattr(config, k.field) == params[k.name]
         else:
             assert getattr(config.sites[k.site], k.field) == params[k.name]
+
+
+def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
+    from tftune.tuner.space import mentions_keras
+
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n")
+    (tmp_path / "other_script.py").write_text("import keras\n")  # a sibling, not imported
+    assert not mentions_keras(tmp_path / "train.py")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "net.py").write_text("from tensorflow import keras\n")
+    (tmp_path / "train.py").write_text("import tensorflow as tf\nfrom models.net import build\n")
+    assert mentions_keras(tmp_path / "train.py")

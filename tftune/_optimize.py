@@ -119,7 +119,13 @@ def optimize(
     from tftune.tuner import emit
     from tftune.tuner.config import save_config
     from tftune.tuner.runner import MeasureSpec, check_script, discover
-    from tftune.tuner.space import BatchBound, apply_space_file, build_space, cpu_flags
+    from tftune.tuner.space import (
+        BatchBound,
+        apply_space_file,
+        build_space,
+        cpu_flags,
+        mentions_keras,
+    )
     from tftune.tuner.study import ScriptRunner, StudySettings, open_storage, run_study
 
     started = time.monotonic()
@@ -146,7 +152,7 @@ def optimize(
         cores=cores,
         gpu_visible=gpu,
         flags=cpu_flags(),
-        uses_keras=found.uses_keras,
+        uses_keras=found.uses_keras and mentions_keras(path),
         batch=bound,
     )
     if space_file is not None:

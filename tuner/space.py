@@ -16,6 +16,7 @@ exhaustive grid needs the same finite value set.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -259,6 +260,52 @@ def platform_policy(gpu_visible: bool, flags: Iterable[str]) -> tuple[str | None
     )
 
 
+MAX_SCANNED_FILES = 200
+
+
+def _local_imports(tree: ast.Module, here: Path, root: Path) -> list[Path]:
+    names: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [(a.name, 0) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names += [(f"{base}.{a.name}" if base else a.name, node.level) for a in node.names]
+            names.append((base, node.level))
+    out = []
+    for name, level in names:
+        start = root if level == 0 else here.parents[level - 1]
+        rel = Path(*name.split(".")) if name else Path()
+        for cand in (start / rel.with_suffix(".py"), start / rel / "__init__.py"):
+            if name and cand.is_file():
+                out.append(cand)
+    return out
+
+
+def mentions_keras(script: str | os.PathLike[str]) -> bool:
+    """Whether the script, or a module of the user's it imports (transitively, from the
+    script's folder), mentions Keras. Importing TensorFlow loads Keras anyway, so
+    discovery cannot tell; code that never names Keras builds no Keras model, and a Keras
+    precision policy cannot change what it runs."""
+    first = Path(script).resolve()
+    root = first.parent
+    todo, seen = [first], set()
+    while todo and len(seen) < MAX_SCANNED_FILES:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError):
+            return True  # cannot tell: keep the knob
+        if "keras" in text:
+            return True
+        todo += _local_imports(tree, path.parent, root)
+    return len(seen) >= MAX_SCANNED_FILES  # too big to be sure: keep the knob
+
+
 # --- construction ---------------------------------------------------------------------
 
 
@@ -320,7 +367,7 @@ def build_space(
     left: list[LeftOut] = []
     warnings: list[str] = []
     # A call site inside a function called twice is discovered twice; it is one knob.
-    sites = list({s.site: s for s in sites}.values())
+    sites = list({(s.site, s.op): s for s in sites}.values())
     parallel_sites = [s for s in sites if s.op in PARALLEL_OPS]
     for s in sites:
         if s.op in PARALLEL_OPS:
@@ -374,7 +421,9 @@ def build_space(
         left.append(LeftOut("final_prefetch", "the script prefetches; its depth is searched"))
     policy, why = platform_policy(gpu_visible, flags)
     if uses_keras is False:
-        left.append(LeftOut("mixed_precision", "no Keras model: the policy changes nothing"))
+        left.append(
+            LeftOut("mixed_precision", "the code never uses Keras: a policy changes nothing")
+        )
     elif policy is None:
         left.append(LeftOut("mixed_precision", why))
     else:
@@ -382,7 +431,12 @@ def build_space(
     left.append(
         LeftOut("deterministic", "changes the element order; add it with --space to search it")
     )
-    return SearchSpace(tuple(knobs), fixed, tuple(left), tuple(warnings), cores)
+    # Two transformations on one line share the line's key (``ds.map(f).batch(8)``):
+    # a knob name they both have (num_parallel_calls) is one knob, applied to both.
+    unique: dict[str, Knob] = {}
+    for k in knobs:
+        unique.setdefault(k.name, k)
+    return SearchSpace(tuple(unique.values()), fixed, tuple(left), tuple(warnings), cores)
 
 
 # --- --space FILE ---------------------------------------------------------------------
