@@ -56,6 +56,8 @@ def test_optimize_latency_bound_example_end_to_end(tmp_path: Path, run_cli: RunC
     for row in ("as written", "AUTOTUNE everywhere", "#cores heuristic", "tuned"):
         assert row in out.stdout
     assert (tmp_path / "tftune-best.json").exists()
+    html = (tmp_path / "tftune-tuning.html").read_text()
+    assert "<html" in html.lower() and "AUTOTUNE" in html
 
     # The best file applies with `tftune run --config`: the script's own report is faster.
     run = run_cli(

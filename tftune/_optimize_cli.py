@@ -79,6 +79,21 @@ def run_optimize_command(script: str, script_args: list[str], opts: dict[str, An
             on_start=view.start,
             on_note=view.note,
         )
+    except KeyboardInterrupt:
+        view.stop()
+        from tftune._optimize import default_study_name
+        from tftune.tuner.study import DEFAULT_STORAGE_FILE
+
+        name = opts["study_name"] or default_study_name(script)
+        storage = opts["storage"] or DEFAULT_STORAGE_FILE
+        console.print(
+            f"interrupted: finished trials are kept in {storage} (study {name!r}); the same "
+            f"command resumes, or: tftune optimize {script} --storage {storage} "
+            f"--study-name {name} ...",
+            highlight=False,
+            markup=False,
+        )
+        raise
     finally:
         view.stop()
     from tftune.tuner.emit import render_table
