@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,3 +108,66 @@ def test_unreachable_storage_is_one_line(tmp_path: Path) -> None:
     code, output = _invoke(str(script), "--storage", "postgresql://u:pw@127.0.0.1:9/db")
     assert code == 1 and "127.0.0.1:9" in output and "pw@" not in output
     assert len(output.strip().splitlines()) == 1
+
+
+def test_help_imports_neither_tensorflow_nor_optuna() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['tftune', 'optimize', '--help']\n"
+        "from tftune import cli\n"
+        "try:\n"
+        "    cli.main(standalone_mode=False)\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--trials" in out.stdout
+    mods = set(out.stdout.split("MODULES", 1)[1].split())
+    assert "tensorflow" not in mods and "optuna" not in mods
+
+
+@requires_tf
+def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
+    """`tftune.optimize()` end to end on real discovery, with the trials faked: the files
+    it writes and what it returns."""
+    import tftune
+    from tftune.tuner.config import AUTOTUNE, Config, load_config
+    from tftune.tuner.study import Measurement, Mode, RepeatCallback, Runner, State
+
+    class Fake(Runner):
+        def measure(
+            self,
+            config: Config,
+            *,
+            mode: Mode = Mode.TRAIN,
+            on_repeat: RepeatCallback | None = None,
+        ) -> Measurement:
+            if mode is Mode.MODEL_ONLY:
+                return Measurement(State.COMPLETE, 20000.0, 0.9, repeats=(20000.0,))
+            pool = config.threadpool_size or 2
+            pars = [s.num_parallel_calls for s in config.sites.values() if s.num_parallel_calls]
+            par = pars[0] if pars else 1
+            eps = 240.0 * min(pool if par == AUTOTUNE else par, pool)
+            wait = max(0.0, 1 - eps / 20000)
+            return Measurement(State.COMPLETE, eps, 1 - wait, "duty_cycle", 0.02, wait, (eps,))
+
+    result = tftune.optimize(
+        EXAMPLE,
+        ["--steps", "10"],
+        trials=8,
+        runner=Fake(),
+        storage=str(tmp_path / "s.journal"),
+        best_file=tmp_path / "best.json",
+        json_file=tmp_path / "t.json",
+        html_file=tmp_path / "t.html",
+    )
+    assert result.ceiling is not None and result.ceiling.limited_by == "pipeline"
+    assert (result.best_config.threadpool_size or 0) >= 8
+    assert load_config(result.best_file).threadpool_size == result.best_config.threadpool_size
+    assert "num_parallel_calls=" in result.diff
+    assert "private_threadpool_size" in result.snippet
+    assert result.command.startswith("tftune run --config")
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["trials"]["complete"] + data["trials"]["pruned"] == 8
+    assert (tmp_path / "t.html").exists()
