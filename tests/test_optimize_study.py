@@ -263,3 +263,22 @@ def test_sqlite_storage_url_works(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, storage=url, n_trials=5))
     assert len(out.records) == 5
+
+
+def test_a_killed_workers_as_written_trial_is_waited_for_then_rerun(tmp_path: Path) -> None:
+    import optuna
+
+    from tftune.tuner.study import AS_WRITTEN_WAIT_S, open_storage
+
+    sp = space()
+    storage, _ = open_storage(str(tmp_path / "study.journal"))
+    study = optuna.create_study(storage=storage, study_name="t", direction="maximize")
+    study.enqueue_trial(sp.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value})
+    stale = study.ask()  # a worker took it, then died: RUNNING forever in a journal file
+    assert stale.user_attrs["role"] == Role.AS_WRITTEN.value
+    waits: list[float] = []
+    runner = FakeRunner(latency_bound)
+    out = run_study(sp, runner, settings(tmp_path, n_trials=5), sleep=waits.append)
+    assert sum(waits) >= AS_WRITTEN_WAIT_S  # it waited for the other worker first
+    assert runner.calls[0] == Config()  # then measured the script as written itself
+    assert out.baselines[Role.AS_WRITTEN].state is State.COMPLETE

@@ -50,6 +50,13 @@ TPE_STARTUP_TRIALS = 6
 INPUT_BOUND_SHARE = 0.1
 MAX_GUIDED_PARALLELISM = 64
 DEFAULT_STORAGE_FILE = "tftune-study.journal"
+# Another worker measuring the as-written trial is waited for this long, polling; after
+# that (a killed worker's trial stays RUNNING in a journal file) it is measured again.
+AS_WRITTEN_WAIT_S = 600.0
+AS_WRITTEN_POLL_S = 2.0
+# A failing as-written trial is retried this often before the script is declared broken
+# (the first may fail for a transient reason, e.g. an OOM caused by another job).
+AS_WRITTEN_ATTEMPTS = 2
 DEFAULT_TRIALS = 20
 DEFAULT_SEED = 0
 
@@ -416,6 +423,7 @@ def run_study(
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> StudyOutcome:
     """Run (or resume) the study and choose the winner. See the module docstring."""
     import optuna
@@ -555,11 +563,37 @@ def run_study(
         if not has_role(role):
             study.enqueue_trial(dict(params), user_attrs={"role": role.value})
 
+    def ensure_as_written() -> None:
+        """Measure the script as written unless the study has it. Another worker may be
+        measuring it right now: wait for that (bounded, since a killed worker leaves its
+        trial RUNNING in a journal file forever), and re-run it if it failed."""
+        waited, runs = 0.0, 0
+        while runs < AS_WRITTEN_ATTEMPTS:
+            mine = [
+                t
+                for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+            ]
+            states = {t.state for t in mine}
+            if optuna.trial.TrialState.COMPLETE in states:
+                return
+            if deadline is not None and clock() >= deadline:
+                return
+            running = optuna.trial.TrialState.RUNNING in states
+            if optuna.trial.TrialState.WAITING not in states:
+                if running and waited < AS_WRITTEN_WAIT_S:
+                    sleep(AS_WRITTEN_POLL_S)
+                    waited += AS_WRITTEN_POLL_S
+                    continue
+                study.enqueue_trial(
+                    space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
+                )
+            run_some(1)
+            runs += 1
+
     if on_start is not None:
         on_start(len(_finished(study)), settings.n_trials)
-    if _as_written([_record(t, space) for t in _finished(study)]) is None:
-        enqueue(Role.AS_WRITTEN, space.as_written_params())
-        run_some(1)
+    ensure_as_written()
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
     if aw is None:
