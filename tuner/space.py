@@ -289,7 +289,8 @@ def mentions_keras(script: str | os.PathLike[str]) -> bool:
     precision policy cannot change what it runs."""
     first = Path(script).resolve()
     root = first.parent
-    todo, seen = [first], set()
+    todo: list[Path] = [first]
+    seen: set[Path] = set()
     while todo and len(seen) < MAX_SCANNED_FILES:
         path = todo.pop()
         if path in seen:
