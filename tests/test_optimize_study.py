@@ -116,6 +116,7 @@ def test_clearly_slower_search_trials_are_pruned(tmp_path: Path) -> None:
         assert r.role is Role.SEARCH
         assert (r.examples_per_s or 0) < 0.5 * best
         assert len(r.repeats) < 3  # stopped before the full window
+        assert "below 50% of the best so far" in (r.reason or "")
 
 
 def test_winner_never_has_fewer_examples_per_s_than_as_written(tmp_path: Path) -> None:

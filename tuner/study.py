@@ -428,7 +428,8 @@ def run_study(
     """Run (or resume) the study and choose the winner. See the module docstring."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # Optuna logs every failed trial with a traceback; our status line has the reason.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     t0 = clock()
     deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
     storage, storage_name = open_storage(settings.storage)
@@ -485,14 +486,24 @@ def run_study(
             (r.examples_per_s or 0.0 for r in recs if r.state is State.COMPLETE), default=0.0
         )
 
+        prune_why: list[str] = []
+
         def on_repeat(index: int, eps: float) -> bool:
             if role is not Role.SEARCH:
                 return True  # baselines are always measured in full
             if settings.objective is Objective.THROUGHPUT and best_eps > 0:
-                return eps >= PRUNE_BELOW_BEST * best_eps
-            if floor:
-                return eps >= PRUNE_BELOW_AS_WRITTEN * floor
-            return True
+                fraction, ref_eps, what = PRUNE_BELOW_BEST, best_eps, "the best so far"
+            elif floor:
+                fraction, ref_eps, what = PRUNE_BELOW_AS_WRITTEN, floor, "the script as written"
+            else:
+                return True
+            if eps >= fraction * ref_eps:
+                return True
+            prune_why.append(
+                f"{eps:,.1f} ex/s after {index + 1} window(s), below {fraction:.0%} of "
+                f"{what} ({ref_eps:,.1f})"
+            )
+            return False
 
         m = runner.measure(config, on_repeat=on_repeat)
         eps = m.examples_per_s
@@ -505,7 +516,7 @@ def run_study(
             "spread": m.spread,
             "input_wait_share": m.input_wait_share,
             "repeats": list(m.repeats),
-            "reason": m.reason,
+            "reason": prune_why[-1] if m.state is State.PRUNED and prune_why else m.reason,
             "wall_s": m.wall_s,
             "feasible": feasible,
             "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
