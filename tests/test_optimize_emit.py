@@ -198,3 +198,15 @@ def test_trial_line_says_why(state: State, needle: str) -> None:
     r = TrialRecord(7, Role.SEARCH, state, {}, "t.py/par=4", 10.0, reason="boom")
     line = trial_line(r, None)
     assert needle in line and "t.py/par=4" in line and "\n" not in line
+
+
+def test_ceiling_is_the_lower_half_and_says_what_was_not_measured() -> None:
+    c = Ceiling(300.0, 9000.0)
+    assert c.examples_per_s == 300.0 and c.limited_by == "pipeline"
+    assert Ceiling(9000.0, 300.0).limited_by == "model"
+    half = Ceiling(None, 9000.0, pipeline_note="not measured (in a tf.function)")
+    assert half.examples_per_s == 9000.0 and half.limited_by is None
+    data = half.to_json()
+    assert data["pipeline_only_examples_per_s"] is None  # never 0 for "not measured"
+    assert data["notes"] == ["not measured (in a tf.function)"]
+    assert Ceiling(None, None).examples_per_s is None

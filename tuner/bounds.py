@@ -20,6 +20,7 @@ where the script's dataset is about to be iterated; the mode travels in the conf
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,6 +33,8 @@ MODEL_ONLY = "model_only"
 # Enough distinct batches that the model does not see a trivially tiny working set,
 # few enough to cache in memory for any sane batch.
 MODEL_ONLY_ELEMENTS = 32
+EXIT_BOUND_UNAVAILABLE = 3
+NOT_IN_FUNCTION = "the pipeline alone cannot be measured for a dataset iterated in a tf.function"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +88,13 @@ def bound_mode(config: Config) -> str | None:
 def cache_for_model_only(ds: Any, iterate: Callable[[Any], Any]) -> Any:
     """``ds.take(k).cache().repeat()``, with the cache filled before it is returned, so
     the measured window never includes the pipeline's first pass. `iterate` is the
-    unpatched ``Dataset.__iter__``."""
+    unpatched ``Dataset.__iter__``. A dataset built inside a ``tf.function`` cannot be
+    iterated eagerly: its cache fills during the first k steps, which the trial's
+    warm-up mostly covers."""
     import tensorflow as tf
 
     cached = ds.take(MODEL_ONLY_ELEMENTS).cache()
-    with tf.init_scope():  # fill eagerly, even when called while a tf.function traces
+    if not tf.inside_function():
         for _ in iterate(cached):
             pass
     return cached.repeat()
@@ -100,7 +105,12 @@ def drain_pipeline_only(ds: Any, iterate: Callable[[Any], Any]) -> None:
     the parent stops the process; then leave without running the script's training."""
     import tensorflow as tf
 
-    with tf.init_scope():
-        for _ in iterate(ds):
-            pass
+    if tf.inside_function():
+        # The dataset lives in the function's graph; it cannot be drained from here. An
+        # exception would be wrapped by autograph into an unreadable StagingError, so
+        # leave with the reason as the last stderr line (the runner reports it).
+        print(f"tftune: {NOT_IN_FUNCTION}", file=sys.stderr, flush=True)
+        os._exit(EXIT_BOUND_UNAVAILABLE)
+    for _ in iterate(ds):
+        pass
     os._exit(0)  # the dataset ended: the parent measures what ran
