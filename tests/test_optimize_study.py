@@ -202,6 +202,10 @@ def test_resume_with_another_space_is_refused(tmp_path: Path) -> None:
     other = build_space(SITES, cores=CORES, flags={"avx512_bf16"})
     with pytest.raises(ConfigError, match="another search space"):
         run_study(other, FakeRunner(latency_bound), settings(tmp_path, n_trials=5))
+    with pytest.raises(ConfigError, match="its arguments"):
+        run_study(
+            space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=5, target="x --a")
+        )
 
 
 def test_timeout_bounds_the_search(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ shows progress and prints what this returns.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -187,6 +188,7 @@ def optimize(
         storage=storage,
         study_name=study_name or default_study_name(path),
         confirm=confirm,
+        target=shlex.join([str(path), *args]),
     )
     outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
     for n in outcome.notes:

@@ -164,6 +164,9 @@ class StudySettings:
     storage: str | None = None
     study_name: str = "tftune"
     confirm: bool = True
+    # What is tuned (script and its arguments): a study resumed for another target
+    # would mix incomparable measurements, so it is refused.
+    target: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,10 +373,11 @@ def choose_winner(
 # --- the study ----------------------------------------------------------------------
 
 
-def space_fingerprint(space: SearchSpace) -> str:
+def space_fingerprint(space: SearchSpace, target: str = "") -> str:
     blob = json.dumps(
         [[k.name, [repr(c) for c in k.choices]] for k in space.knobs]
         + [[n, repr(v)] for n, v in sorted(space.fixed.items())]
+        + [target]
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -450,14 +454,15 @@ def run_study(
         )
     except ValueError as exc:  # e.g. a resumed study with other directions
         raise ConfigError(f"--study-name {settings.study_name}: {exc}") from None
-    fp = space_fingerprint(space)
+    fp = space_fingerprint(space, settings.target)
     have_fp = study.user_attrs.get("space")
     if have_fp is None:
         study.set_user_attr("space", fp)
     elif have_fp != fp:
         raise ConfigError(
             f"--study-name {settings.study_name}: the study in {storage_name} was created for "
-            "another search space (script, --space or --batch-size changed); pick a new name"
+            "another search space or script (the script, its arguments, --space or --batch-size "
+            "changed); pick a new --study-name"
         )
     cores = space.cores
     ran = 0
