@@ -79,7 +79,8 @@ class _Profiler:
 
         try:
             tf.profiler.experimental.stop()
-            self.writer.event("profile_done", logdir=self.logdir)
+            last = min(self.step, self.stop) - 1  # the last step whose marker was closed
+            self.writer.event("profile_done", logdir=self.logdir, first=self.start, last=last)
         except Exception as exc:
             self.writer.event("profile_failed", error=f"{type(exc).__name__}: {exc}")
 

@@ -215,6 +215,7 @@ class ProfileResult:
     returncode: int | None
     reason: str | None
     stderr_tail: str
+    steps: tuple[int, int] | None = None  # first and last step captured (inclusive)
 
 
 # ---- injection points -----------------------------------------------------------------
@@ -841,4 +842,8 @@ def profile_script(
             reason = f"script exited with code {proc.returncode} before step {stop_step}"
         else:
             reason = f"script ended before step {stop_step}"
-    return ProfileResult(logdir_abs, done, proc.returncode, reason, tail)
+    steps = None
+    for e in events:
+        if e.kind == "profile_done" and "first" in e.payload and "last" in e.payload:
+            steps = (int(e.payload["first"]), int(e.payload["last"]))
+    return ProfileResult(logdir_abs, done, proc.returncode, reason, tail, steps)
