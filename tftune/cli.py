@@ -116,7 +116,9 @@ def profile(
     )
     if not result.captured:
         raise ScriptError(f"{script}: no profile captured: {result.reason}")
-    click.echo(f"profile of steps {steps[0]}-{steps[1] - 1} written to {result.logdir}")
+    first, last = result.steps or (steps[0], steps[1] - 1)
+    ended = " (the script ended first)" if last < steps[1] - 1 else ""
+    click.echo(f"profile of steps {first}-{last}{ended} written to {result.logdir}")
     click.echo(f"next: tftune analyze {logdir}")
 
 

@@ -79,7 +79,8 @@ class _Profiler:
 
         try:
             tf.profiler.experimental.stop()
-            self.writer.event("profile_done", logdir=self.logdir)
+            last = min(self.step, self.stop) - 1  # the last step whose marker was closed
+            self.writer.event("profile_done", logdir=self.logdir, first=self.start, last=last)
         except Exception as exc:
             self.writer.event("profile_failed", error=f"{type(exc).__name__}: {exc}")
 
@@ -125,19 +126,14 @@ def main() -> None:
         hooks.on_iterate = discovery.iterate
         _PostImportHook.register("keras", lambda m: discovery.keras(m.__name__))
     elif mode == "measure" and writer is not None:
-        hooks.on_request = writer.request
-        hooks.on_deliver = writer.deliver
+        hooks.on_records = writer.records
         patcher.instrument_clock = True
     elif mode == "profile" and writer is not None:
         prof = spec["profile"]
         profiler = _Profiler(int(prof["start"]), int(prof["stop"]), prof["logdir"], writer)
 
-        def on_request(stream: int) -> None:
-            writer.request(stream)
-            profiler.on_request(stream)
-
-        hooks.on_request = on_request
-        hooks.on_deliver = writer.deliver
+        hooks.on_request = profiler.on_request
+        hooks.on_records = writer.records
         patcher.instrument_clock = True
     patcher.install()
 
@@ -161,6 +157,7 @@ def main() -> None:
             )
         raise
     finally:
+        patcher.flush()
         if profiler is not None and profiler.step > profiler.start and not profiler.stopping:
             profiler.stopping = True
             profiler._stop()  # the script ended early: keep the steps it ran

@@ -30,11 +30,13 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import Any
 
+from tftune.probes.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
 from tftune.tuner import bounds
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 
@@ -47,6 +49,7 @@ OP_KNOBS: dict[str, dict[str, str]] = {
     "prefetch": {"buffer_size": "buffer_size"},
 }
 _STREAM_LIMIT = 1 << 62
+RING_STEPS = 8192
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
 
 
@@ -80,6 +83,9 @@ class Hooks:
     # Called per step: (stream, examples) on delivery, stream on request.
     on_request: Callable[[int], object] | None = None
     on_deliver: Callable[[int, int], object] | None = None
+    # Batched step records (stream, rows of request_ns, deliver_ns, examples); when set,
+    # per-step Python callbacks are not used (the low-overhead measuring clock).
+    on_records: Callable[[int, list[tuple[int, int, int]]], object] | None = None
     on_nan: Callable[[str, float], None] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -135,6 +141,14 @@ class Patcher:
         self._tf_patched = False
         self._keras_patched: set[str] = set()
         self._warned = False
+        self.last_stream: int | None = None
+        self._batched: dict[int, bool] = {}
+        self._eager_rows: dict[int, list[tuple[int, int, int]]] = {}
+        self._eager_flushed: dict[int, int] = {}
+        self._rings: dict[int, _Ring] = {}
+        self._graph_streams: dict[tuple[str, int], int] = {}
+        self._poller: threading.Thread | None = None
+        self._flush_lock = threading.Lock()
 
     # ---- installation -------------------------------------------------------------
     def install(self) -> None:
@@ -165,7 +179,13 @@ class Patcher:
 
         @functools.wraps(original_iter)
         def __iter__(ds: Any) -> Any:
-            return original_iter(patcher.prepare(ds))
+            prepared = patcher.prepare(ds)
+            iterator = original_iter(prepared)
+            stream = getattr(prepared, "_tftune_stream", None)
+            if stream is not None:
+                with contextlib.suppress(AttributeError):
+                    iterator._tftune_stream = stream
+            return iterator
 
         __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
         cls.__iter__ = __iter__  # type: ignore[method-assign]
@@ -178,10 +198,11 @@ class Patcher:
 
         @functools.wraps(original_scan)
         def _general_purpose_scan(ds: Any, init_state: Any, body: Any) -> Any:
-            return original_scan(patcher.prepare(ds), init_state, body)
+            return original_scan(patcher.prepare(ds, dataset_clock=True), init_state, body)
 
         _general_purpose_scan.__tftune_original__ = original_scan  # type: ignore[attr-defined]
         dataset_autograph._general_purpose_scan = _general_purpose_scan
+        self._patch_iterator()
 
     # ---- call sites ---------------------------------------------------------------
     def site_of(self, frame: FrameType | None) -> str | None:
@@ -234,8 +255,14 @@ class Patcher:
         return wrapper
 
     # ---- the iterated dataset -----------------------------------------------------
-    def prepare(self, ds: Any) -> Any:
-        """The dataset to iterate instead of `ds`: options, final prefetch, step clock."""
+    def prepare(self, ds: Any, dataset_clock: bool = False) -> Any:
+        """The dataset to iterate instead of `ds`: options and a final prefetch.
+
+        When measuring, it gets a stream number; its iterators are timed where the
+        consumer calls them (`_timed_next`). A loop that iterates the dataset without an
+        iterator (autograph's ``for x in ds`` inside a ``tf.function``) needs the clock
+        inside the dataset instead (`dataset_clock`).
+        """
         cached = getattr(ds, "_tftune_prepared", None)
         if cached is not None:
             return cached
@@ -248,22 +275,209 @@ class Patcher:
         bound = bounds.bound_mode(self.config)
         if bound == bounds.MODEL_ONLY:
             out = bounds.cache_for_model_only(out, _original_iter())
+        stream: int | None = None
         if self.instrument_clock:
-            out = _emulate_injected_prefetch(out)
-            with self._lock:
-                self._streams += 1
-                stream = self._streams
-            out = self._with_clock(out, stream, info.batched)
-        if bound == bounds.PIPELINE_ONLY:
-            bounds.drain_pipeline_only(out, _original_iter())
-        if out is not ds:
-            _tag(out, info.site)
-            try:
+            stream = self._new_stream()
+            self.last_stream = stream
+            self._batched[stream] = info.batched
+            if dataset_clock:
+                out = _emulate_injected_prefetch(out)
+                if self.hooks.on_request is None:
+                    out = self._with_batched_clock(out, stream, info.batched)
+                else:
+                    out = self._with_clock(out, stream, info.batched)
+        if out is not ds or stream is not None:
+            with contextlib.suppress(AttributeError):
+                if out is ds:
+                    out = out.with_options(_no_options())
+                _tag(out, info.site)
+                out._tftune_stream = stream
                 ds._tftune_prepared = out
                 out._tftune_prepared = out
-            except AttributeError:
-                pass
+        if bound == bounds.PIPELINE_ONLY:
+            bounds.drain_pipeline_only(out, stream, _original_iter())
         return out
+
+    def _new_stream(self) -> int:
+        """A stream number for a dataset about to be iterated, with its ring made now.
+
+        Eagerly, every dataset is a stream. Inside a ``tf.function`` trace, the dataset is
+        rebuilt on each retrace; the caller's code location keeps it one stream, so the
+        retrace creates no new variables (tf.function forbids that)."""
+        import tensorflow as tf
+
+        key: tuple[str, int] | None = None
+        if not tf.executing_eagerly():
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
+                frame = frame.f_back  # type: ignore[assignment]
+            if frame is not None:
+                key = (frame.f_code.co_filename, frame.f_lineno)
+                if key in self._graph_streams:
+                    return self._graph_streams[key]
+        with self._lock:
+            self._streams += 1
+            stream = self._streams
+        if key is not None:
+            self._graph_streams[key] = stream
+        self._ring(stream)
+        return stream
+
+    # ---- the consumer's clock: around the iterator's get-next -----------------------
+    def _patch_iterator(self) -> None:
+        from tensorflow.python.data.ops import iterator_ops
+
+        cls = iterator_ops.OwnedIterator
+        original_next = getattr(cls._next_internal, "__tftune_original__", cls._next_internal)
+        original_optional = getattr(
+            cls.get_next_as_optional, "__tftune_original__", cls.get_next_as_optional
+        )
+        patcher = self
+
+        @functools.wraps(original_next)
+        def _next_internal(it: Any) -> Any:
+            stream = patcher._stream_of(it)
+            if stream is None:
+                return original_next(it)
+            return patcher._timed_next(stream, lambda: original_next(it), optional=False)
+
+        @functools.wraps(original_optional)
+        def get_next_as_optional(it: Any) -> Any:
+            stream = patcher._stream_of(it)
+            if stream is None:
+                return original_optional(it)
+            return patcher._timed_next(stream, lambda: original_optional(it), optional=True)
+
+        _next_internal.__tftune_original__ = original_next  # type: ignore[attr-defined]
+        get_next_as_optional.__tftune_original__ = original_optional  # type: ignore[attr-defined]
+        cls._next_internal = _next_internal  # type: ignore[method-assign]
+        cls.get_next_as_optional = get_next_as_optional  # type: ignore[method-assign]
+
+    def _stream_of(self, it: Any) -> int | None:
+        if not self.instrument_clock:
+            return None
+        stream = getattr(it, "_tftune_stream", None)
+        if stream is not None:
+            return int(stream)
+        import tensorflow as tf
+
+        # Inside a tf.function the iterator is rebuilt from its resource and loses our
+        # tag: it is the one most recently handed out (Keras: the training iterator).
+        return None if tf.executing_eagerly() else self.last_stream
+
+    def _timed_next(self, stream: int, get: Callable[[], Any], optional: bool) -> Any:
+        import tensorflow as tf
+
+        if tf.executing_eagerly():
+            requested = time.time_ns()
+            if self.hooks.on_request is not None:
+                self.hooks.on_request(stream)
+            element = get()
+            delivered = time.time_ns()
+            if optional:
+                if not bool(element.has_value()):
+                    return element
+                examples = self._examples_eager(stream, element.get_value())
+            else:
+                examples = self._examples_eager(stream, element)
+            self._eager_record(stream, requested, delivered, examples)
+            return element
+        return self._graph_timed_next(stream, get, optional)
+
+    def _examples_eager(self, stream: int, element: Any) -> int:
+        if not self._batched.get(stream, False):
+            return 1
+        for leaf in _flatten(element):
+            shape = getattr(leaf, "shape", None)
+            if shape is not None and len(shape) > 0 and shape[0] is not None:
+                return int(shape[0])
+            break
+        return 1
+
+    def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
+        rows = self._eager_rows.setdefault(stream, [])
+        rows.append((requested, delivered, examples))
+        last = self._eager_flushed.get(stream, rows[0][1])
+        if len(rows) >= CLOCK_BUFFER_STEPS or (delivered - last) >= CLOCK_FLUSH_S * 1e9:
+            self._eager_rows[stream] = []
+            self._eager_flushed[stream] = delivered
+            if self.hooks.on_records is not None:
+                self.hooks.on_records(stream, rows)
+
+    def flush(self) -> None:
+        """Hand over the steps buffered so far: eager lists and in-graph rings."""
+        for stream, rows in list(self._eager_rows.items()):
+            self._eager_rows[stream] = []
+            if rows and self.hooks.on_records is not None:
+                self.hooks.on_records(stream, rows)
+        with self._flush_lock:
+            for stream, ring in list(self._rings.items()):
+                fresh = ring.poll()
+                if fresh and self.hooks.on_records is not None:
+                    self.hooks.on_records(stream, fresh)
+
+    def _graph_timed_next(self, stream: int, get: Callable[[], Any], optional: bool) -> Any:
+        """The same clock as ops in the caller's graph: timestamps around IteratorGetNext,
+        appended to an in-graph ring that a thread polls (`_Ring`). No Python per step."""
+        import numpy as np
+        import tensorflow as tf
+
+        hooks = self.hooks
+        requested = tf.timestamp()
+        deps = [requested]
+        if hooks.on_request is not None:
+
+            def _request() -> Any:
+                assert hooks.on_request is not None
+                hooks.on_request(stream)
+                return np.int64(0)
+
+            deps.append(tf.numpy_function(_request, [], tf.int64, stateful=True))
+        with tf.control_dependencies(deps):
+            element = get()
+        if optional:
+
+            def record() -> Any:
+                value = element.get_value()
+                self._graph_record(stream, requested, value)
+                return tf.constant(True)
+
+            tf.cond(element.has_value(), record, lambda: tf.constant(False))
+        else:
+            self._graph_record(stream, requested, element)
+        return element
+
+    def _graph_record(self, stream: int, requested: Any, element: Any) -> None:
+        import tensorflow as tf
+
+        leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+        with tf.control_dependencies(leaves):
+            delivered = tf.timestamp()
+        self._ring(stream).record(requested, delivered, self._graph_examples(stream, leaves))
+
+    def _graph_examples(self, stream: int, leaves: list[Any]) -> Any:
+        import tensorflow as tf
+
+        if self._batched.get(stream, False) and leaves and (leaves[0].shape.rank or 0) > 0:
+            return tf.cast(tf.shape(leaves[0])[0], tf.float64)
+        return tf.constant(1.0, tf.float64)
+
+    def _ring(self, stream: int) -> _Ring:
+        with self._lock:
+            ring = self._rings.get(stream)
+            if ring is None:
+                ring = self._rings[stream] = _Ring(stream)
+            if self._poller is None:
+                self._poller = threading.Thread(
+                    target=self._poll_rings, name="tftune-clock", daemon=True
+                )
+                self._poller.start()
+        return ring
+
+    def _poll_rings(self) -> None:
+        while True:
+            time.sleep(CLOCK_FLUSH_S)
+            self.flush()
 
     def _warn_unknown_sites(self) -> None:
         """Once, when iteration starts: config sites the script never called (stale)."""
@@ -278,6 +492,34 @@ class Patcher:
             )
             self.hooks.notes.append(message)
             print(f"tftune: warning: {message}", file=sys.stderr, flush=True)
+
+    def _with_batched_clock(self, ds: Any, stream: int, batched: bool) -> Any:
+        """The measuring clock inside the dataset, for loops without an iterator: the
+        request is timed by a stage the consumer's get-next reaches first (a zip input),
+        the delivery by a last stage; both only write to the in-graph ring."""
+        import tensorflow as tf
+        from tensorflow.python.data.ops import dataset_ops
+
+        base_map = getattr(dataset_ops.DatasetV2.map, "__tftune_original__", None)
+        assert base_map is not None
+        ring = self._ring(stream)
+        self._batched[stream] = batched
+
+        def deliver(requested: Any, element: Any) -> Any:
+            leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+            with tf.control_dependencies(leaves):
+                delivered = tf.timestamp()
+            token = ring.record(requested, delivered, self._graph_examples(stream, leaves))
+            with tf.control_dependencies([token]):
+                return tf.nest.map_structure(
+                    lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
+                )
+
+        requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), lambda _: tf.timestamp())
+        zipped = tf.data.Dataset.zip((requests, ds))
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False  # see _with_clock
+        return base_map(zipped, deliver).with_options(options)
 
     def _with_clock(self, ds: Any, stream: int, batched: bool) -> Any:
         import tensorflow as tf
@@ -402,6 +644,18 @@ def _nan_callback(base: type, hooks: Hooks) -> Any:
                 hooks.on_nan("loss", loss)
 
     return _TftuneNanCheck()
+
+
+def _no_options() -> Any:
+    import tensorflow as tf
+
+    return tf.data.Options()
+
+
+def _flatten(element: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return list(tf.nest.flatten(element))
 
 
 def _original_iter() -> Callable[[Any], Any]:
@@ -566,3 +820,45 @@ class _CallbackLoader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class _Ring:
+    """An in-graph ring buffer of steps (request s, delivery s, examples) for one stream.
+
+    Graph code appends with a few plain ops (no Python, no ``tf.cond``); a Python thread
+    polls it every `CLOCK_FLUSH_S`. The ring holds `RING_STEPS` steps, far more than any
+    loop runs between two polls.
+    """
+
+    def __init__(self, stream: int) -> None:
+        import tensorflow as tf
+
+        self.stream = stream
+        with tf.init_scope():
+            self.buffer = tf.Variable(tf.zeros([RING_STEPS, 3], tf.float64), trainable=False)
+            self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False)
+        self.read = 0
+
+    def record(self, requested: Any, delivered: Any, examples: Any) -> Any:
+        import tensorflow as tf
+
+        index = tf.math.floormod(self.count.read_value(), RING_STEPS)
+        write = self.buffer.scatter_nd_update(
+            [[index]], [tf.stack([requested, delivered, examples])]
+        )
+        # The count moves only once the row is written: a poll never reads a torn row.
+        with tf.control_dependencies([write]):
+            return self.count.assign_add(1)
+
+    def poll(self) -> list[tuple[int, int, int]]:
+        written = int(self.count.numpy())
+        if written <= self.read:
+            return []
+        rows = self.buffer.numpy()
+        first = max(self.read, written - RING_STEPS)
+        out = []
+        for i in range(first, written):
+            requested, delivered, examples = rows[i % RING_STEPS]
+            out.append((int(requested * 1e9), int(delivered * 1e9), int(examples)))
+        self.read = written
+        return out

@@ -100,9 +100,10 @@ def cache_for_model_only(ds: Any, iterate: Callable[[Any], Any]) -> Any:
     return cached.repeat()
 
 
-def drain_pipeline_only(ds: Any, iterate: Callable[[Any], Any]) -> None:
-    """Iterate `ds` (already instrumented with the step clock) without training, until
-    the parent stops the process; then leave without running the script's training."""
+def drain_pipeline_only(ds: Any, stream: int | None, iterate: Callable[[Any], Any]) -> None:
+    """Iterate `ds` without training, its iterator timed by the step clock as the
+    consumer's would be (stream `stream`), until the parent stops the process; then
+    leave without running the script's training."""
     import tensorflow as tf
 
     if tf.inside_function():
@@ -111,6 +112,9 @@ def drain_pipeline_only(ds: Any, iterate: Callable[[Any], Any]) -> None:
         # leave with the reason as the last stderr line (the runner reports it).
         print(f"tftune: {NOT_IN_FUNCTION}", file=sys.stderr, flush=True)
         os._exit(EXIT_BOUND_UNAVAILABLE)
-    for _ in iterate(ds):
+    iterator = iterate(ds)
+    if stream is not None:
+        iterator._tftune_stream = stream  # the patched __next__ times this iterator
+    for _ in iterator:
         pass
     os._exit(0)  # the dataset ended: the parent measures what ran

@@ -101,6 +101,7 @@ class TrialMetrics:
     utilization_note: str | None  # "not measured (reason)" when utilization is None
     gpu_memory_used_mb: float | None
     truncated: bool  # the script ended before the full window; measured over what ran
+    gpu_note: str | None = None  # "not measured (reason)" when NVML gave no figures
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +120,7 @@ class TrialMetrics:
             "utilization_note": self.utilization_note,
             "gpu_memory_used_mb": self.gpu_memory_used_mb,
             "truncated": self.truncated,
+            "gpu_note": self.gpu_note,
         }
 
 
@@ -215,6 +217,7 @@ class ProfileResult:
     returncode: int | None
     reason: str | None
     stderr_tail: str
+    steps: tuple[int, int] | None = None  # first and last step captured (inclusive)
 
 
 # ---- injection points -----------------------------------------------------------------
@@ -690,11 +693,14 @@ class _Trial:
         rates = [s.examples_per_s for s in stats]
         total_s = sum(s.duration_s for s in stats)
         wait_share = min(1.0, sum(s.input_wait_s for s in stats) / total_s) if total_s > 0 else 0.0
+        gpu_note = None if isinstance(gpu, GpuFigures) else str(gpu)
         if isinstance(gpu, GpuFigures):
             util: float | None = gpu.utilization
             kind, note, mem = "nvml", None, gpu.memory_used_mb
-        elif self._gpu_expected(gpu):
-            util, kind, note, mem = None, "nvml", str(gpu), None
+        elif isinstance(self.sampler, NvmlSampler):
+            # NVML found a GPU but could not sample it: say so, never fall back to a CPU
+            # figure that would pass for GPU utilization.
+            util, kind, note, mem = None, "nvml", gpu_note, None
         else:
             util, kind, note, mem = 1.0 - wait_share, "duty_cycle", None, None
         return TrialMetrics(
@@ -713,15 +719,7 @@ class _Trial:
             utilization_note=note,
             gpu_memory_used_mb=mem,
             truncated=truncated,
-        )
-
-    def _gpu_expected(self, gpu: NotMeasured) -> bool:
-        # A CPU-only machine reports the duty cycle; a machine where NVML found a GPU but
-        # could not sample it reports "not measured" rather than a CPU figure.
-        return (
-            "NVML unavailable" not in gpu.reason
-            and "no NVIDIA GPU" not in gpu.reason
-            and ("not installed" not in gpu.reason and "disabled" not in gpu.reason)
+            gpu_note=gpu_note,
         )
 
     def _windows_from_what_ran(self) -> list[tuple[int, list[StepRecord]]]:
@@ -841,4 +839,8 @@ def profile_script(
             reason = f"script exited with code {proc.returncode} before step {stop_step}"
         else:
             reason = f"script ended before step {stop_step}"
-    return ProfileResult(logdir_abs, done, proc.returncode, reason, tail)
+    steps = None
+    for e in events:
+        if e.kind == "profile_done" and "first" in e.payload and "last" in e.payload:
+            steps = (int(e.payload["first"]), int(e.payload["last"]))
+    return ProfileResult(logdir_abs, done, proc.returncode, reason, tail, steps)
