@@ -194,7 +194,15 @@ def main() -> int:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; known: {', '.join(CASES)}")
-    results = [run_case(n, CASES[n], args) for n in names]
+    from tftune.probes.errors import UserError
+
+    results = []
+    for n in names:
+        try:
+            results.append(run_case(n, CASES[n], args))
+        except UserError as exc:  # a broken case must not lose the others' figures
+            print(f"   {n}: {exc}", flush=True)
+            results.append({"case": n, "skipped": str(exc)})
     print("\ncase                      vs grid  vs AUTOTUNE  vs as-written  tuning s")
     for r in results:
         if "skipped" in r:
