@@ -14,7 +14,7 @@ from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extr
 from tftune.probes.findings import Findings, Recommendation, dedupe, find
 from tftune.probes.locate import locate
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
-from tftune.probes.steps import Steps, detect_steps
+from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
 
 SCHEMA = 1
@@ -39,6 +39,7 @@ class Analysis:
     findings: Findings
     timeline: Timeline | None
     tool_version: str
+    notes: tuple[str, ...] = ()
 
     @property
     def input_share(self) -> float | None:
@@ -63,7 +64,7 @@ class Analysis:
             lo, hi = self.host.span_ps
             duration_ms = _ms(hi - lo)
         cores = self.stages.root_knobs.get("cpu_budget")
-        notes = [*self.steps.notes, *f.notes]
+        notes = [*self.steps.notes, *self.notes, *f.notes]
         notes += [f"host {s.host} skipped: {s.reason}" for s in self.run.skipped]
         if len(self.run.hosts) > 1:
             notes.append(
@@ -163,6 +164,7 @@ def _stage_json(s: Stage) -> dict[str, Any]:
         "total_ms": _ms(s.total_ps),
         "self_ms": _ms(s.self_ps),
         "self_per_call_ms": round(s.self_ps / s.calls / PS_PER_MS, 4) if s.calls else None,
+        "work_ms": _ms(s.work_ps),
         "active_ms": _ms(s.active_ps),
         "wait_ms": _ms(s.wait_ps),
         "function_ms": _ms(s.function_ps) if s.function_calls else None,
@@ -183,6 +185,21 @@ def _stage_json(s: Stage) -> dict[str, Any]:
     }
 
 
+def _busiest_functions(host: HostTrace, limit: int = 2) -> tuple[str, ...]:
+    """The tf.functions the consumer spent most time in (`__inference_<name>_<n>` calls)."""
+    plane = host.host_plane
+    if plane is None:
+        return ()
+    totals: dict[str, int] = {}
+    for line, idx in plane.find(lambda n: FUNCTION_CALL_RE.match(n) is not None):
+        for mid in set(line.metadata_id[idx].tolist()):
+            m = FUNCTION_CALL_RE.match(plane.event_names[mid])
+            if m:
+                sel = idx[line.metadata_id[idx] == mid]
+                totals[m.group(1)] = totals.get(m.group(1), 0) + int(line.duration_ps[sel].sum())
+    return tuple(sorted(totals, key=lambda k: -totals[k])[:limit])
+
+
 def _pick_host(run: RunTrace) -> HostTrace:
     """The host with the most tf.data activity (the input pipeline lives there)."""
 
@@ -201,16 +218,30 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
     window = (int(steps.start_ps.min()), int(steps.end_ps.max())) if len(steps) else None
     tree = build_stage_tree(host, window)
     fractions = bd.fractions()
+    wait_share = fractions.get("input_wait")
+    notes: list[str] = []
+    root = tree.root
+    if not len(steps) and root is not None and tree.window_ps > 0:
+        # Without steps there is no step time; the consumer's time inside the root
+        # iterator over the profile window still says what the pipeline made it wait for.
+        wait_share = min(1.0, root.total_ps / tree.window_ps)
+        notes.append(
+            "no steps: bottleneck shares are fractions of the profile window "
+            f"(consumers spent {100 * wait_share:.0f}% of it inside the tf.data iterator)"
+        )
     findings = find(
         tree,
-        input_wait_share=fractions.get("input_wait"),
+        input_wait_share=wait_share,
         input_share=bd.input_share,
         fractions=fractions,
         device="GPU" if device == "GPU" else "CPU",
         detection=steps.detection,
+        compute_functions=_busiest_functions(host),
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
-    return Analysis(logdir, run, host, device, steps, bd, tree, findings, timeline, tool_version)
+    return Analysis(
+        logdir, run, host, device, steps, bd, tree, findings, timeline, tool_version, tuple(notes)
+    )
 
 
 def analyze(

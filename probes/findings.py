@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tftune.probes.stages import PY_UDF_OPS, ROOT_NAME, Stage, StageTree
+from tftune.probes.stages import PY_UDF_OPS, Stage, StageTree
 
 # XProf's input-bound bands (input share of step time).
 HIGHLY_INPUT_BOUND = 0.20
@@ -227,7 +227,7 @@ def stage_work(stage: Stage, cores: int | None, inputs: Sequence[Stage] = ()) ->
     if tokenizer:
         ev["text_to_ids"] = True
     if is_io_source(stage):
-        cats["io"] += stage.self_ps
+        cats["io"] += stage.work_ps
         return StageWork(stage, dict(cats), None, {"source": stage.kind})
     op_total = sum(ps for _, ps in stage.ops_ps)
     specific: dict[str, int] = defaultdict(int)
@@ -258,7 +258,7 @@ def stage_work(stage: Stage, cores: int | None, inputs: Sequence[Stage] = ()) ->
             specific["preprocessing"] += untraced
     for c, ps in specific.items():
         cats[c] += ps
-    overhead = max(0, stage.self_ps - stage.function_ps)
+    overhead = max(0, stage.work_ps - stage.function_ps)
     if overhead:
         cats["other"] += overhead
     ev = dict(ev)
@@ -272,7 +272,7 @@ def input_split(tree: StageTree) -> list[StageWork]:
     cores = tree.root_knobs.get("cpu_budget")
     out = []
     for st in tree.stages:
-        if not st.blocking or st.name == ROOT_NAME:
+        if not st.blocking or st.parent is None:
             continue
         w = stage_work(st, cores if isinstance(cores, int) else None, tree.children(st.name))
         if sum(w.by_category.values()) > 0:
@@ -534,7 +534,8 @@ def _io_rec(w: StageWork, share: float, tree: StageTree) -> Recommendation | Non
 
 
 def _prefetch_rec(tree: StageTree, input_share: float, host_share: float) -> Recommendation | None:
-    top = tree.children(ROOT_NAME)
+    root = tree.root
+    top = tree.children(root.name) if root is not None else ()
     if not top or top[0].kind == "Prefetch":
         return None
     return Recommendation(
@@ -632,6 +633,7 @@ def find(
     fractions: Mapping[str, float | None],
     device: str,
     detection: str,
+    compute_functions: Sequence[str] = (),
 ) -> Findings:
     """All findings for one host: verdict, ranked bottlenecks, ranked recommendations."""
     v = verdict(input_share, fractions, device)
@@ -710,7 +712,17 @@ def find(
     if compute >= COMPUTE_BOUND_SHARE:
         r = compute_rec(device, compute)
         recs.append(r)
-        bottlenecks.append(Bottleneck(compute_cat, round(compute, 4), None, None, (), {}, r))
+        bottlenecks.append(
+            Bottleneck(
+                compute_cat,
+                round(compute, 4),
+                None,
+                None,
+                tuple(compute_functions),
+                {"functions": list(compute_functions)},
+                r,
+            )
+        )
     bottlenecks.sort(key=lambda b: -b.share)
     recs.sort(key=lambda r: -r.gain)
     mr = marker_rec(detection)

@@ -41,7 +41,7 @@ from tftune.probes.trace import HostTrace, Line, Plane
 I64 = npt.NDArray[np.int64]
 
 ITERATOR_PREFIX = "Iterator::"
-ROOT_NAME = "Iterator::Root"
+ROOT_NAME = "Iterator::Root"  # TF 2.7+; older versions name the root `Iterator::Model`
 FUNCTION_RUN = "FunctionRun"
 # Dispatch of a tf.data function (map fn, filter predicate, generator, ...): these carry the
 # `id` stat that the function's `ExecutorState::Process` events repeat.
@@ -113,7 +113,8 @@ class Stage:
     types: str | None  # element dtypes the stage produces (the `types` stat)
     calls: int
     total_ps: int
-    self_ps: int
+    self_ps: int  # wall-clock time the stage itself was busy (async: union over threads)
+    work_ps: int  # the same work summed over threads (CPU-like; > self_ps when parallel)
     active_ps: int
     wait_ps: int | None
     function_ps: int
@@ -156,8 +157,14 @@ class StageTree:
 
     @property
     def root_knobs(self) -> Mapping[str, Any]:
-        root = self.by_name(ROOT_NAME)
+        root = self.root
         return root.knobs if root is not None else {}
+
+    @property
+    def root(self) -> Stage | None:
+        """The root iterator (the busiest one when several pipelines were iterated)."""
+        roots = [s for s in self.stages if s.parent is None]
+        return max(roots, key=lambda s: s.total_ps, default=None)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -618,8 +625,10 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
             return a.runner + union_of(a.work_intervals)
         return a.self_ps
 
-    root_knobs = acc[ROOT_NAME].knobs if ROOT_NAME in acc else {}
-    candidates = [n for n in ordered if blocking.get(n) and n != ROOT_NAME]
+    roots = [n for n in ordered if _parent_name(n) is None]
+    main_root = max(roots, key=lambda n: acc[n].total, default=None)
+    root_knobs = acc[main_root].knobs if main_root is not None else {}
+    candidates = [n for n in ordered if blocking.get(n) and _parent_name(n) is not None]
     bottleneck = max(candidates, key=active, default=None)
     if bottleneck is not None and active(bottleneck) <= 0:
         bottleneck = None
@@ -647,7 +656,8 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
                 types=a.types,
                 calls=a.calls,
                 total_ps=a.total,
-                self_ps=work_ps(name),
+                self_ps=active(name),
+                work_ps=work_ps(name),
                 active_ps=active(name),
                 wait_ps=wait_ps(name),
                 function_ps=(

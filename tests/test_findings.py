@@ -86,6 +86,7 @@ def test_compute_bound_model(trace_case) -> None:  # type: ignore[no-untyped-def
     assert a.input_share < MODERATELY_INPUT_BOUND
     top = _top(a)
     assert top.category == "host_compute" and top.stage is None
+    assert top.functions[:1] == ("train_step",)  # the tf.function the step spends its time in
     assert top.recommendation is not None and "mixed_bfloat16" in top.recommendation.code
 
 

@@ -90,7 +90,9 @@ def test_prefetch_hides_nothing_when_the_map_starves_it(trace_case) -> None:  # 
     assert prefetch is not None and prefetch.is_async and prefetch.blocking
     assert prefetch.knob("buffer_limit") is not None and prefetch.knob("autotune") is True
     bn = tree.bottleneck
-    assert bn is not None and bn.kind == "ParallelMapV2" and bn.capped_by is not None
+    table = [(s.name, s.self_ps, s.wait_ps, s.blocking, dict(s.knobs)) for s in tree.stages]
+    assert bn is not None and bn.kind == "ParallelMapV2", table
+    assert bn.knob("parallelism") is not None and bn.knob("autotune") is True, table
 
 
 def test_compute_bound_pipeline_has_no_blocking_work(trace_case) -> None:  # type: ignore[no-untyped-def]
