@@ -137,19 +137,23 @@ class Breakdown:
 
     def per_step(self) -> list[dict[str, Any]]:
         """The analysis JSON's `per_step` rows (milliseconds, trace time base)."""
-        rows = []
         st = self.steps
-        for i in range(len(st)):
-            row: dict[str, Any] = {
-                "step": int(st.numbers[i]),
-                "start_ms": round(int(st.start_ps[i]) / PS_PER_MS, 3),
-                "duration_ms": round(int(st.duration_ps[i]) / PS_PER_MS, 3),
-            }
-            for c in CATEGORIES:
-                row[f"{c}_ms"] = round(int(self.ps[c][i]) / PS_PER_MS, 3)
-            row["host_to_device_bytes"] = int(self.h2d_bytes[i]) if self.has_device else None
-            rows.append(row)
-        return rows
+
+        def ms(values: I64) -> list[float]:
+            return np.round(values.astype(np.float64) / PS_PER_MS, 3).tolist()  # type: ignore[no-any-return]
+
+        columns: dict[str, list[Any]] = {
+            "step": st.numbers.tolist(),
+            "start_ms": ms(st.start_ps),
+            "duration_ms": ms(st.duration_ps),
+        }
+        for c in CATEGORIES:
+            columns[f"{c}_ms"] = ms(self.ps[c])
+        columns["host_to_device_bytes"] = (
+            self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
+        )
+        keys = list(columns)
+        return [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
 
 
 def _host_kind(name: str, has_device: bool, marker: str | None) -> str:

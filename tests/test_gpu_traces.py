@@ -109,3 +109,36 @@ def test_xprof_with_its_own_copy_names_agrees_on_host_to_device(tmp_path: Path) 
             int(bd.ps["device_compute"][i]) / PS_PER_MS, abs=0.01
         )
         assert s.output_ms == pytest.approx(int(bd.ps["output"][i]) / PS_PER_MS, abs=0.01)
+
+
+def test_gpu_check_script_dry_runs_without_a_gpu(tmp_path: Path) -> None:
+    """scripts/gpu_check.sh on a machine without a GPU: says so, still runs every step."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT, has_tensorflow
+
+    if not has_tensorflow():
+        pytest.skip("tensorflow is not installed: the script records a trace")
+    if shutil.which("nvidia-smi") is not None:
+        pytest.skip("a GPU machine runs the script for real, not as a dry run")
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no NVIDIA GPU visible" in proc.stdout
+    assert (out / "NO_GPU").exists()
+    assert list(out.glob("trace/plugins/profile/*/*.xplane.pb"))
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["step_detection"] == "markers"
+    assert analysis["steps"]["count"] == 20
+    assert analysis["device"] == "CPU_ONLY"

@@ -1,27 +1,33 @@
 """tftune: find and fix tf.data input-pipeline bottlenecks.
 
 The public API lives here; the command line is `tftune.cli` (which nothing imports).
+Nothing heavy is imported at package import: each function imports what it needs.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
 from importlib import metadata as _metadata
-from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tftune.probes.analysis import Analysis
+    from tftune.tuner.config import Config
 
 try:
     __version__ = _metadata.version("tftune")
 except _metadata.PackageNotFoundError:  # running from a source tree without install
     __version__ = "0+unknown"
 
-__all__ = ["Analysis", "__version__", "analyze"]
-
-if TYPE_CHECKING:
-    from tftune.probes.analysis import Analysis
+__all__ = ["Analysis", "__version__", "analyze", "apply", "optimize"]
 
 
-def analyze(path: str | PathLike[str], run: str | None = None, host: str | None = None) -> Analysis:
+def analyze(
+    path: str | os.PathLike[str], run: str | None = None, host: str | None = None
+) -> Analysis:
     """Analyze a profiler logdir (or run folder, or `.xplane.pb`): the newest run by default.
 
     Returns a frozen `Analysis`; `analysis.to_json()` is the documented JSON contract.
@@ -31,6 +37,31 @@ def analyze(path: str | PathLike[str], run: str | None = None, host: str | None 
     from tftune.probes.analysis import analyze as _analyze
 
     return _analyze(Path(path), run=run, host=host, tool_version=__version__)
+
+
+def apply(config: str | os.PathLike[str] | Config) -> None:
+    """Apply a tuned config to this process: ``import tftune; tftune.apply("best.json")``.
+
+    Call it at the top of the training script, before the pipeline and the model are
+    built. Call sites in the config are relative to the folder of the script being run
+    (``sys.argv[0]``). It does what ``tftune run --config`` does, in-process.
+    """
+    from tftune.tuner._patch import activate
+    from tftune.tuner.config import Config, load_config
+
+    loaded = config if isinstance(config, Config) else load_config(config)
+    main = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else ""
+    script_dir = os.path.dirname(os.path.abspath(main)) if main else os.getcwd()
+    activate(loaded, script_dir)
+
+
+def optimize(script: str | os.PathLike[str], args: Sequence[str] = (), **options: Any) -> Any:
+    """Tune an unmodified training script's tf.data pipeline; returns an
+    `OptimizeResult` (winner config, measured baselines, diff, command). Options are
+    those of ``tftune optimize`` (see `tftune._optimize.optimize`)."""
+    from tftune._optimize import optimize as _optimize
+
+    return _optimize(script, args, **options)
 
 
 def __getattr__(name: str) -> object:

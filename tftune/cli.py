@@ -37,6 +37,153 @@ def main() -> None:
     """Find and fix what slows your tf.data input pipeline down."""
 
 
+_SCRIPT_CONTEXT = {"ignore_unknown_options": True}
+
+
+@main.command(context_settings=_SCRIPT_CONTEXT)
+@click.option("--config", "config_path", required=True, metavar="FILE", help="Config JSON.")
+@click.argument("script")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def run(config_path: str, script: str, script_args: tuple[str, ...]) -> None:
+    """Run SCRIPT with a tuned config applied: it just trains, faster.
+
+    \b
+    tftune run --config tftune-best.json train.py -- --epochs 3
+    Arguments after `--` go to the script. Same as `tftune.apply(FILE)` in the script.
+    """
+    from tftune.tuner.config import load_config
+    from tftune.tuner.runner import check_script, run_script
+
+    config = load_config(config_path)
+    check_script(script)
+    sys.exit(run_script(script, script_args, config))
+
+
+def _step_range(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, int]:
+    start, sep, stop = value.partition(":")
+    if not (sep and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
+        raise click.BadParameter(f"{value!r} is not START:STOP with START < STOP, e.g. 20:40")
+    return int(start), int(stop)
+
+
+@main.command(context_settings=_SCRIPT_CONTEXT)
+@click.argument("script")
+@click.option(
+    "--steps",
+    default="20:40",
+    show_default=True,
+    callback=_step_range,
+    help="Profile steps START (inclusive) to STOP (exclusive).",
+)
+@click.option(
+    "-o",
+    "--logdir",
+    default="tftune-profile",
+    show_default=True,
+    metavar="DIR",
+    help="TensorBoard log directory to write the trace to.",
+)
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="FILE",
+    help="Apply this config while profiling.",
+)
+@click.option("--timeout", type=float, default=None, metavar="S", help="Give up after S seconds.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+def profile(
+    script: str,
+    steps: tuple[int, int],
+    logdir: str,
+    config_path: str | None,
+    timeout: float | None,
+    script_args: tuple[str, ...],
+) -> None:
+    """Capture a TensorBoard profile of SCRIPT, unmodified, with step markers.
+
+    \b
+    tftune profile train.py --steps 20:40 -o logdir/ -- --epochs 1
+    then: tftune analyze logdir/
+    """
+    from tftune.probes.errors import ScriptError
+    from tftune.tuner.config import load_config
+    from tftune.tuner.runner import profile_script
+
+    config = load_config(config_path) if config_path else None
+    result = profile_script(
+        script, script_args, steps[0], steps[1], logdir, config=config, timeout_s=timeout
+    )
+    if not result.captured:
+        raise ScriptError(f"{script}: no profile captured: {result.reason}")
+    first, last = result.steps or (steps[0], steps[1] - 1)
+    ended = " (the script ended first)" if last < steps[1] - 1 else ""
+    click.echo(f"profile of steps {first}-{last}{ended} written to {result.logdir}")
+    click.echo(f"next: tftune analyze {logdir}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--trials", default=20, show_default=True, help="Finished trials the study holds.")
+@click.option("--timeout", type=float, help="Stop searching after this many seconds.")
+@click.option(
+    "--objective",
+    type=click.Choice(["gpu-util", "throughput", "both"]),
+    help="Default: gpu-util when a GPU is visible, else throughput.",
+)
+@click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal].")
+@click.option("--study-name", help="Resume this study [tftune-<script>].")
+@click.option("--seed", default=0, show_default=True, help="TPE sampler seed.")
+@click.option(
+    "--guided/--no-guided",
+    default=True,
+    show_default=True,
+    help="Enqueue a guess derived from the as-written trial.",
+)
+@click.option(
+    "--space",
+    "space_file",
+    type=click.Path(dir_okay=False),
+    help="JSON file that narrows or extends the search space.",
+)
+@click.option("--batch-size", help="N fixes the batch size; MIN:MAX bounds it.")
+@click.option(
+    "--best",
+    "best_file",
+    default="tftune-best.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the winning config.",
+)
+@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Tuning JSON.")
+@click.option(
+    "-o",
+    "--output",
+    "html_file",
+    default="tftune-tuning.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="HTML tuning report.",
+)
+@click.option("--window", type=float, help="Seconds per measured window [3].")
+@click.option("--repeats", type=int, help="Measured windows per trial [3].")
+@click.option(
+    "--bounds/--no-bounds",
+    default=True,
+    show_default=True,
+    help="Measure the pipeline alone and the model alone first.",
+)
+def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
+    """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
+
+    Arguments after `--` go to the script: tftune optimize train.py -- --epochs 1
+    """
+    from tftune._optimize_cli import run_optimize_command
+
+    run_optimize_command(script, list(script_args), opts)
+
+
 # ----------------------------------------------------------------------------- files
 
 

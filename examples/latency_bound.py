@@ -1,0 +1,43 @@
+"""A latency-bound input pipeline: each element waits ~4 ms (like a remote read).
+
+The map is sequential and there is no prefetch, so the consumer waits for every element.
+AUTOTUNE caps parallelism at the core count; many threads with a large private threadpool
+hide the latency. Try: tftune optimize examples/latency_bound.py -- --steps 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--batch-size", type=int, default=8)
+parser.add_argument("--latency-ms", type=float, default=4.0)
+args = parser.parse_args()
+
+
+def slow_read(index: tf.Tensor) -> tf.Tensor:
+    def _read(i: tf.Tensor) -> tf.Tensor:
+        time.sleep(args.latency_ms / 1000.0)
+        return tf.cast(i, tf.float32)
+
+    value = tf.py_function(_read, [index], tf.float32)
+    value.set_shape([])
+    return value
+
+
+ds = tf.data.Dataset.range(1_000_000_000)
+ds = ds.map(slow_read)
+ds = ds.batch(args.batch_size)
+
+total = 0.0
+start = time.perf_counter()
+for step, batch in enumerate(ds):
+    total += float(tf.reduce_sum(batch))
+    if step + 1 >= args.steps:
+        break
+elapsed = time.perf_counter() - start
+print(f"{args.steps * args.batch_size / elapsed:.0f} examples/s")

@@ -1,0 +1,204 @@
+"""The live step clock of a trial, both sides of it.
+
+Child side (`ClockWriter`): the tftune bootstrap appends two tiny stages to the dataset that
+training iterates. The first runs when the consumer *requests* the next element, the last
+when the element is *delivered*. Each delivery becomes one line in a file, so the clock
+works for every loop style (Keras ``fit``, eager ``for``, ``iter``/``next``, loops inside a
+``tf.function``): it lives in the pipeline, not in Python's ``next``. To stay under 2% of
+throughput the stages take timestamps in-graph and hand them to Python in batches
+(`ClockWriter.records`), at most every ``CLOCK_FLUSH_S`` or every ``CLOCK_BUFFER_STEPS``.
+
+Line format (text, one record per line)::
+
+    S <stream> <request_ns> <deliver_ns> <examples>
+    E <kind> <json payload>
+
+Timestamps are ``time.monotonic_ns()``, a system-wide clock on Linux, so the parent can
+compare them with its own. Parent side (`ClockReader`, `window_stats`): incremental
+parsing and the statistics of a measured window. Pure Python: no TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NS = 1_000_000_000
+CLOCK_BUFFER_STEPS = 64  # steps buffered in-graph before Python is called ...
+CLOCK_FLUSH_S = 0.1  # ... or this long after the last hand-over, whichever comes first
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One element delivered to the consumer: a training step."""
+
+    stream: int
+    request_ns: int
+    deliver_ns: int
+    examples: int
+
+    @property
+    def wait_ns(self) -> int:
+        return max(0, self.deliver_ns - self.request_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class ClockEvent:
+    """A non-step event from the child (nan loss, exception, profile done, ...)."""
+
+    kind: str
+    payload: dict[str, Any]
+
+
+class ClockWriter:
+    """Child side: appends one line per delivered element. Thread-safe."""
+
+    def __init__(self, path: str, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._requested: dict[int, int] = {}
+
+    def request(self, stream: int) -> int:
+        now = self._clock()
+        self._requested[stream] = now
+        return now
+
+    def deliver(self, stream: int, examples: int) -> int:
+        now = self._clock()
+        req = self._requested.pop(stream, now)
+        with self._lock:
+            self._fh.write(f"S {stream} {req} {now} {examples}\n")
+        return now
+
+    def records(self, stream: int, rows: Sequence[tuple[int, int, int]]) -> None:
+        """Write many steps at once: (request_ns, deliver_ns, examples) per step."""
+        text = "".join(f"S {stream} {req} {dl} {n}\n" for req, dl, n in rows)
+        with self._lock:
+            self._fh.write(text)
+
+    def event(self, kind: str, **payload: Any) -> None:
+        line = f"E {kind} {json.dumps(payload, default=str)}\n"
+        with self._lock:
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            self._fh.close()
+
+
+def parse_line(line: str) -> StepRecord | ClockEvent | None:
+    """Parse one complete line; None for anything malformed (never raises)."""
+    parts = line.rstrip("\n").split(" ", 2)
+    try:
+        if parts[0] == "S":
+            stream, req, rest = parts[1], parts[2].split(" ")[0], parts[2].split(" ")[1:]
+            deliver, examples = int(rest[0]), int(rest[1])
+            return StepRecord(int(stream), int(req), deliver, examples)
+        if parts[0] == "E":
+            payload = json.loads(parts[2]) if len(parts) > 2 else {}
+            return ClockEvent(parts[1], payload if isinstance(payload, dict) else {})
+    except (IndexError, ValueError):
+        return None
+    return None
+
+
+class ClockReader:
+    """Parent side: reads what the child appended since the last call."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._offset = 0
+        self._partial = ""
+
+    def poll(self) -> list[StepRecord | ClockEvent]:
+        try:
+            with open(self._path, encoding="utf-8", errors="replace") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+                self._offset = fh.tell()
+        except FileNotFoundError:
+            return []
+        text = self._partial + chunk
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        out: list[StepRecord | ClockEvent] = []
+        for line in lines:
+            item = parse_line(line)
+            if item is not None:
+                out.append(item)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """Throughput and step timing over one window of consecutive steps."""
+
+    steps: int
+    examples: int
+    duration_s: float
+    examples_per_s: float
+    steps_per_s: float
+    input_wait_s: float
+
+    @property
+    def input_wait_share(self) -> float:
+        return min(1.0, self.input_wait_s / self.duration_s) if self.duration_s > 0 else 0.0
+
+
+def window_stats(start_ns: int, records: Sequence[StepRecord]) -> WindowStats | None:
+    """Stats of the steps delivered after `start_ns`, up to the last record's delivery.
+
+    The window is step-aligned: it runs from the delivery that precedes it (`start_ns`) to
+    its own last delivery, so a slow step is never cut in half.
+    """
+    if not records:
+        return None
+    end_ns = records[-1].deliver_ns
+    duration = (end_ns - start_ns) / NS
+    if duration <= 0:
+        return None
+    examples = sum(r.examples for r in records)
+    wait = sum(min(r.wait_ns, r.deliver_ns - start_ns) for r in records) / NS
+    return WindowStats(
+        steps=len(records),
+        examples=examples,
+        duration_s=duration,
+        examples_per_s=examples / duration,
+        steps_per_s=len(records) / duration,
+        input_wait_s=wait,
+    )
+
+
+def step_durations_ms(start_ns: int, records: Sequence[StepRecord]) -> list[float]:
+    """Time between consecutive deliveries: what one training step took, wait included."""
+    out: list[float] = []
+    prev = start_ns
+    for r in records:
+        out.append((r.deliver_ns - prev) / 1e6)
+        prev = r.deliver_ns
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, q in [0, 100]; values must be non-empty."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def spread(values: Sequence[float]) -> float:
+    """(max − min) / median: the noise between repeats of one measurement."""
+    med = percentile(values, 50)
+    return (max(values) - min(values)) / med if med > 0 else 0.0

@@ -1,0 +1,140 @@
+"""The step clock and the NVML sampler, with handwritten inputs and a fake reader."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tftune.probes.clock import (
+    ClockEvent,
+    ClockReader,
+    ClockWriter,
+    StepRecord,
+    parse_line,
+    percentile,
+    spread,
+    step_durations_ms,
+    window_stats,
+)
+from tftune.probes.nvml import GpuFigures, GpuSample, NotMeasured, NvmlSampler, NvmlUnavailable
+
+MS = 1_000_000
+
+
+def test_writer_and_reader_round_trip_with_partial_lines(tmp_path: Path) -> None:
+    path = tmp_path / "clock.txt"
+    ticks = iter([10 * MS, 12 * MS, 20 * MS, 21 * MS])
+    writer = ClockWriter(str(path), clock=lambda: next(ticks))
+    reader = ClockReader(str(path))
+    writer.request(1)
+    writer.deliver(1, 32)
+    with open(path, "a") as fh:
+        fh.write("S 1 20")  # a line the child has not finished writing
+    first = reader.poll()
+    assert first == [StepRecord(1, 10 * MS, 12 * MS, 32)]
+    with open(path, "a") as fh:
+        fh.write("000000 21000000 8\n")
+    writer.event("nan", value=float("nan"))
+    rest = reader.poll()
+    assert rest[0] == StepRecord(1, 20 * MS, 21 * MS, 8)
+    assert isinstance(rest[1], ClockEvent) and rest[1].kind == "nan"
+    writer.close()
+
+
+@pytest.mark.parametrize("line", ["", "S", "S 1 2", "S a b c d", "X 1 2 3 4", "E"])
+def test_malformed_lines_are_skipped(line: str) -> None:
+    assert parse_line(line) is None or isinstance(parse_line(line), ClockEvent)
+
+
+def test_window_stats_step_aligned() -> None:
+    # Four steps of 10 ms each, 4 ms of which the consumer waited, 8 examples per step.
+    start = 100 * MS
+    recs = [
+        StepRecord(1, start + i * 10 * MS + 6 * MS, start + (i + 1) * 10 * MS, 8) for i in range(4)
+    ]
+    stats = window_stats(start, recs)
+    assert stats is not None
+    assert stats.duration_s == pytest.approx(0.040)
+    assert stats.examples_per_s == pytest.approx(800.0)
+    assert stats.steps_per_s == pytest.approx(100.0)
+    assert stats.input_wait_share == pytest.approx(0.4)
+    assert step_durations_ms(start, recs) == pytest.approx([10.0] * 4)
+    assert window_stats(start, []) is None
+
+
+def test_percentile_and_spread() -> None:
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)
+    assert spread([90.0, 100.0, 110.0]) == pytest.approx(0.2)
+    assert spread([5.0]) == 0.0
+
+
+class _FakeReader:
+    def __init__(self, readings: list[Sequence[GpuSample]], fail_after: int | None = None) -> None:
+        self.readings = readings
+        self.calls = 0
+        self.fail_after = fail_after
+        self.closed = False
+
+    def read(self) -> Sequence[GpuSample]:
+        self.calls += 1
+        if self.fail_after is not None and self.calls > self.fail_after:
+            raise RuntimeError("GPU is lost")
+        return self.readings[(self.calls - 1) % len(self.readings)]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_sampler_mean_utilization_and_peak_memory() -> None:
+    fake = _FakeReader(
+        [
+            [GpuSample(0, 0.5, 1000.0, 16000.0), GpuSample(1, 0.7, 2000.0, 16000.0)],
+            [GpuSample(0, 0.9, 3000.0, 16000.0), GpuSample(1, 0.1, 500.0, 16000.0)],
+        ]
+    )
+    sampler = NvmlSampler(fake)
+    sampler.sample_once()
+    sampler.sample_once()
+    figures = sampler.stop()
+    assert isinstance(figures, GpuFigures)
+    assert figures.utilization == pytest.approx(0.55)
+    assert figures.memory_used_mb == 3000.0
+    assert figures.devices == (0, 1)
+    assert fake.closed
+
+
+def test_sampler_thread_samples_between_start_and_stop() -> None:
+    import time
+
+    fake = _FakeReader([[GpuSample(0, 1.0, 1.0, 2.0)]])
+    sampler = NvmlSampler(fake, interval_s=0.01)
+    sampler.start()
+    time.sleep(0.1)
+    figures = sampler.stop()
+    assert isinstance(figures, GpuFigures) and figures.samples >= 2
+
+
+def test_unavailable_nvml_is_not_measured_never_zero() -> None:
+    def broken() -> _FakeReader:
+        raise NvmlUnavailable("NVML unavailable: driver not loaded")
+
+    result = NvmlSampler.open(broken)
+    assert isinstance(result, NotMeasured)
+    assert str(result) == "not measured (NVML unavailable: driver not loaded)"
+    failing = NvmlSampler(_FakeReader([[GpuSample(0, 1.0, 1.0, 2.0)]], fail_after=0))
+    failing.sample_once()
+    lost = failing.stop()
+    assert isinstance(lost, NotMeasured) and "GPU is lost" in lost.reason
+
+
+def test_real_reader_on_this_machine_never_reports_zero_for_unknown() -> None:
+    result = NvmlSampler.open()
+    if isinstance(result, NotMeasured):
+        assert result.reason
+    else:
+        result.sample_once()
+        figures = result.stop()
+        assert isinstance(figures, GpuFigures | NotMeasured)

@@ -1,0 +1,67 @@
+"""`tftune profile`: a TensorBoard trace of an unmodified script, with step markers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import requires_tf
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = requires_tf
+
+
+def _train_markers(logdir: Path) -> list[tuple[int, int]]:
+    """(step_num, _r) of every ``train`` event in the one trace under `logdir`."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    (path,) = logdir.glob("plugins/profile/*/*.xplane.pb")
+    space = xplane_pb2.XSpace()
+    space.ParseFromString(path.read_bytes())
+    found = []
+    for plane in space.planes:
+        for line in plane.lines:
+            for event in line.events:
+                if plane.event_metadata[event.metadata_id].name != "train":
+                    continue
+                stats = {
+                    plane.stat_metadata[s.metadata_id].name: s.int64_value or s.uint64_value
+                    for s in event.stats
+                }
+                found.append((int(stats["step_num"]), int(stats["_r"])))
+    return sorted(found)
+
+
+@pytest.mark.slow
+def test_profile_writes_trace_with_step_markers(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    logdir = tmp_path / "logdir"
+    script = ROOT / "examples" / "iter_next.py"
+    out = run_cli(
+        "profile", str(script), "--steps", "3:8", "-o", str(logdir), "--", "--steps", "200"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "steps 3-7" in out.stdout and "tftune analyze" in out.stdout
+    assert _train_markers(logdir) == [(n, 1) for n in range(3, 8)]
+
+
+def test_profile_of_a_script_that_ends_early_keeps_what_ran(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    logdir = tmp_path / "logdir"
+    script = ROOT / "examples" / "tf_function_loop.py"
+    out = run_cli(
+        "profile", str(script), "--steps", "2:500", "-o", str(logdir), "--", "--steps", "20"
+    )
+    assert out.returncode == 0, out.stderr
+    assert "the script ended first" in out.stdout
+    markers = _train_markers(logdir)
+    assert markers and markers[0] == (2, 1) and all(r == 1 for _, r in markers)
+    assert [n for n, _ in markers] == list(range(2, 2 + len(markers)))
+
+
+def test_profile_of_a_failing_script_is_one_line(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "boom.py"
+    script.write_text("raise RuntimeError('no data here')\n")
+    out = run_cli("profile", str(script), "-o", str(tmp_path / "logdir"))
+    assert out.returncode == 1
+    assert "no profile captured" in out.stderr and "no data here" in out.stderr
+    assert "Traceback" not in out.stderr

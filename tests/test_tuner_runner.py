@@ -1,0 +1,291 @@
+"""Live trials: real TensorFlow in real subprocesses, checked by ranges, never exact times."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import requires_tf
+
+from tftune.probes.errors import ScriptError
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
+from tftune.tuner.runner import (
+    FailureKind,
+    MeasureSpec,
+    TrialState,
+    discover,
+    run_script,
+    run_trial,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
+
+pytestmark = requires_tf
+
+
+def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie is dead, only not yet reaped
+
+
+def _line_of(path: Path, needle: str) -> int:
+    lines = path.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if needle in line)
+
+
+PIPELINE = """
+import sys, time
+import tensorflow as tf
+ds = tf.data.Dataset.range(10**9).map(lambda x: x * 2).batch(4)
+for step, batch in enumerate(ds):
+    time.sleep(0.002)
+    if step == 20:
+        {action}
+"""
+
+
+def test_discovery_finds_call_sites_with_values_as_written() -> None:
+    found = discover(EXAMPLES / "eager_for.py", ["--steps", "5"], cwd=EXAMPLES)
+    by_op = {s.op: s for s in found.sites}
+    assert set(by_op) == {"map", "batch", "prefetch"}
+    assert by_op["map"].site == f"eager_for.py:{_line_of(EXAMPLES / 'eager_for.py', '.map(')}"
+    assert by_op["map"].as_written == SiteConfig(num_parallel_calls=2)
+    assert by_op["map"].function == "make_example"
+    assert by_op["batch"].as_written == SiteConfig(batch_size=32)
+    assert by_op["prefetch"].as_written == SiteConfig(buffer_size=2)
+    batch_site = f"eager_for.py:{_line_of(EXAMPLES / 'eager_for.py', '.batch(')}"
+    assert by_op["batch"].site == by_op["prefetch"].site == batch_site
+    (pipeline,) = found.pipelines
+    assert pipeline.final_prefetch and pipeline.batched and pipeline.site == batch_site
+
+
+def test_discovery_stops_without_training(tmp_path: Path) -> None:
+    # The loop would run for an hour; discovery returns as soon as the pipeline is iterated.
+    script = _script(tmp_path, PIPELINE.format(action="time.sleep(3600)"))
+    started = time.monotonic()
+    found = discover(script)
+    assert time.monotonic() - started < 60
+    assert [(s.site, s.op) for s in found.sites] == [("train.py:4", "map"), ("train.py:4", "batch")]
+    assert found.sites[0].as_written == SiteConfig()  # map without num_parallel_calls
+
+
+def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
+    found = discover(_script(tmp_path, "print('hello')\n"))
+    assert not found.found and found.returncode == 0
+
+
+@pytest.mark.slow
+def test_config_turns_latency_bound_map_parallel() -> None:
+    args = ["--steps", "100000", "--latency-ms", "4"]
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.5, window_s=1.0, repeats=2)
+    as_written = run_trial(EXAMPLES / "latency_bound.py", args, Config(), spec)
+    site = next(
+        s.site for s in discover(EXAMPLES / "latency_bound.py", args).sites if s.op == "map"
+    )
+    tuned_config = Config(
+        sites={site: SiteConfig(num_parallel_calls=32)}, threadpool_size=32, final_prefetch=AUTOTUNE
+    )
+    tuned = run_trial(EXAMPLES / "latency_bound.py", args, tuned_config, spec)
+    assert as_written.ok and tuned.ok, (as_written.reason, tuned.reason)
+    assert as_written.metrics is not None and tuned.metrics is not None
+    # Sequential: one element per ~4 ms, at most 250/s, and the consumer waits nearly always.
+    assert 60 < as_written.metrics.examples_per_s < 260
+    assert as_written.metrics.input_wait_share > 0.8
+    assert tuned.metrics.examples_per_s > 4 * as_written.metrics.examples_per_s
+    assert tuned.metrics.utilization_kind == "duty_cycle"
+    assert tuned.metrics.utilization == pytest.approx(1 - tuned.metrics.input_wait_share)
+    assert len(tuned.metrics.repeats) == 2 and tuned.metrics.spread >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", ["keras_fit", "eager_for", "iter_next", "tf_function_loop"])
+def test_each_loop_style_is_measured(example: str) -> None:
+    result = run_trial(EXAMPLES / f"{example}.py", ["--steps", "3000"], None, QUICK)
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    m = result.metrics
+    assert m is not None and not m.truncated
+    assert m.examples == 32 * m.steps  # batches of 32 counted as 32 examples each
+    assert m.examples_per_s > 100 and m.steps_per_s > 3
+    assert 0 < m.step_p50_ms <= m.step_p90_ms
+    assert 0.0 <= m.input_wait_share <= 1.0
+
+
+def test_script_that_ends_early_is_measured_over_what_it_ran() -> None:
+    result = run_trial(EXAMPLES / "iter_next.py", ["--steps", "40"], None, MeasureSpec(window_s=30))
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    assert result.metrics is not None and result.metrics.truncated
+    assert 0 < result.metrics.steps < 40  # every delivery is a step the loop consumed
+
+
+@pytest.mark.parametrize(
+    ("action", "kind", "words"),
+    [
+        ("raise ValueError('bad shard')", FailureKind.EXCEPTION, "bad shard"),
+        ("sys.exit(3)", FailureKind.EXIT, "code 3"),
+        (
+            "raise tf.errors.ResourceExhaustedError(None, None, 'OOM when allocating tensor')",
+            FailureKind.OOM,
+            "out of memory",
+        ),
+        ("__import__('numpy').ones((1 << 47,))", FailureKind.OOM, "memory"),
+        ("time.sleep(600)", FailureKind.STALL, "stalled"),
+    ],
+    ids=["exception", "exit", "resource-exhausted", "memory-error", "stall"],
+)
+def test_failures_are_results_with_reasons(
+    tmp_path: Path, action: str, kind: FailureKind, words: str
+) -> None:
+    script = _script(tmp_path, PIPELINE.format(action=action))
+    spec = MeasureSpec(warmup_steps=2, warmup_s=0.1, window_s=30, repeats=1, stall_s=3)
+    result = run_trial(script, (), None, spec)
+    assert result.state is TrialState.FAILED
+    assert result.failure is kind, (result.reason, result.stderr_tail)
+    assert result.reason is not None and words in result.reason
+    assert "\n" not in result.reason
+
+
+def test_nan_loss_fails_the_trial(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import numpy as np, tensorflow as tf
+        x = np.ones((256, 4), "float32"); y = np.full((256, 1), np.nan, "float32")
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+        model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        model.fit(ds, steps_per_epoch=10_000, epochs=1, verbose=0)
+        """,
+    )
+    result = run_trial(script, (), None, QUICK)
+    assert result.failure is FailureKind.NAN, (result.reason, result.stderr_tail)
+    assert result.reason is not None and "nan" in result.reason.lower()
+
+
+def test_no_child_survives_a_trial_even_a_forked_one(tmp_path: Path) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    script = _script(
+        tmp_path,
+        f"""
+        import os, signal, time
+        import tensorflow as tf
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stubborn: only SIGKILL works
+            while True:
+                time.sleep(1)
+        open({str(pid_file)!r}, "w").write(str(pid))
+        for batch in tf.data.Dataset.range(10**9).batch(8):
+            time.sleep(0.005)
+        """,
+    )
+    result = run_trial(script, (), None, QUICK)
+    assert result.ok, (result.reason, result.stderr_tail)
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_child_sees_argv_cwd_and_path_as_if_run_directly(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "helper.py").write_text("VALUE = 'local import works'\n")
+    out = tmp_path / "seen.txt"
+    script = _script(
+        tmp_path,
+        f"""
+        import os, sys, helper
+        open({str(out)!r}, "w").write(repr((sys.argv, os.getcwd(), sys.path[0], __name__,
+            helper.VALUE, "TFTUNE_CHILD_SPEC" in os.environ)))
+        """,
+    )
+    assert run_script(script, ["--epochs", "3", "x"], Config(), cwd=work) == 0
+    argv, cwd, path0, name, helper, leaked = eval(out.read_text())
+    assert argv == [str(script), "--epochs", "3", "x"]
+    assert cwd == str(work) and path0 == str(tmp_path) and name == "__main__"
+    assert helper == "local import works" and not leaked
+
+
+def test_missing_and_broken_scripts_are_user_errors(tmp_path: Path) -> None:
+    with pytest.raises(ScriptError, match="no such script"):
+        run_trial(tmp_path / "nope.py")
+    broken = _script(tmp_path, "def f(:\n    pass\n")
+    with pytest.raises(ScriptError, match=r"train.py:1: syntax error"):
+        discover(broken)
+
+
+BATCH_PROBE = """
+{prelude}
+import tensorflow as tf
+ds = tf.data.Dataset.range(100).batch(10, drop_remainder=True)
+print("BATCH", ds.element_spec.shape[0])
+print("POLICY", tf.keras.mixed_precision.global_policy().name)
+"""
+
+
+def _batch_config(tmp_path: Path) -> Path:
+    config = Config(
+        sites={"train.py:4": SiteConfig(batch_size=7), "gone.py:9": SiteConfig(buffer_size=2)},
+        mixed_precision="mixed_bfloat16",
+    )
+    return save_config(config, tmp_path / "best.json")
+
+
+def test_tftune_run_applies_config(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    _script(tmp_path, BATCH_PROBE.format(prelude=""))
+    cfg = _batch_config(tmp_path)
+    plain = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "BATCH 10" in plain.stdout and "POLICY float32" in plain.stdout
+    tuned = run_cli("run", "--config", str(cfg), "train.py")
+    assert tuned.returncode == 0, tuned.stderr
+    assert "BATCH 7" in tuned.stdout and "POLICY mixed_bfloat16" in tuned.stdout
+    failing = _script(tmp_path, "import sys; sys.exit(4)\n", "fail.py")
+    assert run_cli("run", "--config", str(cfg), str(failing)).returncode == 4
+
+
+def test_tftune_apply_in_process(tmp_path: Path) -> None:
+    cfg = _batch_config(tmp_path)
+    script = _script(
+        tmp_path, BATCH_PROBE.format(prelude=f"import tftune; tftune.apply({str(cfg)!r})")
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert "BATCH 7" in out.stdout and "POLICY mixed_bfloat16" in out.stdout
+
+
+def test_run_cli_user_errors(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"threadpool_size": "lots"}')
+    script = _script(tmp_path, "print(1)\n")
+    for args, words in [
+        (["run", "--config", str(bad), str(script)], "threadpool_size"),
+        (["run", "--config", str(tmp_path / "none.json"), str(script)], "does not exist"),
+        (["run", "--config", str(bad), "missing.py"], "bad.json"),
+        (["profile", "missing.py"], "no such script"),
+    ]:
+        out = run_cli(*args)
+        assert out.returncode == 1, out
+        assert words in out.stderr and "Traceback" not in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+    assert os.listdir(tmp_path) == sorted(os.listdir(tmp_path))  # nothing odd written

@@ -1,0 +1,154 @@
+"""The trial runner's logic with an injected launcher and NVML reader: a tiny fake child
+(no TensorFlow) writes step records, so windows, NVML figures and events are checked fast."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from tftune.probes.nvml import GpuSample, NvmlUnavailable
+from tftune.tuner.runner import (
+    ChildProcess,
+    FailureKind,
+    MeasureSpec,
+    RunnerDeps,
+    TrialState,
+    run_trial,
+)
+
+FAKE_CHILD = textwrap.dedent(
+    """
+    import json, os, sys, time
+    spec = json.load(open(os.environ["TFTUNE_CHILD_SPEC"]))
+    steps, step_s, examples, then = int(sys.argv[1]), float(sys.argv[2]), 8, sys.argv[3]
+    with open(spec["clock_file"], "a", buffering=1) as fh:
+        for i in range(steps):
+            t0 = time.time_ns()
+            time.sleep(step_s / 4)          # the consumer waits a quarter of each step
+            t1 = time.time_ns()
+            fh.write(f"S 1 {t0} {t1} {examples}\\n")
+            time.sleep(step_s * 3 / 4)
+        if then == "nan":
+            fh.write('E nan {"what": "loss", "value": NaN}\\n')
+            time.sleep(60)
+        elif then == "hang":
+            time.sleep(600)
+        elif then == "raise":
+            fh.write('E exception {"type": "InvalidArgumentError", "message": "bad record",'
+                     ' "bases": ["InvalidArgumentError", "Exception"]}\\n')
+            sys.exit(1)
+    """
+)
+
+
+def _launcher(*child_args: str):  # type: ignore[no-untyped-def]
+    def launch(
+        argv: Sequence[str], cwd: str, env: dict[str, str], out: IO[Any] | None, err: IO[Any] | None
+    ) -> ChildProcess:
+        return subprocess.Popen(
+            [sys.executable, "-c", FAKE_CHILD, *child_args],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+
+    return launch
+
+
+class _Reader:
+    def read(self) -> Sequence[GpuSample]:
+        return [GpuSample(0, 0.75, 4096.0, 81920.0)]
+
+    def close(self) -> None:
+        pass
+
+
+def _no_gpu() -> _Reader:
+    raise NvmlUnavailable("NVML unavailable: NVML Shared Library Not Found")
+
+
+SPEC = MeasureSpec(warmup_steps=3, warmup_s=0.05, window_s=0.3, repeats=3, stall_s=1.5)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("print('the fake child runs instead')\n")
+    return path
+
+
+def test_windows_rates_and_nvml_figures(script: Path) -> None:
+    deps = RunnerDeps(launcher=_launcher("400", "0.01", "end"), nvml_reader=_Reader)
+    reports: list[tuple[int, float]] = []
+    result = run_trial(
+        script, (), None, SPEC, deps=deps, on_report=lambda i, v: reports.append((i, v)) or False
+    )
+    assert result.state is TrialState.COMPLETE, result
+    m = result.metrics
+    assert m is not None and not m.truncated
+    assert 300 < m.examples_per_s < 900  # 8 examples per ~10 ms step, give or take sleep
+    assert m.examples == 8 * m.steps
+    assert 0.1 < m.input_wait_share < 0.45
+    assert m.utilization_kind == "nvml" and m.utilization == pytest.approx(0.75)
+    assert m.gpu_memory_used_mb == 4096.0 and m.gpu_note is None
+    assert len(m.repeats) == 3 and [i for i, _ in reports] == [0, 1, 2]
+    assert result.wall_s < 30  # stopped once the windows were measured, not after 400 steps
+
+
+def test_cpu_reports_duty_cycle_and_says_nvml_not_measured(script: Path) -> None:
+    deps = RunnerDeps(launcher=_launcher("400", "0.01", "end"), nvml_reader=_no_gpu)
+    m = run_trial(script, (), None, SPEC, deps=deps).metrics
+    assert m is not None
+    assert m.utilization_kind == "duty_cycle"
+    assert m.utilization == pytest.approx(1 - m.input_wait_share)
+    assert m.gpu_memory_used_mb is None
+    assert m.gpu_note == "not measured (NVML unavailable: NVML Shared Library Not Found)"
+
+
+def test_pruning_stops_the_trial(script: Path) -> None:
+    deps = RunnerDeps(launcher=_launcher("4000", "0.01", "end"), nvml_reader=None)
+    result = run_trial(script, (), None, SPEC, deps=deps, on_report=lambda i, v: i == 0)
+    assert result.state is TrialState.PRUNED and result.reason == "pruned after 1 window(s)"
+    assert result.metrics is not None and len(result.metrics.repeats) == 1
+
+
+@pytest.mark.parametrize(
+    ("then", "kind", "words"),
+    [
+        ("nan", FailureKind.NAN, "NaN"),
+        ("hang", FailureKind.STALL, "no further step for 2 s"),
+        ("raise", FailureKind.EXCEPTION, "InvalidArgumentError: bad record"),
+    ],
+)
+def test_events_become_failures(script: Path, then: str, kind: FailureKind, words: str) -> None:
+    deps = RunnerDeps(launcher=_launcher("10", "0.01", then), nvml_reader=None)
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.01, window_s=30, repeats=1, stall_s=1.5)
+    result = run_trial(script, (), None, spec, deps=deps)
+    assert result.state is TrialState.FAILED and result.failure is kind
+    assert result.reason is not None and words in result.reason, result.reason
+
+
+def test_short_script_is_measured_over_what_it_ran(script: Path) -> None:
+    deps = RunnerDeps(launcher=_launcher("30", "0.01", "end"), nvml_reader=None)
+    result = run_trial(
+        script, (), None, MeasureSpec(warmup_steps=5, warmup_s=0.05, window_s=5), deps=deps
+    )
+    assert result.state is TrialState.COMPLETE
+    assert result.metrics is not None and result.metrics.truncated
+    assert 0 < result.metrics.steps <= 25
+
+
+def test_no_steps_at_all_is_a_failure_with_a_reason(script: Path) -> None:
+    deps = RunnerDeps(launcher=_launcher("0", "0.01", "end"), nvml_reader=None)
+    result = run_trial(script, (), None, SPEC, deps=deps)
+    assert result.failure is FailureKind.NO_STEPS and result.reason
+    assert json.dumps(result.reason)

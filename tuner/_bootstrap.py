@@ -1,0 +1,169 @@
+"""The child side of a trial: ``python -m tftune.tuner._bootstrap`` runs the user's script.
+
+The parent passes a JSON spec through the ``TFTUNE_CHILD_SPEC`` environment variable (a
+file path), removed before the script runs so its own subprocesses are left alone. The
+script then runs as ``python train.py ARGS`` would: same argv, cwd, ``sys.path[0]`` (the
+script's folder) and ``__name__ == "__main__"``.
+
+Modes:
+  ``discover``  record call sites as the pipeline is built; stop at the first iteration.
+  ``measure``   apply the config and stream step records (`probes.clock`) to a file.
+  ``apply``     apply the config; no clock (``tftune run``).
+  ``profile``   step clock drives a TensorBoard profile between two steps, with markers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import threading
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+from tftune.probes.clock import ClockWriter
+from tftune.tuner._patch import Hooks, IterationInfo, Patcher, SiteCall, _PostImportHook
+from tftune.tuner.config import config_from_json
+
+SPEC_ENV = "TFTUNE_CHILD_SPEC"
+EXIT_DISCOVERY_DONE = 0
+
+
+class _Discovery:
+    """Appends each call site and the first iterated dataset to a JSON-lines file."""
+
+    def __init__(self, path: str) -> None:
+        self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+    def site(self, call: SiteCall) -> None:
+        row: dict[str, Any] = {
+            "kind": "site",
+            "site": call.site,
+            "op": call.op,
+            "function": call.function,
+        }
+        row["as_written"] = call.as_written.to_json()
+        self._fh.write(json.dumps(row) + "\n")
+
+    def iterate(self, info: IterationInfo) -> None:
+        self._fh.write(json.dumps({"kind": "iterate", **asdict(info)}) + "\n")
+        self._fh.flush()
+        # Discovery never needs the script to train: the pipeline is built once it is
+        # iterated. Leave at once, without running atexit handlers or training.
+        os._exit(EXIT_DISCOVERY_DONE)
+
+    def keras(self, name: str) -> None:
+        self._fh.write(json.dumps({"kind": "keras", "module": name}) + "\n")
+
+
+class _Profiler:
+    """Starts the TF profiler at step `start` and stops it once step `stop` is requested.
+
+    Each step is wrapped in ``Trace("train", step_num=N, _r=1)``, from its request to the
+    next one, so the trace has marker-based steps. Stopping (which writes the trace) runs
+    on a helper thread: the clock callbacks run inside tf.data and must not block on it.
+    """
+
+    def __init__(self, start: int, stop: int, logdir: str, writer: ClockWriter) -> None:
+        self.start, self.stop, self.logdir = start, stop, logdir
+        self.writer = writer
+        self.main_stream: int | None = None
+        self.step = 0
+        self.trace: Any = None
+        self.stopping = False
+
+    def _stop(self) -> None:
+        import tensorflow as tf
+
+        try:
+            tf.profiler.experimental.stop()
+            last = min(self.step, self.stop) - 1  # the last step whose marker was closed
+            self.writer.event("profile_done", logdir=self.logdir, first=self.start, last=last)
+        except Exception as exc:
+            self.writer.event("profile_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def on_request(self, stream: int) -> None:
+        import tensorflow as tf
+
+        if self.main_stream is None:
+            self.main_stream = stream
+        if stream != self.main_stream or self.stopping:
+            return
+        if self.trace is not None:
+            self.trace.__exit__(None, None, None)
+            self.trace = None
+        if self.step == self.start:
+            tf.profiler.experimental.start(self.logdir)
+        if self.start <= self.step < self.stop:
+            self.trace = tf.profiler.experimental.Trace("train", step_num=self.step, _r=1)
+            self.trace.__enter__()
+        elif self.step >= self.stop:
+            self.stopping = True
+            threading.Thread(target=self._stop, name="tftune-profiler", daemon=True).start()
+        self.step += 1
+
+
+def main() -> None:
+    spec_path = os.environ.pop(SPEC_ENV)
+    with open(spec_path, encoding="utf-8") as fh:
+        spec: dict[str, Any] = json.load(fh)
+    script = os.path.abspath(spec["script"])
+    script_dir = os.path.dirname(script)
+    config = config_from_json(spec.get("config", {}), "<trial config>")
+    mode = spec["mode"]
+    hooks = Hooks()
+    patcher = Patcher(config, script_dir, hooks)
+    writer: ClockWriter | None = None
+    profiler: _Profiler | None = None
+    if spec.get("clock_file"):
+        writer = ClockWriter(spec["clock_file"])
+        hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)
+    if mode == "discover":
+        discovery = _Discovery(spec["discovery_file"])
+        hooks.on_site = discovery.site
+        hooks.on_iterate = discovery.iterate
+        _PostImportHook.register("keras", lambda m: discovery.keras(m.__name__))
+    elif mode == "measure" and writer is not None:
+        hooks.on_records = writer.records
+        patcher.instrument_clock = True
+    elif mode == "profile" and writer is not None:
+        prof = spec["profile"]
+        profiler = _Profiler(int(prof["start"]), int(prof["stop"]), prof["logdir"], writer)
+
+        hooks.on_request = profiler.on_request
+        hooks.on_records = writer.records
+        patcher.instrument_clock = True
+    patcher.install()
+
+    sys.argv = [script, *spec.get("args", [])]
+    sys.path[0] = script_dir
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        if writer is not None:
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else None
+            message = str(exc).strip().splitlines()
+            writer.event(
+                "exception",
+                type=type(exc).__name__,
+                bases=[c.__name__ for c in type(exc).__mro__],
+                message=message[0][:500] if message else "",
+                where=where,
+            )
+        raise
+    finally:
+        patcher.flush()
+        if profiler is not None and profiler.step > profiler.start and not profiler.stopping:
+            profiler.stopping = True
+            profiler._stop()  # the script ended early: keep the steps it ran
+        if writer is not None and hooks.notes:
+            writer.event("notes", notes=hooks.notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,864 @@
+"""Apply a `Config` to an unmodified script by patching tf.data and Keras in-process.
+
+Used by the child bootstrap (trials, discovery, `tftune run`, `tftune profile`) and by
+`tftune.apply()`. Nothing is imported from TensorFlow until the script imports it: a
+post-import hook patches ``tensorflow`` and ``keras`` right after they load, before any
+line of the script's own pipeline or model code runs.
+
+What is patched:
+
+- ``Dataset.map/interleave/batch/padded_batch/prefetch``: when called directly from user
+  code, the call site (``file:line`` relative to the script's folder) is identified from
+  the caller's frame, what the script passed is recorded (discovery), and the config's
+  knobs for that site replace it.
+- ``Dataset.__iter__`` and autograph's dataset ``for`` loop: the dataset that is iterated
+  gets the global options (private threadpool, determinism, autotune budgets), a final
+  prefetch where it has none, and, when measuring, the step clock.
+- ``keras.Model.fit``: a callback that reports a NaN/inf loss; the global mixed precision
+  policy is set when Keras loads, before the script can build a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import inspect
+import math
+import os
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType, ModuleType
+from typing import Any
+
+from tftune.probes.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
+from tftune.tuner import bounds
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+
+# Which knobs each transformation takes, by the parameter name TF uses.
+OP_KNOBS: dict[str, dict[str, str]] = {
+    "map": {"num_parallel_calls": "num_parallel_calls"},
+    "interleave": {"num_parallel_calls": "num_parallel_calls", "cycle_length": "cycle_length"},
+    "batch": {"batch_size": "batch_size"},
+    "padded_batch": {"batch_size": "batch_size"},
+    "prefetch": {"buffer_size": "buffer_size"},
+}
+_STREAM_LIMIT = 1 << 62
+RING_STEPS = 8192
+_BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
+
+
+@dataclass(frozen=True, slots=True)
+class SiteCall:
+    """A user call of a tf.data transformation, as written (before any override)."""
+
+    site: str
+    op: str
+    as_written: SiteConfig
+    function: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IterationInfo:
+    """The dataset a loop iterates, as the script built it."""
+
+    site: str | None
+    final_prefetch: bool
+    batched: bool
+    threadpool_size: int | None
+    deterministic: bool | None
+
+
+@dataclass(slots=True)
+class Hooks:
+    """What the patched functions call back into (discovery recorder, step clock...)."""
+
+    on_site: Callable[[SiteCall], None] | None = None
+    on_iterate: Callable[[IterationInfo], None] | None = None
+    # Called per step: (stream, examples) on delivery, stream on request.
+    on_request: Callable[[int], object] | None = None
+    on_deliver: Callable[[int, int], object] | None = None
+    # Batched step records (stream, rows of request_ns, deliver_ns, examples); when set,
+    # per-step Python callbacks are not used (the low-overhead measuring clock).
+    on_records: Callable[[int, list[tuple[int, int, int]]], object] | None = None
+    on_nan: Callable[[str, float], None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    prefixes = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    for pkg in ("tftune", "tftune.probes", "tftune.tuner", "tftune.reports"):
+        m = sys.modules.get(pkg)
+        for p in getattr(m, "__path__", []) if m is not None else []:
+            prefixes.add(os.path.abspath(p))  # tftune itself, wherever it is installed
+    for mod in ("tensorflow", "keras", "tf_keras"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            prefixes.add(os.path.dirname(os.path.abspath(str(m.__file__))))
+    return tuple(os.path.join(p, "") for p in sorted(prefixes))
+
+
+def _as_int(value: object) -> int | None:
+    """A knob value as the script wrote it, when it is a concrete integer."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return int(value)
+        numpy_fn = getattr(value, "numpy", None)
+        if callable(numpy_fn):
+            arr = np.asarray(numpy_fn())
+            if arr.shape == () and np.issubdtype(arr.dtype, np.integer):
+                return int(arr)
+    except Exception:  # a symbolic tensor: not a concrete value
+        return None
+    return None
+
+
+class Patcher:
+    """Installs the patches once per process. `config` may be replaced before iteration."""
+
+    def __init__(self, config: Config, script_dir: str, hooks: Hooks | None = None) -> None:
+        self.config = config
+        self.script_dir = os.path.abspath(script_dir)
+        self.hooks = hooks or Hooks()
+        self.instrument_clock = False
+        self.seen_sites: set[str] = set()
+        self.batch_seen = False  # a user batch call was seen: elements count as batches
+        self._prefixes: tuple[str, ...] = ()
+        self._streams = 0
+        self._lock = threading.Lock()
+        self._tf_patched = False
+        self._keras_patched: set[str] = set()
+        self._warned = False
+        self.last_stream: int | None = None
+        self._batched: dict[int, bool] = {}
+        self._eager_rows: dict[int, list[tuple[int, int, int]]] = {}
+        self._eager_flushed: dict[int, int] = {}
+        self._rings: dict[int, _Ring] = {}
+        self._graph_streams: dict[tuple[str, int], int] = {}
+        self._poller: threading.Thread | None = None
+        self._flush_lock = threading.Lock()
+
+    # ---- installation -------------------------------------------------------------
+    def install(self) -> None:
+        """Patch now what is loaded, and hook what loads later."""
+        if "tensorflow" in sys.modules:
+            self._patch_tf()
+        else:
+            _PostImportHook.register("tensorflow", lambda _m: self._patch_tf())
+        for name in ("keras", "tf_keras"):
+            if name in sys.modules:
+                self._patch_keras(sys.modules[name])
+            else:
+                _PostImportHook.register(name, self._patch_keras)
+
+    def _patch_tf(self) -> None:
+        if self._tf_patched:
+            return
+        self._tf_patched = True
+        from tensorflow.python.data.ops import dataset_autograph, dataset_ops
+
+        self._prefixes = _internal_prefixes()
+        cls = dataset_ops.DatasetV2
+        for op in OP_KNOBS:
+            original = getattr(cls, op)
+            setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
+        original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
+        patcher = self
+
+        @functools.wraps(original_iter)
+        def __iter__(ds: Any) -> Any:
+            prepared = patcher.prepare(ds)
+            iterator = original_iter(prepared)
+            stream = getattr(prepared, "_tftune_stream", None)
+            if stream is not None:
+                with contextlib.suppress(AttributeError):
+                    iterator._tftune_stream = stream
+            return iterator
+
+        __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
+        cls.__iter__ = __iter__  # type: ignore[method-assign]
+
+        original_scan = getattr(
+            dataset_autograph._general_purpose_scan,
+            "__tftune_original__",
+            dataset_autograph._general_purpose_scan,
+        )
+
+        @functools.wraps(original_scan)
+        def _general_purpose_scan(ds: Any, init_state: Any, body: Any) -> Any:
+            return original_scan(patcher.prepare(ds, dataset_clock=True), init_state, body)
+
+        _general_purpose_scan.__tftune_original__ = original_scan  # type: ignore[attr-defined]
+        dataset_autograph._general_purpose_scan = _general_purpose_scan
+        self._patch_iterator()
+
+    # ---- call sites ---------------------------------------------------------------
+    def site_of(self, frame: FrameType | None) -> str | None:
+        """`file:line` of a user frame, relative to the script folder; None if internal."""
+        if frame is None:
+            return None
+        filename = frame.f_code.co_filename
+        if filename.startswith("<") or "__autograph_generated" in filename:
+            return None
+        path = os.path.abspath(filename)
+        if path.startswith(self._prefixes) and not path.startswith(
+            os.path.join(self.script_dir, "")
+        ):
+            return None
+        rel = os.path.relpath(path, self.script_dir).replace(os.sep, "/")
+        return f"{rel}:{frame.f_lineno}"
+
+    def _wrap_op(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        knobs = OP_KNOBS[op]
+        patcher = self
+
+        @functools.wraps(original)
+        def wrapper(ds: Any, *args: Any, **kwargs: Any) -> Any:
+            site = patcher.site_of(sys._getframe(1))
+            if site is None:
+                return original(ds, *args, **kwargs)
+            try:
+                bound = signature.bind(ds, *args, **kwargs)
+            except TypeError:
+                return original(ds, *args, **kwargs)  # let TF raise its own error
+            written = SiteConfig(**{k: _as_int(bound.arguments.get(p)) for k, p in knobs.items()})
+            fn = bound.arguments.get("map_func")
+            name = getattr(fn, "__name__", None) if fn is not None else None
+            patcher.seen_sites.add(site)
+            patcher.batch_seen = patcher.batch_seen or op in ("batch", "padded_batch")
+            if patcher.hooks.on_site is not None:
+                patcher.hooks.on_site(SiteCall(site, op, written, name))
+            override = patcher.config.site(site)
+            if override is not None:
+                for knob, param in knobs.items():
+                    value = getattr(override, knob)
+                    if value is not None:
+                        bound.arguments[param] = value
+            result = original(*bound.args, **bound.kwargs)
+            _tag(result, site)
+            return result
+
+        wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    # ---- the iterated dataset -----------------------------------------------------
+    def prepare(self, ds: Any, dataset_clock: bool = False) -> Any:
+        """The dataset to iterate instead of `ds`: options and a final prefetch.
+
+        When measuring, it gets a stream number; its iterators are timed where the
+        consumer calls them (`_timed_next`). A loop that iterates the dataset without an
+        iterator (autograph's ``for x in ds`` inside a ``tf.function``) needs the clock
+        inside the dataset instead (`dataset_clock`).
+        """
+        cached = getattr(ds, "_tftune_prepared", None)
+        if cached is not None:
+            return cached
+        self._warn_unknown_sites()
+        info = describe(ds, batched_default=self.batch_seen)
+        if self.hooks.on_iterate is not None:
+            self.hooks.on_iterate(info)
+        out = apply_globals(ds, self.config, info)
+        # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
+        bound = bounds.bound_mode(self.config)
+        if bound == bounds.MODEL_ONLY:
+            out = bounds.cache_for_model_only(out, _original_iter())
+        stream: int | None = None
+        if self.instrument_clock:
+            stream = self._new_stream()
+            self.last_stream = stream
+            self._batched[stream] = info.batched
+            if dataset_clock:
+                out = _emulate_injected_prefetch(out)
+                if self.hooks.on_request is None:
+                    out = self._with_batched_clock(out, stream, info.batched)
+                else:
+                    out = self._with_clock(out, stream, info.batched)
+        if out is not ds or stream is not None:
+            with contextlib.suppress(AttributeError):
+                if out is ds:
+                    out = out.with_options(_no_options())
+                _tag(out, info.site)
+                out._tftune_stream = stream
+                ds._tftune_prepared = out
+                out._tftune_prepared = out
+        if bound == bounds.PIPELINE_ONLY:
+            bounds.drain_pipeline_only(out, stream, _original_iter())
+        return out
+
+    def _new_stream(self) -> int:
+        """A stream number for a dataset about to be iterated, with its ring made now.
+
+        Eagerly, every dataset is a stream. Inside a ``tf.function`` trace, the dataset is
+        rebuilt on each retrace; the caller's code location keeps it one stream, so the
+        retrace creates no new variables (tf.function forbids that)."""
+        import tensorflow as tf
+
+        key: tuple[str, int] | None = None
+        if not tf.executing_eagerly():
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
+                frame = frame.f_back  # type: ignore[assignment]
+            if frame is not None:
+                key = (frame.f_code.co_filename, frame.f_lineno)
+                if key in self._graph_streams:
+                    return self._graph_streams[key]
+        with self._lock:
+            self._streams += 1
+            stream = self._streams
+        if key is not None:
+            self._graph_streams[key] = stream
+        self._ring(stream)
+        return stream
+
+    # ---- the consumer's clock: around the iterator's get-next -----------------------
+    def _patch_iterator(self) -> None:
+        from tensorflow.python.data.ops import iterator_ops
+
+        cls = iterator_ops.OwnedIterator
+        original_next = getattr(cls._next_internal, "__tftune_original__", cls._next_internal)
+        original_optional = getattr(
+            cls.get_next_as_optional, "__tftune_original__", cls.get_next_as_optional
+        )
+        patcher = self
+
+        @functools.wraps(original_next)
+        def _next_internal(it: Any) -> Any:
+            stream = patcher._stream_of(it)
+            if stream is None:
+                return original_next(it)
+            return patcher._timed_next(stream, lambda: original_next(it), optional=False)
+
+        @functools.wraps(original_optional)
+        def get_next_as_optional(it: Any) -> Any:
+            stream = patcher._stream_of(it)
+            if stream is None:
+                return original_optional(it)
+            return patcher._timed_next(stream, lambda: original_optional(it), optional=True)
+
+        _next_internal.__tftune_original__ = original_next  # type: ignore[attr-defined]
+        get_next_as_optional.__tftune_original__ = original_optional  # type: ignore[attr-defined]
+        cls._next_internal = _next_internal  # type: ignore[method-assign]
+        cls.get_next_as_optional = get_next_as_optional  # type: ignore[method-assign]
+
+    def _stream_of(self, it: Any) -> int | None:
+        if not self.instrument_clock:
+            return None
+        stream = getattr(it, "_tftune_stream", None)
+        if stream is not None:
+            return int(stream)
+        import tensorflow as tf
+
+        # Inside a tf.function the iterator is rebuilt from its resource and loses our
+        # tag: it is the one most recently handed out (Keras: the training iterator).
+        return None if tf.executing_eagerly() else self.last_stream
+
+    def _timed_next(self, stream: int, get: Callable[[], Any], optional: bool) -> Any:
+        import tensorflow as tf
+
+        if tf.executing_eagerly():
+            requested = time.time_ns()
+            if self.hooks.on_request is not None:
+                self.hooks.on_request(stream)
+            element = get()
+            delivered = time.time_ns()
+            if optional:
+                if not bool(element.has_value()):
+                    return element
+                examples = self._examples_eager(stream, element.get_value())
+            else:
+                examples = self._examples_eager(stream, element)
+            self._eager_record(stream, requested, delivered, examples)
+            return element
+        return self._graph_timed_next(stream, get, optional)
+
+    def _examples_eager(self, stream: int, element: Any) -> int:
+        if not self._batched.get(stream, False):
+            return 1
+        for leaf in _flatten(element):
+            shape = getattr(leaf, "shape", None)
+            if shape is not None and len(shape) > 0 and shape[0] is not None:
+                return int(shape[0])
+            break
+        return 1
+
+    def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
+        rows = self._eager_rows.setdefault(stream, [])
+        rows.append((requested, delivered, examples))
+        last = self._eager_flushed.get(stream, rows[0][1])
+        if len(rows) >= CLOCK_BUFFER_STEPS or (delivered - last) >= CLOCK_FLUSH_S * 1e9:
+            self._eager_rows[stream] = []
+            self._eager_flushed[stream] = delivered
+            if self.hooks.on_records is not None:
+                self.hooks.on_records(stream, rows)
+
+    def flush(self) -> None:
+        """Hand over the steps buffered so far: eager lists and in-graph rings."""
+        for stream, rows in list(self._eager_rows.items()):
+            self._eager_rows[stream] = []
+            if rows and self.hooks.on_records is not None:
+                self.hooks.on_records(stream, rows)
+        with self._flush_lock:
+            for stream, ring in list(self._rings.items()):
+                fresh = ring.poll()
+                if fresh and self.hooks.on_records is not None:
+                    self.hooks.on_records(stream, fresh)
+
+    def _graph_timed_next(self, stream: int, get: Callable[[], Any], optional: bool) -> Any:
+        """The same clock as ops in the caller's graph: timestamps around IteratorGetNext,
+        appended to an in-graph ring that a thread polls (`_Ring`). No Python per step."""
+        import numpy as np
+        import tensorflow as tf
+
+        hooks = self.hooks
+        requested = tf.timestamp()
+        deps = [requested]
+        if hooks.on_request is not None:
+
+            def _request() -> Any:
+                assert hooks.on_request is not None
+                hooks.on_request(stream)
+                return np.int64(0)
+
+            deps.append(tf.numpy_function(_request, [], tf.int64, stateful=True))
+        with tf.control_dependencies(deps):
+            element = get()
+        if optional:
+
+            def record() -> Any:
+                value = element.get_value()
+                self._graph_record(stream, requested, value)
+                return tf.constant(True)
+
+            tf.cond(element.has_value(), record, lambda: tf.constant(False))
+        else:
+            self._graph_record(stream, requested, element)
+        return element
+
+    def _graph_record(self, stream: int, requested: Any, element: Any) -> None:
+        import tensorflow as tf
+
+        leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+        with tf.control_dependencies(leaves):
+            delivered = tf.timestamp()
+        self._ring(stream).record(requested, delivered, self._graph_examples(stream, leaves))
+
+    def _graph_examples(self, stream: int, leaves: list[Any]) -> Any:
+        import tensorflow as tf
+
+        if self._batched.get(stream, False) and leaves and (leaves[0].shape.rank or 0) > 0:
+            return tf.cast(tf.shape(leaves[0])[0], tf.float64)
+        return tf.constant(1.0, tf.float64)
+
+    def _ring(self, stream: int) -> _Ring:
+        with self._lock:
+            ring = self._rings.get(stream)
+            if ring is None:
+                ring = self._rings[stream] = _Ring(stream)
+            if self._poller is None:
+                self._poller = threading.Thread(
+                    target=self._poll_rings, name="tftune-clock", daemon=True
+                )
+                self._poller.start()
+        return ring
+
+    def _poll_rings(self) -> None:
+        while True:
+            time.sleep(CLOCK_FLUSH_S)
+            self.flush()
+
+    def _warn_unknown_sites(self) -> None:
+        """Once, when iteration starts: config sites the script never called (stale)."""
+        if self._warned:
+            return
+        self._warned = True
+        missing = sorted(set(self.config.sites) - self.seen_sites)
+        if missing:
+            message = (
+                f"config names call sites this script does not have: {', '.join(missing)}; "
+                "the rest of the config is applied"
+            )
+            self.hooks.notes.append(message)
+            print(f"tftune: warning: {message}", file=sys.stderr, flush=True)
+
+    def _with_batched_clock(self, ds: Any, stream: int, batched: bool) -> Any:
+        """The measuring clock inside the dataset, for loops without an iterator: the
+        request is timed by a stage the consumer's get-next reaches first (a zip input),
+        the delivery by a last stage; both only write to the in-graph ring."""
+        import tensorflow as tf
+        from tensorflow.python.data.ops import dataset_ops
+
+        base_map = getattr(dataset_ops.DatasetV2.map, "__tftune_original__", None)
+        assert base_map is not None
+        ring = self._ring(stream)
+        self._batched[stream] = batched
+
+        def deliver(requested: Any, element: Any) -> Any:
+            leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+            with tf.control_dependencies(leaves):
+                delivered = tf.timestamp()
+            token = ring.record(requested, delivered, self._graph_examples(stream, leaves))
+            with tf.control_dependencies([token]):
+                return tf.nest.map_structure(
+                    lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
+                )
+
+        requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), lambda _: tf.timestamp())
+        zipped = tf.data.Dataset.zip((requests, ds))
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False  # see _with_clock
+        return base_map(zipped, deliver).with_options(options)
+
+    def _with_clock(self, ds: Any, stream: int, batched: bool) -> Any:
+        import tensorflow as tf
+        from tensorflow.python.data.ops import dataset_ops
+
+        hooks = self.hooks
+        base_map = getattr(dataset_ops.DatasetV2.map, "__tftune_original__", None)
+        assert base_map is not None
+
+        def _request(index: Any) -> Any:
+            if hooks.on_request is not None:
+                hooks.on_request(stream)
+            return index
+
+        def _deliver(index: Any, examples: Any) -> Any:
+            if hooks.on_deliver is not None:
+                hooks.on_deliver(stream, int(examples))
+            return index
+
+        def mark_request(i: Any) -> Any:
+            return tf.numpy_function(_request, [i], tf.int64, stateful=True, name="tftune_request")
+
+        def mark_deliver(i: Any, element: Any) -> Any:
+            flat = tf.nest.flatten(element)
+            first = flat[0] if flat else None
+            if (
+                batched
+                and first is not None
+                and first.shape.rank is not None
+                and first.shape.rank > 0
+            ):
+                count = tf.shape(first, out_type=tf.int64)[0]
+            else:
+                count = tf.constant(1, tf.int64)
+            token = tf.numpy_function(
+                _deliver, [i, count], tf.int64, stateful=True, name="tftune_deliver"
+            )
+            with tf.control_dependencies([token]):
+                return tf.nest.map_structure(
+                    lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
+                )
+
+        requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), mark_request)
+        zipped = tf.data.Dataset.zip((requests, ds))
+        # TF would inject a prefetch after our delivery stage, which then would time the
+        # prefetch thread instead of the consumer. `_emulate_injected_prefetch` has put
+        # that prefetch where TF would have put it without us.
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return base_map(zipped, mark_deliver).with_options(options)
+
+    # ---- keras ----------------------------------------------------------------------
+    def _patch_keras(self, module: ModuleType) -> None:
+        name = module.__name__
+        if name in self._keras_patched:
+            return
+        self._keras_patched.add(name)
+        policy = self.config.mixed_precision
+        mp: Any = getattr(module, "mixed_precision", None)
+        if policy is not None and mp is not None:
+            target = "float32" if policy == "off" else policy
+            mp.set_global_policy(target)
+            original_set = getattr(mp.set_global_policy, "__tftune_original__", None)
+            original_set = original_set or mp.set_global_policy
+
+            def set_global_policy(value: Any) -> None:
+                # The config decides the policy for this run; the script's own choice is
+                # overridden (and noted), or the trial would not test what it claims.
+                self.hooks.notes.append(f"script set mixed precision {value!r}; kept {target}")
+
+            set_global_policy.__tftune_original__ = original_set  # type: ignore[attr-defined]
+            mp.set_global_policy = set_global_policy
+        model_cls: Any = getattr(module, "Model", None)
+        callbacks_mod: Any = getattr(module, "callbacks", None)
+        if model_cls is None or callbacks_mod is None:
+            return
+        original_fit = getattr(model_cls.fit, "__tftune_original__", model_cls.fit)
+        signature = inspect.signature(original_fit)
+        callback = _nan_callback(callbacks_mod.Callback, self.hooks)
+
+        @functools.wraps(original_fit)
+        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(model, *args, **kwargs)
+            except TypeError:
+                return original_fit(model, *args, **kwargs)
+            given = bound.arguments.get("callbacks") or []
+            bound.arguments["callbacks"] = [*list(given), callback]
+            return original_fit(*bound.args, **bound.kwargs)
+
+        fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
+        model_cls.fit = fit
+
+
+_ACTIVE: Patcher | None = None
+
+
+def activate(config: Config, script_dir: str) -> Patcher:
+    """Apply `config` to this process (``tftune.apply``); a second call replaces it."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        _ACTIVE = Patcher(config, script_dir)
+        _ACTIVE.install()
+    else:
+        _ACTIVE.config = config
+        _ACTIVE.script_dir = os.path.abspath(script_dir)
+    return _ACTIVE
+
+
+def _nan_callback(base: type, hooks: Hooks) -> Any:
+    class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
+        """Reports a NaN/inf loss to the trial runner (who stops the trial)."""
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            if not logs or "loss" not in logs or hooks.on_nan is None:
+                return
+            try:
+                loss = float(logs["loss"])
+            except (TypeError, ValueError):
+                return
+            if not math.isfinite(loss):
+                hooks.on_nan("loss", loss)
+
+    return _TftuneNanCheck()
+
+
+def _no_options() -> Any:
+    import tensorflow as tf
+
+    return tf.data.Options()
+
+
+def _flatten(element: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return list(tf.nest.flatten(element))
+
+
+def _original_iter() -> Callable[[Any], Any]:
+    """The unpatched ``Dataset.__iter__`` (for iterating without re-entering `prepare`)."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    it = dataset_ops.DatasetV2.__iter__
+    return getattr(it, "__tftune_original__", it)  # type: ignore[no-any-return]
+
+
+def _tag(ds: Any, site: str | None) -> None:
+    with contextlib.suppress(AttributeError):
+        ds._tftune_site = site
+
+
+def _inputs(ds: Any) -> Sequence[Any]:
+    try:
+        return list(ds._inputs())
+    except Exception:
+        return []
+
+
+def _unwrap_options(ds: Any) -> Any:
+    while type(ds).__name__ == "_OptionsDataset":
+        inputs = _inputs(ds)
+        if not inputs:
+            break
+        ds = inputs[0]
+    return ds
+
+
+def _is_batched(ds: Any, depth: int = 0) -> bool | None:
+    """Whether the dataset's lineage batches (and does not unbatch after); None when the
+    lineage is opaque, as for a dataset passed into a ``tf.function`` as an argument."""
+    name = type(ds).__name__
+    if "Unbatch" in name or depth > 64:
+        return False
+    if any(name.endswith(c) for c in _BATCHING_CLASSES):
+        return True
+    if name == "_VariantDataset":
+        return None
+    answers = [_is_batched(i, depth + 1) for i in _inputs(ds)]
+    if any(a is True for a in answers):
+        return True
+    return None if any(a is None for a in answers) else False
+
+
+def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
+    """What the script built: its last call site, final prefetch, batching, options.
+
+    `batched_default` answers for a lineage that cannot be walked (see `_is_batched`)."""
+    last = _unwrap_options(ds)
+    try:
+        options = ds.options()
+        threadpool = options.threading.private_threadpool_size
+        deterministic = options.deterministic
+    except Exception:
+        threadpool, deterministic = None, None
+    return IterationInfo(
+        site=getattr(ds, "_tftune_site", None),
+        final_prefetch="Prefetch" in type(last).__name__,
+        batched=batched if (batched := _is_batched(ds)) is not None else batched_default,
+        threadpool_size=threadpool or None,
+        deterministic=deterministic,
+    )
+
+
+def _emulate_injected_prefetch(ds: Any) -> Any:
+    """Add the final prefetch TF's ``inject_prefetch`` rewrite would add to `ds`."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    try:
+        options = ds.options()
+        inject = options.experimental_optimization.inject_prefetch is not False
+        autotune = options.autotune.enabled is not False
+    except Exception:
+        return ds
+    if not (inject and autotune) or "Prefetch" in type(_unwrap_options(ds)).__name__:
+        return ds
+    prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
+    return (prefetch or dataset_ops.DatasetV2.prefetch)(ds, AUTOTUNE)
+
+
+def apply_globals(ds: Any, config: Config, info: IterationInfo) -> Any:
+    """Options on the iterated dataset and a final prefetch where the script has none."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops
+
+    out = ds
+    if config.final_prefetch is not None and not info.final_prefetch:
+        prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
+        prefetch = prefetch or dataset_ops.DatasetV2.prefetch
+        out = prefetch(out, config.final_prefetch)
+    options = tf.data.Options()
+    changed = False
+    if config.threadpool_size is not None:
+        options.threading.private_threadpool_size = config.threadpool_size
+        changed = True
+    if config.deterministic is not None:
+        options.deterministic = config.deterministic
+        changed = True
+    if config.autotune_cpu_budget is not None and config.autotune_cpu_budget != AUTOTUNE:
+        options.autotune.cpu_budget = config.autotune_cpu_budget
+        changed = True
+    if config.autotune_ram_budget_mb is not None:
+        options.autotune.ram_budget = config.autotune_ram_budget_mb * 2**20
+        changed = True
+    if changed:
+        out = out.with_options(options)
+    return out
+
+
+class _PostImportHook(importlib.abc.MetaPathFinder):
+    """Runs a callback right after a named module has finished importing."""
+
+    _instance: _PostImportHook | None = None
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
+
+    @classmethod
+    def register(cls, name: str, callback: Callable[[ModuleType], None]) -> None:
+        if cls._instance is None:
+            cls._instance = cls()
+            sys.meta_path.insert(0, cls._instance)
+        cls._instance.callbacks.setdefault(name, []).append(callback)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        # `importlib.util.find_spec` (TensorFlow probes for Keras that way) also lands
+        # here without importing: callbacks are only consumed when the module executes.
+        if not self.callbacks.get(fullname):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _CallbackLoader(spec.loader, self, fullname)
+                return spec
+        return None
+
+
+class _CallbackLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, hook: _PostImportHook, name: str) -> None:
+        self._inner = inner
+        self._hook = hook
+        self._name = name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        result: ModuleType | None = self._inner.create_module(spec)
+        return result
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self._inner
+        if module.__spec__ is not None:
+            module.__spec__.loader = self._inner
+        self._inner.exec_module(module)
+        for callback in self._hook.callbacks.pop(self._name, []):
+            callback(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Ring:
+    """An in-graph ring buffer of steps (request s, delivery s, examples) for one stream.
+
+    Graph code appends with a few plain ops (no Python, no ``tf.cond``); a Python thread
+    polls it every `CLOCK_FLUSH_S`. The ring holds `RING_STEPS` steps, far more than any
+    loop runs between two polls.
+    """
+
+    def __init__(self, stream: int) -> None:
+        import tensorflow as tf
+
+        self.stream = stream
+        with tf.init_scope():
+            self.buffer = tf.Variable(tf.zeros([RING_STEPS, 3], tf.float64), trainable=False)
+            self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False)
+        self.read = 0
+
+    def record(self, requested: Any, delivered: Any, examples: Any) -> Any:
+        import tensorflow as tf
+
+        index = tf.math.floormod(self.count.read_value(), RING_STEPS)
+        write = self.buffer.scatter_nd_update(
+            [[index]], [tf.stack([requested, delivered, examples])]
+        )
+        # The count moves only once the row is written: a poll never reads a torn row.
+        with tf.control_dependencies([write]):
+            return self.count.assign_add(1)
+
+    def poll(self) -> list[tuple[int, int, int]]:
+        written = int(self.count.numpy())
+        if written <= self.read:
+            return []
+        rows = self.buffer.numpy()
+        first = max(self.read, written - RING_STEPS)
+        out = []
+        for i in range(first, written):
+            requested, delivered, examples = rows[i % RING_STEPS]
+            out.append((int(requested * 1e9), int(delivered * 1e9), int(examples)))
+        self.read = written
+        return out

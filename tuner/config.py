@@ -1,0 +1,220 @@
+"""A trial configuration: tf.data knobs per call site plus a few global ones.
+
+A config is keyed by call site, ``"relative/path.py:LINE"`` relative to the directory of
+the training script. In JSON, AUTOTUNE is spelled ``"AUTOTUNE"``; in memory (and in
+TensorFlow) it is ``-1`` (`AUTOTUNE`). A knob that is ``None`` is left as the script
+wrote it.
+
+File format (schema 1)::
+
+    {
+      "schema": 1,
+      "sites": {"train.py:42": {"num_parallel_calls": "AUTOTUNE", "batch_size": 64}},
+      "threadpool_size": 32, "deterministic": false, "mixed_precision": "off",
+      "final_prefetch": "AUTOTUNE", "autotune_cpu_budget": null, "autotune_ram_budget_mb": null,
+      "meta": {"...": "free-form, kept as is (metrics, command, ...)"}
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from tftune.probes.errors import ConfigError
+
+SCHEMA = 1
+AUTOTUNE = -1
+AUTOTUNE_JSON = "AUTOTUNE"
+MIXED_PRECISION_POLICIES = ("off", "mixed_float16", "mixed_bfloat16")
+# Knobs that accept AUTOTUNE; batch_size and threadpool_size must be concrete.
+_AUTOTUNABLE = frozenset({"num_parallel_calls", "buffer_size", "cycle_length", "final_prefetch"})
+MAX_KNOB = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class SiteConfig:
+    """Knob overrides for one call site; ``None`` leaves the script's own value."""
+
+    num_parallel_calls: int | None = None
+    cycle_length: int | None = None
+    buffer_size: int | None = None
+    batch_size: int | None = None
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in fields(self))
+
+    def to_json(self) -> dict[str, int | str | None]:
+        return {
+            f.name: _knob_to_json(getattr(self, f.name))
+            for f in fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+
+SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One trial's configuration. ``Config()`` is "the script as written"."""
+
+    sites: Mapping[str, SiteConfig] = field(default_factory=dict)
+    threadpool_size: int | None = None
+    deterministic: bool | None = None
+    mixed_precision: str | None = None
+    final_prefetch: int | None = None
+    autotune_cpu_budget: int | None = None
+    autotune_ram_budget_mb: int | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def site(self, key: str) -> SiteConfig | None:
+        return self.sites.get(key)
+
+    def with_sites(self, sites: Mapping[str, SiteConfig]) -> Config:
+        return replace(self, sites=dict(sites))
+
+    def is_as_written(self) -> bool:
+        return all(s.is_empty() for s in self.sites.values()) and all(
+            getattr(self, name) is None for name in _GLOBALS
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": SCHEMA,
+            "sites": {k: v.to_json() for k, v in sorted(self.sites.items())},
+        }
+        for name in _GLOBALS:
+            value = getattr(self, name)
+            out[name] = _knob_to_json(value) if name in _AUTOTUNABLE else value
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        return out
+
+
+_GLOBALS: tuple[str, ...] = (
+    "threadpool_size",
+    "deterministic",
+    "mixed_precision",
+    "final_prefetch",
+    "autotune_cpu_budget",
+    "autotune_ram_budget_mb",
+)
+_TOP_KEYS = frozenset({"schema", "sites", "meta", *_GLOBALS})
+
+
+def _knob_to_json(value: int | None) -> int | str | None:
+    if value == AUTOTUNE:
+        return AUTOTUNE_JSON
+    return value
+
+
+def _parse_knob(where: str, name: str, raw: object) -> int | None:
+    if raw is None:
+        return None
+    if name in _AUTOTUNABLE and (raw in (AUTOTUNE_JSON, AUTOTUNE)):
+        return AUTOTUNE
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        allowed = '"AUTOTUNE" or ' if name in _AUTOTUNABLE else ""
+        raise ConfigError(f"{where}: {name} must be {allowed}a positive integer, got {raw!r}")
+    if not 1 <= raw <= MAX_KNOB:
+        raise ConfigError(f"{where}: {name} must be between 1 and {MAX_KNOB}, got {raw}")
+    return raw
+
+
+def _validate_site_key(where: str, key: object) -> str:
+    if not isinstance(key, str):
+        raise ConfigError(f"{where}: call site keys must be strings")
+    path, sep, line = key.rpartition(":")
+    if not sep or not path or not line.isdigit():
+        raise ConfigError(f'{where}: call site "{key}" is not of the form "path.py:LINE"')
+    return key
+
+
+def config_from_json(data: object, source: str = "<config>") -> Config:
+    """Validate parsed JSON into a `Config`; errors name `source` and the field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object at the top level")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{source}: unknown field {unknown[0]!r}")
+    schema = data.get("schema", SCHEMA)
+    if schema != SCHEMA:
+        raise ConfigError(f"{source}: schema {schema!r} is not supported (expected {SCHEMA})")
+    raw_sites = data.get("sites", {})
+    if not isinstance(raw_sites, dict):
+        raise ConfigError(f"{source}: sites must be an object keyed by call site")
+    sites: dict[str, SiteConfig] = {}
+    for key, knobs in raw_sites.items():
+        site = _validate_site_key(f"{source}: sites", key)
+        where = f"{source}: sites[{site!r}]"
+        if not isinstance(knobs, dict):
+            raise ConfigError(f"{where} must be an object of knobs")
+        bad = sorted(set(knobs) - set(SITE_KNOBS))
+        if bad:
+            raise ConfigError(f"{where}: unknown knob {bad[0]!r}")
+        sites[site] = SiteConfig(**{k: _parse_knob(where, k, v) for k, v in knobs.items()})
+    kwargs: dict[str, Any] = {}
+    for name in ("threadpool_size", "final_prefetch", "autotune_cpu_budget"):
+        kwargs[name] = _parse_knob(source, name, data.get(name))
+    ram = data.get("autotune_ram_budget_mb")
+    kwargs["autotune_ram_budget_mb"] = _parse_knob(source, "autotune_ram_budget_mb", ram)
+    det = data.get("deterministic")
+    if det is not None and not isinstance(det, bool):
+        raise ConfigError(f"{source}: deterministic must be true, false or null, got {det!r}")
+    mp = data.get("mixed_precision")
+    if mp is not None and mp not in MIXED_PRECISION_POLICIES:
+        raise ConfigError(
+            f"{source}: mixed_precision must be one of {', '.join(MIXED_PRECISION_POLICIES)}"
+            f" or null, got {mp!r}"
+        )
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{source}: meta must be an object")
+    return Config(sites=sites, deterministic=det, mixed_precision=mp, meta=meta, **kwargs)
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file. Raises `ConfigError` (one line) when malformed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: config file does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read config ({exc.__class__.__name__})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return config_from_json(data, str(p))
+
+
+def save_config(config: Config, path: str | os.PathLike[str]) -> Path:
+    """Write `config` atomically: a temp file in the same folder, then `os.replace`."""
+    p = Path(path)
+    text = json.dumps(config.to_json(), indent=2) + "\n"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot write config ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def unknown_sites(config: Config, known: set[str] | frozenset[str]) -> list[str]:
+    """Call sites named in `config` that the script no longer has (to warn about)."""
+    return sorted(set(config.sites) - set(known))
