@@ -148,6 +148,7 @@ class Patcher:
         self._graph_streams: dict[tuple[str, int], int] = {}
         self._poller: threading.Thread | None = None
         self._flush_lock = threading.Lock()
+        self._ring_lock = threading.Lock()
 
     # ---- installation -------------------------------------------------------------
     def install(self) -> None:
@@ -388,22 +389,25 @@ class Patcher:
         return 1
 
     def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
-        rows = self._eager_rows.setdefault(stream, [])
-        rows.append((requested, delivered, examples))
-        last = self._eager_flushed.get(stream, rows[0][1])
-        if len(rows) >= CLOCK_BUFFER_STEPS or (delivered - last) >= CLOCK_FLUSH_S * 1e9:
-            self._eager_rows[stream] = []
-            self._eager_flushed[stream] = delivered
-            if self.hooks.on_records is not None:
-                self.hooks.on_records(stream, rows)
+        with self._flush_lock:  # the poller thread may be handing this list over
+            rows = self._eager_rows.setdefault(stream, [])
+            rows.append((requested, delivered, examples))
+            last = self._eager_flushed.get(stream, rows[0][1])
+            due = len(rows) >= CLOCK_BUFFER_STEPS or (delivered - last) >= CLOCK_FLUSH_S * 1e9
+            if due:
+                self._eager_rows[stream] = []
+                self._eager_flushed[stream] = delivered
+                if self.hooks.on_records is not None:
+                    self.hooks.on_records(stream, rows)  # in order: still under the lock
 
     def flush(self) -> None:
         """Hand over the steps buffered so far: eager lists and in-graph rings."""
-        for stream, rows in list(self._eager_rows.items()):
-            self._eager_rows[stream] = []
-            if rows and self.hooks.on_records is not None:
-                self.hooks.on_records(stream, rows)
         with self._flush_lock:
+            for stream, rows in list(self._eager_rows.items()):
+                self._eager_rows[stream] = []
+                if rows and self.hooks.on_records is not None:
+                    self.hooks.on_records(stream, rows)
+        with self._ring_lock:
             for stream, ring in list(self._rings.items()):
                 fresh = ring.poll()
                 if fresh and self.hooks.on_records is not None:
