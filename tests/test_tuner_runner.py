@@ -85,6 +85,29 @@ def test_discovery_stops_without_training(tmp_path: Path) -> None:
     assert found.sites[0].as_written == SiteConfig()  # map without num_parallel_calls
 
 
+def test_discovery_of_interleave_kin_and_padded_batch(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import tensorflow as tf
+        from tensorflow.data.experimental import parallel_interleave
+        files = tf.data.Dataset.range(8)
+        a = files.interleave(lambda i: tf.data.Dataset.range(i), cycle_length=3,
+                             num_parallel_calls=tf.data.AUTOTUNE)
+        b = files.apply(parallel_interleave(lambda i: tf.data.Dataset.range(i), 2))
+        c = a.concatenate(b).map(lambda x: tf.fill([x], x)).padded_batch(5)
+        next(iter(c))
+        """,
+    )
+    found = {(s.site, s.op): s.as_written for s in discover(script).sites}
+    assert found == {
+        ("train.py:5", "interleave"): SiteConfig(num_parallel_calls=AUTOTUNE, cycle_length=3),
+        ("train.py:7", "parallel_interleave"): SiteConfig(cycle_length=2),
+        ("train.py:8", "map"): SiteConfig(),
+        ("train.py:8", "padded_batch"): SiteConfig(batch_size=5),
+    }
+
+
 def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
     found = discover(_script(tmp_path, "print('hello')\n"))
     assert not found.found and found.returncode == 0

@@ -46,7 +46,16 @@ OP_KNOBS: dict[str, dict[str, str]] = {
     "batch": {"batch_size": "batch_size"},
     "padded_batch": {"batch_size": "batch_size"},
     "prefetch": {"buffer_size": "buffer_size"},
+    # tf.data.experimental.parallel_interleave(map_func, cycle_length, ...), for ds.apply().
+    "parallel_interleave": {"cycle_length": "cycle_length"},
 }
+_DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
+_API_MODULES = (
+    "tensorflow._api.v2.data.experimental",
+    "tensorflow._api.v2.compat.v2.data.experimental",
+    "tensorflow._api.v2.compat.v1.data.experimental",
+    "tensorflow.python.data.experimental",
+)
 _STREAM_LIMIT = 1 << 62
 RING_STEPS = 8192
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
@@ -171,9 +180,10 @@ class Patcher:
 
         self._prefixes = _internal_prefixes()
         cls = dataset_ops.DatasetV2
-        for op in OP_KNOBS:
+        for op in _DATASET_METHODS:
             original = getattr(cls, op)
             setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
+        self._patch_parallel_interleave()
         original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
         patcher = self
 
@@ -204,6 +214,18 @@ class Patcher:
         dataset_autograph._general_purpose_scan = _general_purpose_scan
         self._patch_iterator()
 
+    def _patch_parallel_interleave(self) -> None:
+        from tensorflow.python.data.experimental.ops import interleave_ops
+
+        current = interleave_ops.parallel_interleave
+        original = getattr(current, "__tftune_original__", current)
+        wrapped = self._wrap_op("parallel_interleave", original, method=False)
+        interleave_ops.parallel_interleave = wrapped
+        for name in _API_MODULES:  # the public names were bound at import time
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "parallel_interleave", None) is current:
+                module.parallel_interleave = wrapped
+
     # ---- call sites ---------------------------------------------------------------
     def site_of(self, frame: FrameType | None) -> str | None:
         """`file:line` of a user frame, relative to the script folder; None if internal."""
@@ -220,20 +242,22 @@ class Patcher:
         rel = os.path.relpath(path, self.script_dir).replace(os.sep, "/")
         return f"{rel}:{frame.f_lineno}"
 
-    def _wrap_op(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap_op(
+        self, op: str, original: Callable[..., Any], method: bool = True
+    ) -> Callable[..., Any]:
         signature = inspect.signature(original)
         knobs = OP_KNOBS[op]
         patcher = self
 
         @functools.wraps(original)
-        def wrapper(ds: Any, *args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             site = patcher.site_of(sys._getframe(1))
-            if site is None:
-                return original(ds, *args, **kwargs)
+            if site is None or (method and not args):
+                return original(*args, **kwargs)
             try:
-                bound = signature.bind(ds, *args, **kwargs)
+                bound = signature.bind(*args, **kwargs)
             except TypeError:
-                return original(ds, *args, **kwargs)  # let TF raise its own error
+                return original(*args, **kwargs)  # let TF raise its own error
             written = SiteConfig(**{k: _as_int(bound.arguments.get(p)) for k, p in knobs.items()})
             fn = bound.arguments.get("map_func")
             name = getattr(fn, "__name__", None) if fn is not None else None
@@ -248,7 +272,8 @@ class Patcher:
                     if value is not None:
                         bound.arguments[param] = value
             result = original(*bound.args, **bound.kwargs)
-            _tag(result, site)
+            if method:
+                _tag(result, site)
             return result
 
         wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
