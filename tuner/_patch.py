@@ -224,7 +224,7 @@ class Patcher:
         for name in _API_MODULES:  # the public names were bound at import time
             module = sys.modules.get(name)
             if module is not None and getattr(module, "parallel_interleave", None) is current:
-                module.parallel_interleave = wrapped
+                module.parallel_interleave = wrapped  # type: ignore[attr-defined]
 
     # ---- call sites ---------------------------------------------------------------
     def site_of(self, frame: FrameType | None) -> str | None:
