@@ -260,6 +260,7 @@ import tensorflow as tf
 ds = tf.data.Dataset.range(100).batch(10, drop_remainder=True)
 print("BATCH", ds.element_spec.shape[0])
 print("POLICY", tf.keras.mixed_precision.global_policy().name)
+print("FIRST", next(iter(ds)).shape[0])
 """
 
 
@@ -278,9 +279,11 @@ def test_tftune_run_applies_config(tmp_path: Path, run_cli) -> None:  # type: ig
         [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True
     )
     assert "BATCH 10" in plain.stdout and "POLICY float32" in plain.stdout
-    tuned = run_cli("run", "--config", str(cfg), "train.py")
+    tuned = run_cli("run", "--config", str(cfg), "train.py", "--", "--unused")
     assert tuned.returncode == 0, tuned.stderr
     assert "BATCH 7" in tuned.stdout and "POLICY mixed_bfloat16" in tuned.stdout
+    assert "FIRST 7" in tuned.stdout
+    assert "call sites this script does not have: gone.py:9" in tuned.stderr
     failing = _script(tmp_path, "import sys; sys.exit(4)\n", "fail.py")
     assert run_cli("run", "--config", str(cfg), str(failing)).returncode == 4
 
@@ -295,6 +298,7 @@ def test_tftune_apply_in_process(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "BATCH 7" in out.stdout and "POLICY mixed_bfloat16" in out.stdout
+    assert "gone.py:9" in out.stderr
 
 
 def test_run_cli_user_errors(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
