@@ -88,11 +88,11 @@ class Hooks:
 
     on_site: Callable[[SiteCall], None] | None = None
     on_iterate: Callable[[IterationInfo], None] | None = None
-    # Called per step: (stream, examples) on delivery, stream on request.
+    # Called in Python when the consumer requests each element (profile markers only:
+    # it costs a Python call per step).
     on_request: Callable[[int], object] | None = None
-    on_deliver: Callable[[int, int], object] | None = None
-    # Batched step records (stream, rows of request_ns, deliver_ns, examples); when set,
-    # per-step Python callbacks are not used (the low-overhead measuring clock).
+    # Step records handed over in batches: (stream, rows of request_ns, deliver_ns,
+    # examples). This is the measuring clock; it runs no Python per step in graphs.
     on_records: Callable[[int, list[tuple[int, int, int]]], object] | None = None
     on_nan: Callable[[str, float], None] | None = None
     notes: list[str] = field(default_factory=list)
@@ -306,7 +306,7 @@ class Patcher:
                 if self.hooks.on_request is None:
                     out = self._with_batched_clock(out, stream, info.batched)
                 else:
-                    out = self._with_clock(out, stream, info.batched)
+                    out = self._with_request_marks(out, stream)
         if out is not ds or stream is not None:
             with contextlib.suppress(AttributeError):
                 if out is ds:
@@ -540,10 +540,16 @@ class Patcher:
         requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), lambda _: tf.timestamp())
         zipped = tf.data.Dataset.zip((requests, ds))
         options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False  # see _with_clock
+        # TF would inject a prefetch after the delivery stage, which then would time the
+        # prefetch thread, not the consumer. `_emulate_injected_prefetch` has already put
+        # that prefetch where TF would have put it without us.
+        options.experimental_optimization.inject_prefetch = False
         return base_map(zipped, deliver).with_options(options)
 
-    def _with_clock(self, ds: Any, stream: int, batched: bool) -> Any:
+    def _with_request_marks(self, ds: Any, stream: int) -> Any:
+        """Profile mode, for loops without an iterator: call `hooks.on_request` when the
+        consumer asks for each element (the first zip input runs first)."""
+        import numpy as np
         import tensorflow as tf
         from tensorflow.python.data.ops import dataset_ops
 
@@ -554,44 +560,22 @@ class Patcher:
         def _request(index: Any) -> Any:
             if hooks.on_request is not None:
                 hooks.on_request(stream)
-            return index
-
-        def _deliver(index: Any, examples: Any) -> Any:
-            if hooks.on_deliver is not None:
-                hooks.on_deliver(stream, int(examples))
-            return index
+            return np.int64(index)
 
         def mark_request(i: Any) -> Any:
             return tf.numpy_function(_request, [i], tf.int64, stateful=True, name="tftune_request")
 
-        def mark_deliver(i: Any, element: Any) -> Any:
-            flat = tf.nest.flatten(element)
-            first = flat[0] if flat else None
-            if (
-                batched
-                and first is not None
-                and first.shape.rank is not None
-                and first.shape.rank > 0
-            ):
-                count = tf.shape(first, out_type=tf.int64)[0]
-            else:
-                count = tf.constant(1, tf.int64)
-            token = tf.numpy_function(
-                _deliver, [i, count], tf.int64, stateful=True, name="tftune_deliver"
-            )
-            with tf.control_dependencies([token]):
+        def drop_mark(i: Any, element: Any) -> Any:
+            with tf.control_dependencies([i]):
                 return tf.nest.map_structure(
                     lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
                 )
 
         requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), mark_request)
         zipped = tf.data.Dataset.zip((requests, ds))
-        # TF would inject a prefetch after our delivery stage, which then would time the
-        # prefetch thread instead of the consumer. `_emulate_injected_prefetch` has put
-        # that prefetch where TF would have put it without us.
         options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False
-        return base_map(zipped, mark_deliver).with_options(options)
+        options.experimental_optimization.inject_prefetch = False  # see _with_batched_clock
+        return base_map(zipped, drop_mark).with_options(options)
 
     # ---- keras ----------------------------------------------------------------------
     def _patch_keras(self, module: ModuleType) -> None:
