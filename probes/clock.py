@@ -15,7 +15,8 @@ Line format (text, one record per line)::
 
 Timestamps are nanoseconds of the child's wall clock (``time.time_ns()`` eagerly,
 ``tf.timestamp()`` in graphs); only differences between them are used. Parent side
-(`ClockReader`, `window_stats`): incremental parsing and the statistics of a window. Pure Python: no TensorFlow here.
+(`ClockReader`, `window_stats`): incremental parsing and the statistics of a window.
+Pure Python: no TensorFlow here.
 """
 
 from __future__ import annotations
