@@ -58,6 +58,7 @@ _API_MODULES = (
 )
 _STREAM_LIMIT = 1 << 62
 RING_STEPS = 8192
+MODEL_ONLY_ELEMENTS = 64
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
 
 
@@ -141,6 +142,7 @@ class Patcher:
         self.script_dir = os.path.abspath(script_dir)
         self.hooks = hooks or Hooks()
         self.instrument_clock = False
+        self.variant = "train"  # or "pipeline_only" / "model_only" (runner.VARIANTS)
         self.seen_sites: set[str] = set()
         self.batch_seen = False  # a user batch call was seen: elements count as batches
         self._prefixes: tuple[str, ...] = ()
@@ -187,15 +189,20 @@ class Patcher:
         original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
         patcher = self
 
-        @functools.wraps(original_iter)
-        def __iter__(ds: Any) -> Any:
-            prepared = patcher.prepare(ds)
+        def tagged_iter(prepared: Any) -> Any:
             iterator = original_iter(prepared)
             stream = getattr(prepared, "_tftune_stream", None)
             if stream is not None:
                 with contextlib.suppress(AttributeError):
                     iterator._tftune_stream = stream
             return iterator
+
+        @functools.wraps(original_iter)
+        def __iter__(ds: Any) -> Any:
+            prepared = patcher.prepare(ds)
+            if patcher.variant == "pipeline_only" and tf_eager():
+                patcher.drain(prepared, tagged_iter)
+            return tagged_iter(prepared)
 
         __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
         cls.__iter__ = __iter__  # type: ignore[method-assign]
@@ -296,6 +303,9 @@ class Patcher:
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
         out = apply_globals(ds, self.config, info)
+        if self.variant == "model_only":
+            # Training alone: the first elements, cached, forever. Warm-up covers the fill.
+            out = out.take(MODEL_ONLY_ELEMENTS).cache().repeat()
         stream: int | None = None
         if self.instrument_clock:
             stream = self._new_stream()
@@ -316,6 +326,15 @@ class Patcher:
                 ds._tftune_prepared = out
                 out._tftune_prepared = out
         return out
+
+    def drain(self, ds: Any, make_iter: Callable[[Any], Any]) -> None:
+        """pipeline_only: iterate what training would iterate, as fast as it comes, and
+        never return to the script (the parent stops the process after the window)."""
+        while True:
+            iterator = make_iter(ds)
+            with contextlib.suppress(StopIteration):
+                while True:
+                    next(iterator)
 
     def _new_stream(self) -> int:
         """A stream number for a dataset about to be iterated, with its ring made now.
@@ -650,6 +669,12 @@ def _nan_callback(base: type, hooks: Hooks) -> Any:
                 hooks.on_nan("loss", loss)
 
     return _TftuneNanCheck()
+
+
+def tf_eager() -> bool:
+    import tensorflow as tf
+
+    return bool(tf.executing_eagerly())
 
 
 def _no_options() -> Any:

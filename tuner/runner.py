@@ -48,6 +48,7 @@ STDERR_TAIL_LINES = 25
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 DISCOVERY_TIMEOUT_S = 300.0
+VARIANTS = ("train", "pipeline_only", "model_only")
 EXIT_GRACE_S = 10.0  # a script that raised gets this long to print its traceback and exit
 
 
@@ -81,6 +82,13 @@ class MeasureSpec:
     max_wall_s: float | None = None  # hard cap on the whole trial
     term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
     nvml_interval_s: float = 0.2
+    # What runs: "train" (the script), "pipeline_only" (the iterated dataset drained
+    # without training) or "model_only" (training on `take(k).cache().repeat()` of it).
+    variant: str = "train"
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -503,6 +511,7 @@ def run_trial(
             "args": list(args),
             "config": config.to_json(),
             "clock_file": str(clock_file),
+            "variant": spec.variant,
         }
         trial = _Trial(deps, spec, config, on_report)
         return trial.run(work, child_spec, cwd)
