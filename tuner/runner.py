@@ -40,6 +40,7 @@ from tftune.probes.clock import (
 )
 from tftune.probes.errors import ScriptError
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlReader, NvmlSampler, PynvmlReader
+from tftune.tuner._patch import MODEL_ONLY_ELEMENTS
 from tftune.tuner.config import Config, SiteConfig
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
@@ -666,10 +667,10 @@ class _Trial:
         spec = self.spec
         if self.window_start_ns is None:
             first = self.records[0].deliver_ns
-            if (
-                len(self.records) > spec.warmup_steps
-                and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s
-            ):
+            warmup_steps = spec.warmup_steps
+            if spec.variant == "model_only":  # the cache fills during the first elements
+                warmup_steps = max(warmup_steps, MODEL_ONLY_ELEMENTS + 1)
+            if len(self.records) > warmup_steps and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s:
                 self.window_start_ns = rec.deliver_ns
                 self.current_start_ns = rec.deliver_ns
                 if isinstance(self.sampler, NvmlSampler):
