@@ -1,4 +1,7 @@
-"""The examples are the README's quick start: each runs on its own, on CPU, in seconds."""
+"""The examples are the README's quick start: they run on their own, on CPU, in seconds.
+
+Every example also runs under the trial bootstrap in test_tuner_runner.py (each loop
+style, the latency-bound speed-up); here the two the README names run plainly."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ def test_every_loop_style_has_an_example() -> None:
 
 @requires_tf
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", ["keras_fit.py", "latency_bound.py"])
 def test_example_runs_plainly(name: str, tmp_path: Path) -> None:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     out = subprocess.run(
