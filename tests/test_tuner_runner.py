@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,32 @@ EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
 
 pytestmark = requires_tf
+
+
+def _live_children() -> set[int]:
+    """Processes whose parent is this test process, zombies excluded."""
+    me, out = os.getpid(), set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields[0] != "Z" and int(fields[1]) == me:
+            out.add(int(entry.name))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_child_survives() -> Iterator[None]:
+    before = _live_children()
+    yield
+    deadline = time.monotonic() + 5
+    while (_live_children() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (_live_children() - before), "a child process outlived its test"
 
 
 def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
