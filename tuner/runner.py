@@ -150,6 +150,18 @@ class TrialResult:
     def ok(self) -> bool:
         return self.state is TrialState.COMPLETE
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "failure": self.failure.value if self.failure else None,
+            "reason": self.reason,
+            "metrics": self.metrics.to_json() if self.metrics else None,
+            "config": self.config.to_json(),
+            "returncode": self.returncode,
+            "wall_s": self.wall_s,
+            "notes": list(self.notes),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class CallSite:
