@@ -57,3 +57,21 @@ def run_cli(tmp_path: Path):  # type: ignore[no-untyped-def]
         )
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def trace_case(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """`trace_case(name) -> logdir`: record a tests/tracegen.py case once per session."""
+    if not has_tensorflow():
+        pytest.skip("tensorflow is not installed: cannot record traces")
+    sys.path.insert(0, str(Path(__file__).parent))
+    import tracegen
+
+    cache: dict[str, Path] = {}
+
+    def _get(name: str) -> Path:
+        if name not in cache:
+            cache[name] = tracegen.record(tracegen.CASES[name], tmp_path_factory.mktemp(name))
+        return cache[name]
+
+    return _get

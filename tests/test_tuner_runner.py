@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -162,39 +161,6 @@ def test_config_turns_latency_bound_map_parallel() -> None:
     assert tuned.metrics.utilization_kind == "duty_cycle"
     assert tuned.metrics.utilization == pytest.approx(1 - tuned.metrics.input_wait_share)
     assert len(tuned.metrics.repeats) == 2 and tuned.metrics.spread >= 0
-
-
-BALANCED = """
-import time
-import tensorflow as tf
-
-def slow(i):
-    time.sleep(0.005)
-    return i
-
-ds = tf.data.Dataset.range(10**9).map(lambda i: tf.py_function(slow, [i], tf.int64)).batch(4)
-for batch in ds:
-    time.sleep(0.004)  # the training step
-"""
-
-
-@pytest.mark.slow
-def test_pipeline_only_and_model_only_bound_the_script(tmp_path: Path) -> None:
-    # Pipeline ~20 ms per batch, model ~4 ms per step (overlapped by TF's injected
-    # prefetch): the script is pipeline-bound, and the model alone is several times faster.
-    script = _script(tmp_path, BALANCED)
-    spec = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.8, repeats=1)
-    rates = {}
-    for variant in ("train", "pipeline_only", "model_only"):
-        variant_spec = dataclasses.replace(spec, variant=variant)
-        result = run_trial(script, (), None, variant_spec)
-        assert result.ok and result.metrics is not None, (variant, result.reason)
-        rates[variant] = result.metrics.examples_per_s
-    assert 60 < rates["train"] < 260
-    assert 0.6 < rates["pipeline_only"] / rates["train"] < 1.8
-    assert rates["model_only"] > 2 * rates["train"], rates
-    with pytest.raises(ValueError, match="variant"):
-        MeasureSpec(variant="gpu_only")
 
 
 @pytest.mark.slow

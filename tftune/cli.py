@@ -9,6 +9,7 @@ and works without TensorFlow.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -119,3 +120,185 @@ def profile(
     ended = " (the script ended first)" if last < steps[1] - 1 else ""
     click.echo(f"profile of steps {first}-{last}{ended} written to {result.logdir}")
     click.echo(f"next: tftune analyze {logdir}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path(dir_okay=False))
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--trials", default=20, show_default=True, help="Finished trials the study holds.")
+@click.option("--timeout", type=float, help="Stop searching after this many seconds.")
+@click.option(
+    "--objective",
+    type=click.Choice(["gpu-util", "throughput", "both"]),
+    help="Default: gpu-util when a GPU is visible, else throughput.",
+)
+@click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal].")
+@click.option("--study-name", help="Resume this study [tftune-<script>].")
+@click.option("--seed", default=0, show_default=True, help="TPE sampler seed.")
+@click.option(
+    "--guided/--no-guided",
+    default=True,
+    show_default=True,
+    help="Enqueue a guess derived from the as-written trial.",
+)
+@click.option(
+    "--space",
+    "space_file",
+    type=click.Path(dir_okay=False),
+    help="JSON file that narrows or extends the search space.",
+)
+@click.option("--batch-size", help="N fixes the batch size; MIN:MAX bounds it.")
+@click.option(
+    "--best",
+    "best_file",
+    default="tftune-best.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the winning config.",
+)
+@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Tuning JSON.")
+@click.option(
+    "-o",
+    "--output",
+    "html_file",
+    default="tftune-tuning.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="HTML tuning report.",
+)
+@click.option("--window", type=float, help="Seconds per measured window [3].")
+@click.option("--repeats", type=int, help="Measured windows per trial [3].")
+@click.option(
+    "--bounds/--no-bounds",
+    default=True,
+    show_default=True,
+    help="Measure the pipeline alone and the model alone first.",
+)
+def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
+    """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
+
+    Arguments after `--` go to the script: tftune optimize train.py -- --epochs 1
+    """
+    from tftune._optimize_cli import run_optimize_command
+
+    run_optimize_command(script, list(script_args), opts)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def generated_at() -> str:
+    """The report timestamp: now in UTC, or SOURCE_DATE_EPOCH for reproducible output."""
+    from tftune.reports.model import timestamp_now
+
+    return timestamp_now()
+
+
+def read_json_file(path: Path) -> Any:
+    """Parse a JSON file, or fail with one line naming it."""
+    import json
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and `os.replace`, so a reader never sees half a file."""
+    import os
+    import tempfile
+
+    target = path.resolve()
+    if target.is_dir():
+        raise UserError(f"{path}: is a directory, expected a file name")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@main.command("report")
+@click.argument("json_file", type=click.Path(path_type=Path, dir_okay=True))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Where to write the HTML (default: next to the JSON, as <name>.html).",
+)
+def report(json_file: Path, output: Path | None) -> None:
+    """Render the HTML report of a saved analysis or tuning JSON.
+
+    Needs neither the trace nor TensorFlow. The kind of report is read from the JSON.
+    """
+    from tftune.reports import render_report_json
+
+    data = read_json_file(json_file)
+    html = render_report_json(data, generated_at=generated_at(), source=json_file.name)
+    target = output if output is not None else json_file.with_suffix(".html")
+    write_text_atomic(target, html)
+    click.echo(str(target))
+
+
+@main.command("analyze")
+@click.argument("logdir", type=click.Path(path_type=Path))
+@click.option("--run", "run_name", help="Run to analyze (default: the newest).")
+@click.option("--host", help="Host to analyze (default: the one with the most tf.data work).")
+@click.option("--list", "list_runs", is_flag=True, help="List the runs and hosts, then exit.")
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), help="Write the analysis JSON here."
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the HTML report here.")
+def analyze(
+    logdir: Path,
+    run_name: str | None,
+    host: str | None,
+    list_runs: bool,
+    json_out: Path | None,
+    output: Path | None,
+) -> None:
+    """Name the input-pipeline bottleneck in a profiler LOGDIR, and the fix."""
+    import json
+    import shutil
+
+    from tftune import analyze as run_analysis
+    from tftune.probes.locate import list_runs as find_runs
+    from tftune.reports.terminal import render
+
+    if list_runs:
+        for info in find_runs(logdir):
+            click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {info.path}")
+            for h in info.hosts:
+                click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
+        return
+    data = run_analysis(logdir, run=run_name, host=host).to_json()
+    width = min(shutil.get_terminal_size((100, 24)).columns, 140)
+    click.echo(render(data, width=width, color=sys.stdout.isatty()), nl=False)
+    if json_out is not None:
+        write_text_atomic(json_out, json.dumps(data, indent=1) + "\n")
+        click.echo(f"analysis JSON: {json_out}")
+    if output is not None:
+        from tftune.reports import render_report_json
+
+        html = render_report_json(data, generated_at=generated_at(), source=str(logdir))
+        write_text_atomic(output, html)
+        click.echo(f"report: {output}")

@@ -128,7 +128,6 @@ def main() -> None:
     elif mode == "measure" and writer is not None:
         hooks.on_records = writer.records
         patcher.instrument_clock = True
-        patcher.variant = spec.get("variant", "train")
     elif mode == "profile" and writer is not None:
         prof = spec["profile"]
         profiler = _Profiler(int(prof["start"]), int(prof["stop"]), prof["logdir"], writer)

@@ -37,6 +37,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from tftune.probes.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
+from tftune.tuner import bounds
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 
 # Which knobs each transformation takes, by the parameter name TF uses.
@@ -58,7 +59,6 @@ _API_MODULES = (
 )
 _STREAM_LIMIT = 1 << 62
 RING_STEPS = 8192
-MODEL_ONLY_ELEMENTS = 64
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
 
 
@@ -142,7 +142,6 @@ class Patcher:
         self.script_dir = os.path.abspath(script_dir)
         self.hooks = hooks or Hooks()
         self.instrument_clock = False
-        self.variant = "train"  # or "pipeline_only" / "model_only" (runner.VARIANTS)
         self.seen_sites: set[str] = set()
         self.batch_seen = False  # a user batch call was seen: elements count as batches
         self._prefixes: tuple[str, ...] = ()
@@ -199,10 +198,7 @@ class Patcher:
 
         @functools.wraps(original_iter)
         def __iter__(ds: Any) -> Any:
-            prepared = patcher.prepare(ds)
-            if patcher.variant == "pipeline_only" and tf_eager():
-                patcher.drain(prepared, tagged_iter)
-            return tagged_iter(prepared)
+            return tagged_iter(patcher.prepare(ds))
 
         __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
         cls.__iter__ = __iter__  # type: ignore[method-assign]
@@ -303,9 +299,10 @@ class Patcher:
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
         out = apply_globals(ds, self.config, info)
-        if self.variant == "model_only":
-            # Training alone: the first elements, cached, forever. Warm-up covers the fill.
-            out = out.take(MODEL_ONLY_ELEMENTS).cache().repeat()
+        # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
+        bound = bounds.bound_mode(self.config)
+        if bound == bounds.MODEL_ONLY:
+            out = bounds.cache_for_model_only(out, _original_iter())
         stream: int | None = None
         if self.instrument_clock:
             stream = self._new_stream()
@@ -325,16 +322,9 @@ class Patcher:
                 out._tftune_stream = stream
                 ds._tftune_prepared = out
                 out._tftune_prepared = out
+        if bound == bounds.PIPELINE_ONLY:
+            bounds.drain_pipeline_only(out, stream, _original_iter())
         return out
-
-    def drain(self, ds: Any, make_iter: Callable[[Any], Any]) -> None:
-        """pipeline_only: iterate what training would iterate, as fast as it comes, and
-        never return to the script (the parent stops the process after the window)."""
-        while True:
-            iterator = make_iter(ds)
-            with contextlib.suppress(StopIteration):
-                while True:
-                    next(iterator)
 
     def _new_stream(self) -> int:
         """A stream number for a dataset about to be iterated, with its ring made now.
@@ -671,12 +661,6 @@ def _nan_callback(base: type, hooks: Hooks) -> Any:
     return _TftuneNanCheck()
 
 
-def tf_eager() -> bool:
-    import tensorflow as tf
-
-    return bool(tf.executing_eagerly())
-
-
 def _no_options() -> Any:
     import tensorflow as tf
 
@@ -687,6 +671,14 @@ def _flatten(element: Any) -> list[Any]:
     import tensorflow as tf
 
     return list(tf.nest.flatten(element))
+
+
+def _original_iter() -> Callable[[Any], Any]:
+    """The unpatched ``Dataset.__iter__`` (for iterating without re-entering `prepare`)."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    it = dataset_ops.DatasetV2.__iter__
+    return getattr(it, "__tftune_original__", it)  # type: ignore[no-any-return]
 
 
 def _tag(ds: Any, site: str | None) -> None:

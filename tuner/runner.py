@@ -40,7 +40,6 @@ from tftune.probes.clock import (
 )
 from tftune.probes.errors import ScriptError
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlReader, NvmlSampler, PynvmlReader
-from tftune.tuner._patch import MODEL_ONLY_ELEMENTS
 from tftune.tuner.config import Config, SiteConfig
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
@@ -49,7 +48,6 @@ STDERR_TAIL_LINES = 25
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 DISCOVERY_TIMEOUT_S = 300.0
-VARIANTS = ("train", "pipeline_only", "model_only")
 EXIT_GRACE_S = 10.0  # a script that raised gets this long to print its traceback and exit
 
 
@@ -83,13 +81,6 @@ class MeasureSpec:
     max_wall_s: float | None = None  # hard cap on the whole trial
     term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
     nvml_interval_s: float = 0.2
-    # What runs: "train" (the script), "pipeline_only" (the iterated dataset drained
-    # without training) or "model_only" (training on `take(k).cache().repeat()` of it).
-    variant: str = "train"
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {self.variant!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,7 +515,6 @@ def run_trial(
             "args": list(args),
             "config": config.to_json(),
             "clock_file": str(clock_file),
-            "variant": spec.variant,
         }
         trial = _Trial(deps, spec, config, on_report)
         return trial.run(work, child_spec, cwd)
@@ -679,10 +669,10 @@ class _Trial:
         spec = self.spec
         if self.window_start_ns is None:
             first = self.records[0].deliver_ns
-            warmup_steps = spec.warmup_steps
-            if spec.variant == "model_only":  # the cache fills during the first elements
-                warmup_steps = max(warmup_steps, MODEL_ONLY_ELEMENTS + 1)
-            if len(self.records) > warmup_steps and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s:
+            if (
+                len(self.records) > spec.warmup_steps
+                and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s
+            ):
                 self.window_start_ns = rec.deliver_ns
                 self.current_start_ns = rec.deliver_ns
                 if isinstance(self.sampler, NvmlSampler):

@@ -1,0 +1,173 @@
+"""`tftune optimize` as a user runs it: one real, short study on the latency-bound
+example (checked by ranges, never exact timings), resume, and one-line user errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import requires_tf
+
+from tftune import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "latency_bound.py"
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+# Short windows keep the suite lean; the 4 ms latency makes the effect large anyway.
+FAST = ["--window", "0.5", "--repeats", "2"]
+# On a loaded 2-core machine the tuned pipeline still beats sequential by far more.
+CLEAR_FACTOR = 3.0
+
+
+@pytest.mark.slow
+@requires_tf
+def test_optimize_latency_bound_example_end_to_end(tmp_path: Path, run_cli: RunCli) -> None:
+    out = run_cli(
+        "optimize", str(EXAMPLE), "--trials", "7", *FAST, "--json", "t.json",
+        "--study-name", "e2e", "--", "--steps", "100000",
+        cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    data = json.loads((tmp_path / "t.json").read_text())
+    for key in ("schema", "ceiling", "baselines", "best", "trials_detail", "importances"):
+        assert key in data
+    assert data["trials"]["complete"] + data["trials"]["pruned"] + data["trials"]["failed"] == 7
+    aw = data["baselines"]["as_written"]["examples_per_s"]
+    best = data["best"]
+    assert best["examples_per_s"] >= CLEAR_FACTOR * aw, (aw, best)
+    # The winner raises parallelism and the private thread pool (AUTOTUNE alone cannot
+    # go past the default pool, the core count).
+    config = best["config"]
+    (site,) = [s for s in config["sites"].values() if "num_parallel_calls" in s]
+    par = site["num_parallel_calls"]
+    pool = config["threadpool_size"]
+    assert pool is not None and pool >= 8
+    assert par == "AUTOTUNE" or par >= 8
+    # The ceiling: the pipeline alone (as written) is the limit, far below the model.
+    ceiling = data["ceiling"]
+    assert ceiling["limited_by"] == "pipeline"
+    assert ceiling["model_only_examples_per_s"] > 5 * ceiling["pipeline_only_examples_per_s"]
+    assert "num_parallel_calls=" in data["diff"] and data["command"].startswith("tftune run")
+    for row in ("as written", "AUTOTUNE everywhere", "#cores heuristic", "tuned"):
+        assert row in out.stdout
+    assert (tmp_path / "tftune-best.json").exists()
+    html = (tmp_path / "tftune-tuning.html").read_text()
+    assert "<html" in html.lower() and "AUTOTUNE" in html
+
+    # The best file applies with `tftune run --config`: the script's own report is faster.
+    run = run_cli(
+        "run", "--config", "tftune-best.json", str(EXAMPLE), "--", "--steps", "150",
+        cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    rate = float(re.findall(r"([\d.]+) examples/s", run.stdout)[-1])
+    assert rate >= CLEAR_FACTOR * aw / 1.5, (rate, aw)  # includes start-up, so a looser bar
+
+    # Resume: the same study name reruns no finished trial.
+    again = run_cli(
+        "optimize", str(EXAMPLE), "--trials", "7", *FAST, "--json", "t2.json", "--no-bounds",
+        "--study-name", "e2e", "--", "--steps", "100000",
+        cwd=tmp_path, timeout=200,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(r"\b0\s+ran\s+now", again.stdout), again.stdout[-2000:]
+    data2 = json.loads((tmp_path / "t2.json").read_text())
+    assert data2["trials_detail"] == data["trials_detail"]
+
+
+def _invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli.main, ["optimize", *args])
+    return result.exit_code, result.output
+
+
+def test_missing_script_is_one_line(tmp_path: Path) -> None:
+    code, output = _invoke(str(tmp_path / "nope.py"))
+    assert code == 1 and "nope.py" in output and "Traceback" not in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_malformed_space_file_is_one_line_before_any_trial(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    bad = tmp_path / "space.json"
+    bad.write_text('{"knobs": {"threadpool_size": "many"}}')
+    code, output = _invoke(str(script), "--space", str(bad), "--storage", str(tmp_path / "j"))
+    assert code == 1 and "space.json" in output and "threadpool_size" in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_unreachable_storage_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    code, output = _invoke(str(script), "--storage", "postgresql://u:pw@127.0.0.1:9/db")
+    assert code == 1 and "127.0.0.1:9" in output and "pw@" not in output
+    assert len(output.strip().splitlines()) == 1
+
+
+def test_help_imports_neither_tensorflow_nor_optuna() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['tftune', 'optimize', '--help']\n"
+        "from tftune import cli\n"
+        "try:\n"
+        "    cli.main(standalone_mode=False)\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "--trials" in out.stdout
+    mods = set(out.stdout.split("MODULES", 1)[1].split())
+    assert "tensorflow" not in mods and "optuna" not in mods
+
+
+@requires_tf
+def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
+    """`tftune.optimize()` end to end on real discovery, with the trials faked: the files
+    it writes and what it returns."""
+    import tftune
+    from tftune.tuner.config import AUTOTUNE, Config, load_config
+    from tftune.tuner.study import Measurement, Mode, RepeatCallback, Runner, State
+
+    class Fake(Runner):
+        def measure(
+            self,
+            config: Config,
+            *,
+            mode: Mode = Mode.TRAIN,
+            on_repeat: RepeatCallback | None = None,
+        ) -> Measurement:
+            if mode is Mode.MODEL_ONLY:
+                return Measurement(State.COMPLETE, 20000.0, 0.9, repeats=(20000.0,))
+            pool = config.threadpool_size or 2
+            pars = [s.num_parallel_calls for s in config.sites.values() if s.num_parallel_calls]
+            par = pars[0] if pars else 1
+            eps = 240.0 * min(pool if par == AUTOTUNE else par, pool)
+            wait = max(0.0, 1 - eps / 20000)
+            return Measurement(State.COMPLETE, eps, 1 - wait, "duty_cycle", 0.02, wait, (eps,))
+
+    result = tftune.optimize(
+        EXAMPLE,
+        ["--steps", "10"],
+        trials=8,
+        runner=Fake(),
+        storage=str(tmp_path / "s.journal"),
+        best_file=tmp_path / "best.json",
+        json_file=tmp_path / "t.json",
+        html_file=tmp_path / "t.html",
+    )
+    assert result.ceiling is not None and result.ceiling.limited_by == "pipeline"
+    assert (result.best_config.threadpool_size or 0) >= 8
+    assert load_config(result.best_file).threadpool_size == result.best_config.threadpool_size
+    assert "num_parallel_calls=" in result.diff
+    assert "private_threadpool_size" in result.snippet
+    assert result.command.startswith("tftune run --config")
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["trials"]["complete"] + data["trials"]["pruned"] == 8
+    assert (tmp_path / "t.html").exists()

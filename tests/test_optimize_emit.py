@@ -1,0 +1,212 @@
+"""Emitting the winner: the diff against the user's lines, the snippet, the files."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
+from tftune.tuner.emit import (
+    best_config_with_metrics,
+    globals_snippet,
+    render_table,
+    rewrite_sources,
+    run_command,
+    source_diff,
+    table_rows,
+    trial_line,
+    tuning_json,
+    write_json_atomic,
+)
+from tftune.tuner.runner import CallSite
+from tftune.tuner.space import build_space
+from tftune.tuner.study import Objective, Role, State, StudyOutcome, TrialRecord
+
+SCRIPT = """\
+import tensorflow as tf2
+
+ds = tf2.data.Dataset.range(10)
+ds = ds.map(lambda x: x)
+ds = ds.interleave(lambda x: tf2.data.Dataset.range(x), 2)
+ds = ds.map(lambda x: x,
+            num_parallel_calls=1)
+ds = ds.batch(32).prefetch(2)
+"""
+
+
+def _apply(diff: str, tmp_path: Path) -> str:
+    if shutil.which("patch") is not None:  # the diff applies as a user would apply it
+        out = subprocess.run(
+            ["patch", "-p1", "-s"], input=diff, text=True, cwd=tmp_path, capture_output=True
+        )
+        assert out.returncode == 0, out.stderr
+    else:
+        (tmp_path / "train.py").write_text(
+            rewrite_sources(tmp_path / "train.py", CONFIG)["train.py"][1]
+        )
+    return (tmp_path / "train.py").read_text()
+
+
+CONFIG = Config(
+    sites={
+        "train.py:4": SiteConfig(num_parallel_calls=32),  # missing: added
+        "train.py:5": SiteConfig(cycle_length=8, num_parallel_calls=AUTOTUNE),  # positional
+        "train.py:6": SiteConfig(num_parallel_calls=16),  # keyword on a continuation line
+        "train.py:8": SiteConfig(batch_size=64, buffer_size=AUTOTUNE),  # chained
+    }
+)
+
+
+def test_diff_rewrites_the_users_own_lines(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    config = CONFIG
+    diff = source_diff(script, config)
+    assert diff.startswith("--- a/train.py\n+++ b/train.py\n")
+    new = _apply(diff, tmp_path)
+    ast.parse(new)
+    assert "ds = ds.map(lambda x: x, num_parallel_calls=32)" in new
+    assert (
+        "ds.interleave(lambda x: tf2.data.Dataset.range(x), 8, "
+        "num_parallel_calls=tf2.data.AUTOTUNE)" in new
+    )
+    assert "num_parallel_calls=16)" in new
+    assert "ds = ds.batch(64).prefetch(tf2.data.AUTOTUNE)" in new
+
+
+def test_diff_is_empty_for_as_written_and_skips_unreadable_files(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    assert source_diff(script, Config()) == ""
+    gone = Config(sites={"lib/gone.py:3": SiteConfig(num_parallel_calls=4)})
+    assert source_diff(script, gone) == ""
+
+
+def test_globals_snippet() -> None:
+    snip = globals_snippet(
+        Config(threadpool_size=32, final_prefetch=AUTOTUNE, mixed_precision="mixed_bfloat16")
+    )
+    assert "options.threading.private_threadpool_size = 32" in snip
+    assert "ds.prefetch(tf.data.AUTOTUNE)" in snip
+    assert 'set_global_policy("mixed_bfloat16")' in snip
+    ast.parse(snip)
+    assert globals_snippet(Config()) == ""
+
+
+def test_run_command_quotes_and_passes_arguments() -> None:
+    cmd = run_command("my train.py", ["--steps", "10"], "best.json")
+    assert cmd == "tftune run --config best.json 'my train.py' -- --steps 10"
+
+
+def _rec(n: int, role: Role, eps: float, state: State = State.COMPLETE) -> TrialRecord:
+    return TrialRecord(n, role, state, {}, role.value, eps, 0.5, 0.04, 0.5, (eps, eps))
+
+
+def _outcome() -> StudyOutcome:
+    aw = _rec(0, Role.AS_WRITTEN, 200.0)
+    at = _rec(1, Role.AUTOTUNE, 400.0)
+    he = _rec(2, Role.HEURISTIC, 410.0)
+    best = _rec(3, Role.SEARCH, 4000.0)
+    pruned = TrialRecord(4, Role.SEARCH, State.PRUNED, {}, "x", 100.0, reason="pruned")
+    return StudyOutcome(
+        study_name="s",
+        storage="s.journal",
+        objective=Objective.THROUGHPUT,
+        utilization_kind="duty_cycle",
+        records=(aw, at, he, best, pruned),
+        baselines={Role.AS_WRITTEN: aw, Role.AUTOTUNE: at, Role.HEURISTIC: he},
+        best=best,
+        best_config=Config(sites={"t.py:3": SiteConfig(num_parallel_calls=32)}, threadpool_size=32),
+        confirm=None,
+        pareto=(best,),
+        importances={"threadpool_size": 0.6},
+        wall_s=12.0,
+        ran_this_session=5,
+    )
+
+
+def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
+    out = _outcome()
+    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
+    data = tuning_json(
+        script="t.py",
+        outcome=out,
+        space=space,
+        ceiling=Ceiling(300.0, 9000.0),
+        device="CPU_ONLY",
+        config_file="tftune-best.json",
+        command="tftune run --config tftune-best.json t.py",
+        diff="",
+        snippet="",
+        seed=0,
+    )
+    required = (
+        "schema script objective utilization_kind device trials wall_s ceiling baselines "
+        "best trials_detail importances command diff"
+    )
+    for key in required.split(" "):
+        assert key in data, key
+    assert data["trials"] == {"complete": 4, "pruned": 1, "failed": 0}
+    assert set(data["baselines"]) >= {"as_written", "autotune", "heuristic"}
+    assert data["best"]["speedup_vs_as_written"] == 20.0
+    assert data["best"]["config"]["threadpool_size"] == 32
+    assert data["ceiling"]["ceiling_examples_per_s"] == 300.0
+    assert data["ceiling"]["limited_by"] == "pipeline"
+    assert data["trials_detail"][4]["state"] == "pruned"
+    path = write_json_atomic(data, tmp_path / "t.json")
+    assert json.loads(path.read_text())["schema"] == 1
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_best_file_carries_metrics_and_still_loads(tmp_path: Path) -> None:
+    cfg = best_config_with_metrics(_outcome(), "tftune run --config b.json t.py")
+    save_config(cfg, tmp_path / "b.json")
+    back = load_config(tmp_path / "b.json")
+    assert back.threadpool_size == 32
+    assert back.meta["measured"]["examples_per_s"] == 4000.0
+    assert back.meta["measured"]["spread"] == 0.04
+    assert back.meta["speedup_vs_as_written"] == 20.0
+
+
+def test_table_has_four_rows_with_speedups() -> None:
+    rows = table_rows(_outcome())
+    assert [r[0] for r in rows] == [
+        "as written",
+        "AUTOTUNE everywhere",
+        "#cores heuristic",
+        "tuned",
+    ]
+    assert rows[0][4] == "1.00x" and rows[3][4] == "20.00x"
+    from rich.console import Console
+
+    console = Console(width=120, record=True)
+    console.print(render_table(_outcome(), Ceiling(300.0, 9000.0)))
+    text = console.export_text()
+    assert "4,000.0" in text and "model alone on cached data 9,000.0" in text
+
+
+@pytest.mark.parametrize(
+    ("state", "needle"), [(State.PRUNED, "pruned"), (State.FAILED, "failed: boom")]
+)
+def test_trial_line_says_why(state: State, needle: str) -> None:
+    r = TrialRecord(7, Role.SEARCH, state, {}, "t.py/par=4", 10.0, reason="boom")
+    line = trial_line(r, None)
+    assert needle in line and "t.py/par=4" in line and "\n" not in line
+
+
+def test_ceiling_is_the_lower_half_and_says_what_was_not_measured() -> None:
+    c = Ceiling(300.0, 9000.0)
+    assert c.examples_per_s == 300.0 and c.limited_by == "pipeline"
+    assert Ceiling(9000.0, 300.0).limited_by == "model"
+    half = Ceiling(None, 9000.0, pipeline_note="not measured (in a tf.function)")
+    assert half.examples_per_s == 9000.0 and half.limited_by is None
+    data = half.to_json()
+    assert data["pipeline_only_examples_per_s"] is None  # never 0 for "not measured"
+    assert data["notes"] == ["not measured (in a tf.function)"]
+    assert Ceiling(None, None).examples_per_s is None

@@ -1,0 +1,289 @@
+"""The Optuna study logic, with an injected runner (no TensorFlow, no subprocess)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tftune.probes.errors import ConfigError, ScriptError
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.runner import CallSite
+from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.study import (
+    Measurement,
+    Mode,
+    Objective,
+    RepeatCallback,
+    Role,
+    Runner,
+    State,
+    StorageError,
+    StudySettings,
+    TrialRecord,
+    choose_winner,
+    guided_params,
+    open_storage,
+    pareto_front,
+    run_study,
+)
+
+MAP = "train.py:10"
+BATCH = "train.py:11"
+CORES = 2
+SITES = [
+    CallSite(MAP, "map", (), SiteConfig(), None, 1),
+    CallSite(BATCH, "batch", (), SiteConfig(batch_size=32), None, 1),
+]
+
+
+def space(**kw: object) -> SearchSpace:
+    return build_space(SITES, cores=CORES, **kw)  # type: ignore[arg-type]
+
+
+Model = Callable[[Config], tuple[float, float]]
+
+
+def latency_bound(config: Config) -> tuple[float, float]:
+    """A 4 ms py_function map: parallelism is capped by the thread pool."""
+    s = config.sites.get(MAP) or SiteConfig()
+    pool = config.threadpool_size or CORES
+    par = s.num_parallel_calls or 1
+    par = pool if par == AUTOTUNE else par
+    eps = 250.0 * min(par, pool)
+    return eps, min(1.0, eps / 20000)
+
+
+class FakeRunner(Runner):
+    """Deterministic runner over a model of the script; counts what it ran."""
+
+    def __init__(self, model: Model, repeats: int = 3, fail: Callable[[Config], bool] = bool):
+        self.model, self.repeats, self.fail = model, repeats, fail
+        self.calls: list[Config] = []
+
+    def measure(
+        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
+    ) -> Measurement:
+        self.calls.append(config)
+        if self.fail is not bool and self.fail(config):
+            return Measurement(State.FAILED, reason="out of memory (exit code 137)")
+        eps, util = self.model(config)
+        done: list[float] = []
+        for i in range(self.repeats):
+            done.append(eps)
+            if on_repeat is not None and not on_repeat(i, eps):
+                return Measurement(State.PRUNED, eps, repeats=tuple(done), reason="pruned")
+        wait = max(0.0, 1.0 - util)
+        return Measurement(
+            State.COMPLETE, eps, util, spread=0.02, input_wait_share=wait, repeats=tuple(done)
+        )
+
+
+def settings(tmp_path: Path, **kw: object) -> StudySettings:
+    base: dict[str, object] = {
+        "storage": str(tmp_path / "study.journal"),
+        "study_name": "t",
+        "n_trials": 12,
+    }
+    base.update(kw)
+    return StudySettings(**base)  # type: ignore[arg-type]
+
+
+def test_baselines_run_first_and_the_search_finds_the_latency_fix(tmp_path: Path) -> None:
+    runner = FakeRunner(latency_bound)
+    seen: list[TrialRecord] = []
+    out = run_study(space(), runner, settings(tmp_path), on_trial=lambda r, _b: seen.append(r))
+    roles = [r.role for r in out.records[:4]]
+    assert roles == [Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED]
+    assert runner.calls[0] == Config()  # the script as written, unchanged
+    assert len(out.records) == 12 and len(seen) == 12
+    best = out.best_config
+    assert (best.sites[MAP].num_parallel_calls or 0) >= 16
+    assert (best.threadpool_size or 0) >= 16
+    aw = out.baselines[Role.AS_WRITTEN].examples_per_s or 0
+    assert (out.best.examples_per_s or 0) >= 8 * aw
+    assert out.confirm is not None and out.confirm.feasible
+    assert out.counts()["complete"] + out.counts()["pruned"] == 12
+
+
+def test_clearly_slower_search_trials_are_pruned(tmp_path: Path) -> None:
+    out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=16))
+    pruned = [r for r in out.records if r.state is State.PRUNED]
+    assert pruned, "no trial was pruned"
+    best = max(r.examples_per_s or 0 for r in out.records if r.state is State.COMPLETE)
+    for r in pruned:
+        assert r.role is Role.SEARCH
+        assert (r.examples_per_s or 0) < 0.5 * best
+        assert len(r.repeats) < 3  # stopped before the full window
+        assert "below 50% of the best so far" in (r.reason or "")
+
+
+def test_winner_never_has_fewer_examples_per_s_than_as_written(tmp_path: Path) -> None:
+    # Utilization rises as throughput falls (tiny batches, slow precision): gpu-util must
+    # not be gamed.
+    def gameable(config: Config) -> tuple[float, float]:
+        changed = 0 if config.is_as_written() else 1 + len(config.sites)
+        return 1000.0 - 100.0 * changed, 0.3 + 0.1 * changed
+
+    out = run_study(space(), FakeRunner(gameable), settings(tmp_path, objective=Objective.GPU_UTIL))
+    assert out.best.role is Role.AS_WRITTEN
+    assert out.best_config == Config()
+    assert all(not r.feasible for r in out.records if r.role is not Role.AS_WRITTEN)
+
+
+def test_choose_winner_guard_with_injected_results() -> None:
+    def rec(n: int, role: Role, eps: float, util: float) -> TrialRecord:
+        return TrialRecord(n, role, State.COMPLETE, {}, "", eps, util, feasible=True)
+
+    aw = rec(0, Role.AS_WRITTEN, 500.0, 0.5)
+    greedy = rec(1, Role.SEARCH, 400.0, 0.99)  # higher utilization, fewer examples/s
+    ok = rec(2, Role.SEARCH, 510.0, 0.6)
+    assert choose_winner([aw, greedy, ok], aw, Objective.GPU_UTIL) is ok
+    assert choose_winner([aw, greedy], aw, Objective.GPU_UTIL) is aw
+    assert choose_winner([aw, greedy], aw, Objective.BOTH) is aw
+    front = pareto_front([aw, greedy, ok])
+    assert aw not in front and greedy in front and ok in front
+
+
+def test_a_winner_that_does_not_hold_up_falls_back_to_as_written(tmp_path: Path) -> None:
+    measured: dict[str, int] = {}
+
+    def lucky_once(config: Config) -> tuple[float, float]:
+        if config.is_as_written():
+            return 1000.0, 0.5
+        key = repr(config)
+        measured[key] = measured.get(key, 0) + 1
+        # the first measurement of one config is a fluke; every re-measure is slow
+        return (1500.0 if measured[key] == 1 and len(measured) == 1 else 900.0), 0.5
+
+    out = run_study(space(), FakeRunner(lucky_once), settings(tmp_path, n_trials=5))
+    assert out.confirm is not None and not out.confirm.feasible
+    assert out.best.role is Role.AS_WRITTEN and out.best_config == Config()
+    assert any("did not hold up" in n for n in out.notes)
+
+
+def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path: Path) -> None:
+    def big_batch(config: Config) -> bool:
+        s = config.sites.get(BATCH)
+        return s is not None and (s.batch_size or 0) >= 128
+
+    runner = FakeRunner(latency_bound, fail=big_batch)
+    out = run_study(space(), runner, settings(tmp_path, n_trials=16))
+    failed = [r for r in out.records if r.state is State.FAILED]
+    assert failed and all("out of memory" in (r.reason or "") for r in failed)
+    assert out.best.state is State.COMPLETE
+
+
+def test_as_written_failure_is_a_script_error(tmp_path: Path) -> None:
+    runner = FakeRunner(latency_bound, fail=lambda c: True)
+    with pytest.raises(ScriptError, match="as written could not be measured: out of memory"):
+        run_study(space(), runner, settings(tmp_path))
+
+
+def test_resume_reruns_no_finished_trial(tmp_path: Path) -> None:
+    first = FakeRunner(latency_bound)
+    out1 = run_study(space(), first, settings(tmp_path, n_trials=6, confirm=False))
+    assert len(first.calls) == 6
+    second = FakeRunner(latency_bound)
+    out2 = run_study(space(), second, settings(tmp_path, n_trials=9, confirm=False))
+    assert len(second.calls) == 3 and out2.ran_this_session == 3
+    assert [r.number for r in out2.records] == list(range(9))
+    assert out2.records[:6] == out1.records  # unchanged, not rerun
+    third = FakeRunner(latency_bound)
+    out3 = run_study(space(), third, settings(tmp_path, n_trials=9, confirm=False))
+    assert third.calls == [] and out3.best.number == out2.best.number
+    roles = [r.role for r in out3.records]
+    assert roles.count(Role.AS_WRITTEN) == 1 and roles.count(Role.AUTOTUNE) == 1
+
+
+def test_resume_with_another_space_is_refused(tmp_path: Path) -> None:
+    run_study(space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=4, confirm=False))
+    other = build_space(SITES, cores=CORES, flags={"avx512_bf16"})
+    with pytest.raises(ConfigError, match="another search space"):
+        run_study(other, FakeRunner(latency_bound), settings(tmp_path, n_trials=5))
+    with pytest.raises(ConfigError, match="its arguments"):
+        run_study(
+            space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=5, target="x --a")
+        )
+
+
+def test_timeout_bounds_the_search(tmp_path: Path) -> None:
+    now = [0.0]
+
+    class SlowRunner(FakeRunner):
+        def measure(self, config: Config, **kw: object) -> Measurement:
+            now[0] += 10.0
+            return super().measure(config, **kw)  # type: ignore[arg-type]
+
+    runner = SlowRunner(latency_bound)
+    out = run_study(
+        space(),
+        runner,
+        settings(tmp_path, n_trials=50, timeout_s=35.0, confirm=False),
+        clock=lambda: now[0],
+    )
+    assert 1 <= len(out.records) < 50
+
+
+def test_both_objective_reports_a_pareto_front(tmp_path: Path) -> None:
+    out = run_study(
+        space(), FakeRunner(latency_bound), settings(tmp_path, objective=Objective.BOTH)
+    )
+    assert out.best in out.pareto
+    top = max(r.examples_per_s or 0 for r in out.pareto)
+    assert out.best.examples_per_s == top
+    for r in out.pareto:  # no front member is dominated by another trial
+        assert not any(
+            (o.examples_per_s or 0) > (r.examples_per_s or 0)
+            and (o.utilization or 0) > (r.utilization or 0)
+            for o in out.records
+            if o.state is State.COMPLETE
+        )
+
+
+def test_guided_guess_scales_parallelism_with_the_input_wait() -> None:
+    sp = space()
+    aw = TrialRecord(0, Role.AS_WRITTEN, State.COMPLETE, {}, "", 250.0, 0.02, 0.0, 0.98)
+    params, why = guided_params(sp, aw, CORES)
+    assert params[f"{MAP}/num_parallel_calls"] == 64  # 1 / (1 - 0.98) = 50 -> 64
+    assert params["threadpool_size"] == 64
+    assert "input-bound" in why
+    busy = TrialRecord(0, Role.AS_WRITTEN, State.COMPLETE, {}, "", 250.0, 0.98, 0.0, 0.02)
+    params, why = guided_params(sp, busy, CORES)
+    assert params[f"{MAP}/num_parallel_calls"] == AUTOTUNE and "not input-bound" in why
+
+
+def test_storage_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="is a directory"):
+        open_storage(str(tmp_path))
+    with pytest.raises(StorageError, match="cannot write into"):
+        open_storage(str(tmp_path / "no" / "such" / "dir.journal"))
+    with pytest.raises(StorageError, match=r"postgresql://u:\*\*\*@127.0.0.1:9/x") as err:
+        open_storage("postgresql://u:secret@127.0.0.1:9/x")
+    assert "secret" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sqlite_storage_url_works(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, storage=url, n_trials=5))
+    assert len(out.records) == 5
+
+
+def test_a_killed_workers_as_written_trial_is_waited_for_then_rerun(tmp_path: Path) -> None:
+    import optuna
+
+    from tftune.tuner.study import AS_WRITTEN_WAIT_S, open_storage
+
+    sp = space()
+    storage, _ = open_storage(str(tmp_path / "study.journal"))
+    study = optuna.create_study(storage=storage, study_name="t", direction="maximize")
+    study.enqueue_trial(sp.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value})
+    stale = study.ask()  # a worker took it, then died: RUNNING forever in a journal file
+    assert stale.user_attrs["role"] == Role.AS_WRITTEN.value
+    waits: list[float] = []
+    runner = FakeRunner(latency_bound)
+    out = run_study(sp, runner, settings(tmp_path, n_trials=5), sleep=waits.append)
+    assert sum(waits) >= AS_WRITTEN_WAIT_S  # it waited for the other worker first
+    assert runner.calls[0] == Config()  # then measured the script as written itself
+    assert out.baselines[Role.AS_WRITTEN].state is State.COMPLETE

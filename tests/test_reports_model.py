@@ -1,0 +1,280 @@
+"""Report models: validation of the analysis and tuning JSON into frozen, typed data."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tftune.probes.errors import UserError
+from tftune.reports import model
+from tftune.reports.html import render_analysis_html, render_tuning_html
+from tftune.reports.model import build_analysis_model, build_tuning_model, detect_kind
+
+FIXTURES = Path(__file__).parent / "fixtures"
+WHEN = "2026-11-30 03:40 UTC"
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
+
+
+CPU = "analysis_cpu_pyfunc.json"
+GPU = "analysis_gpu_h2d.json"
+TUNING = "tuning_latency.json"
+
+
+def test_same_input_gives_equal_models_and_the_timestamp_is_injected() -> None:
+    a = build_analysis_model(load(CPU), generated_at=WHEN, source=CPU)
+    b = build_analysis_model(load(CPU), generated_at=WHEN, source=CPU)
+    assert a == b
+    later = build_analysis_model(load(CPU), generated_at="2027-01-01 00:00 UTC", source=CPU)
+    assert later != a
+    assert dataclasses.replace(later, generated_at=WHEN) == a
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.source = "x"  # type: ignore[misc]
+
+
+def test_cpu_fixture_reads_as_the_run_it_describes() -> None:
+    m = build_analysis_model(load(CPU), generated_at=WHEN, source=CPU)
+    assert m.verdict.level == "high"
+    assert m.input_bound is True and m.input_share == pytest.approx(0.93)
+    assert m.steps.count == 20 and len(m.per_step) == 20 == m.per_step_total
+    top = m.bottlenecks[0]
+    assert (top.rank, top.category, top.stage) == (
+        1,
+        "python",
+        "Iterator::Root::Prefetch::MapAndBatch",
+    )
+    assert top.fix is not None and top.fix.code is not None
+    assert "num_parallel_calls" in top.fix.code
+    assert ("parallelism", 1) in top.evidence
+    (hot,) = [s for s in m.stages if s.bottleneck]
+    assert hot.short_name == "MapAndBatch" and hot.parallelism == 1 and hot.autotune is False
+    assert hot.buffer_limit is None  # null in the JSON: not measured, not 0
+    # Breakdown follows the documented category order, input first.
+    assert [k for k, _ in m.breakdown][:4] == [
+        "input_wait",
+        "host_to_device",
+        "device_compute",
+        "host_compute",
+    ]
+    assert m.per_step[0].parts[0][0] == "input_wait"
+    assert m.run.tf_version == "2.21.0" and m.run.cores == 2
+    assert m.timeline is not None and {t.kind for t in m.timeline.tracks} == {"host", "tf_data"}
+    assert json.loads(m.data_json)["run"] == "2026_11_30_03_38_26"
+
+
+def test_null_stays_not_measured() -> None:
+    m = build_analysis_model(load(GPU), generated_at=WHEN, source=GPU)
+    assert m.run.tf_version is None
+    assert dict(m.breakdown)["kernel_launch"] is None
+    assert dict(m.breakdown)["compilation"] == 0.0
+    assert m.run.skipped and "truncated" in m.run.skipped[0][1]
+    assert m.timeline is not None and any(t.kind == "device" for t in m.timeline.tracks)
+
+
+def test_minimal_guide_json_is_enough_and_the_verdict_is_derived() -> None:
+    minimal = {
+        "schema": 1,
+        "device": "CPU_ONLY",
+        "step_detection": "inferred:iterator_get_next",
+        "steps": {"count": 30, "mean_ms": 12.3, "p50_ms": 11.9, "p90_ms": 15.0},
+        "input_bound": True,
+        "input_share": 0.62,
+        "breakdown": {"input_wait": 0.62, "host_compute": 0.3, "other": 0.08},
+        "bottlenecks": [{"category": "io", "share": 0.5, "stage": None, "call_site": None}],
+    }
+    m = build_analysis_model(minimal, generated_at=WHEN)
+    assert m.verdict.level == "high" and "62%" in m.verdict.sentence
+    assert m.stages == () and m.per_step == () and m.timeline is None
+    assert m.bottlenecks[0].fix is None and m.run.hosts == ()
+    low = {**minimal, "input_bound": False, "input_share": 0.01}
+    assert build_analysis_model(low, generated_at=WHEN).verdict.level == "low"
+    unknown = {**minimal, "input_bound": None, "input_share": None}
+    assert "not measured" in build_analysis_model(unknown, generated_at=WHEN).verdict.sentence
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d.pop("steps"), "'steps' is missing"),
+        (lambda d: d["steps"].update(mean_ms="fast"), "'steps.mean_ms' must be a number"),
+        (lambda d: d["steps"].update(count=None), "'steps.count' must be an integer"),
+        (lambda d: d["bottlenecks"][1].pop("category"), "'bottlenecks[1].category' is missing"),
+        (lambda d: d["bottlenecks"][0].update(share=1.7), "'bottlenecks[0].share'"),
+        (lambda d: d.update(schema=2), "'schema' is 2"),
+        (lambda d: d.update(input_bound="yes"), "'input_bound' must be true or false"),
+        (lambda d: d.pop("input_bound"), "'input_bound' is missing"),
+        (lambda d: d["verdict"].update(level="severe"), "'verdict.level' must be one of"),
+        (lambda d: d.update(stages={"a": 1}), "'stages' must be a list"),
+        (lambda d: d["stages"][2].update(parallelism="1x"), "'stages[2].parallelism'"),
+        (lambda d: d["timeline"]["tracks"][0]["events"].append([1.0]), "'timeline.tracks[0]"),
+        (lambda d: d["timeline"].update(end_ms=-5.0), "'timeline.end_ms' must not be before"),
+        (
+            lambda d: d["timeline"]["tracks"][1]["events"].append([float("nan"), 1.0, "x"]),
+            "'timeline.tracks[1].events[8]' must be [start_ms, duration_ms, name]",
+        ),
+    ],
+)
+def test_malformed_analysis_fails_naming_file_and_field(mutate: Any, field: str) -> None:
+    data = load(CPU)
+    mutate(data)
+    with pytest.raises(UserError) as err:
+        build_analysis_model(data, generated_at=WHEN, source="run.json")
+    message = str(err.value)
+    assert message.startswith("run.json: field ") and field in message
+    assert "\n" not in message
+
+
+def test_detect_kind() -> None:
+    assert detect_kind(load(CPU)) == "analysis"
+    assert detect_kind(load(TUNING)) == "tuning"
+    with pytest.raises(UserError, match=r"x\.json: not a tftune analysis or tuning JSON"):
+        detect_kind({"schema": 1, "hello": "world"}, source="x.json")
+    with pytest.raises(UserError, match="top level"):
+        detect_kind([1, 2], source="x.json")  # type: ignore[arg-type]
+
+
+def test_timeline_and_steps_are_capped_keeping_the_longest_events() -> None:
+    data = load(CPU)
+    events = [[i * 0.001, 0.0005, "tiny"] for i in range(60_000)]
+    events.append([5.0, 30.0, "IteratorGetNext"])
+    data["timeline"]["tracks"][0]["events"] = events
+    data["per_step"] = data["per_step"] * 400  # 8000 rows
+    m = build_analysis_model(data, generated_at=WHEN, source=CPU)
+    assert m.timeline is not None
+    kept = m.timeline.tracks[0]
+    assert len(kept.events) <= model.MAX_TIMELINE_EVENTS
+    assert kept.dropped == 60_001 - len(kept.events)
+    assert any(e.name == "IteratorGetNext" for e in kept.events)
+    assert [e.start_ms for e in kept.events] == sorted(e.start_ms for e in kept.events)
+    assert len(m.per_step) == model.MAX_STEPS and m.per_step_total == 8000
+    embedded = json.loads(m.data_json)
+    assert len(embedded["per_step"]) == model.MAX_STEPS
+    assert len(embedded["timeline"]["tracks"][0]["events"]) == len(kept.events)
+
+
+def test_tuning_model() -> None:
+    m = build_tuning_model(load(TUNING), generated_at=WHEN, source=TUNING)
+    assert m == build_tuning_model(load(TUNING), generated_at=WHEN, source=TUNING)
+    assert [r.key for r in m.rows] == ["as_written", "autotune", "heuristic", "guided", "tuned"]
+    speedups = {r.key: r.speedup for r in m.rows}
+    assert speedups["as_written"] == pytest.approx(1.0)
+    assert speedups["tuned"] == pytest.approx(7400 / 236)
+    assert m.ceiling == 9100.0
+    assert m.importances[0] == ("train.py:18/num_parallel_calls", 0.71)
+    assert [v for _, v in m.importances] == sorted((v for _, v in m.importances), reverse=True)
+    states = [t.state for t in m.trials]
+    assert states.count("PRUNED") == 2 and states.count("FAIL") == 1
+    failed = next(t for t in m.trials if t.state == "FAIL")
+    assert failed.reason is not None and "ResourceExhausted" in failed.reason
+    assert failed.value is None
+    assert model.ConfigEntry("train.py:18", "num_parallel_calls", "32") in m.config
+    assert model.ConfigEntry("global", "threadpool_size", "32") in m.config
+    # null knobs are left as written, and the file's bookkeeping is not a knob
+    assert {c.knob for c in m.config}.isdisjoint({"deterministic", "schema", "mixed_precision"})
+    assert m.confirmed is not None and m.confirmed.examples_per_s == 7310.0
+    assert m.ceiling_limited_by == "pipeline"
+    assert ("batch_size", m.left_out[1][1]) == m.left_out[1] and "--batch-size" in m.left_out[1][1]
+    assert m.knobs[0].name == "train.py:18/num_parallel_calls" and "AUTOTUNE" in m.knobs[0].choices
+    assert m.trials[0].role == "as_written" and m.trials[5].role == "search"
+    assert ("storage", "sqlite:///tftune.db") in m.study
+    assert m.diff is not None and m.diff.startswith("--- train.py")
+
+
+def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
+    data = load(TUNING)
+    for key in ("trials_detail", "importances", "diff", "command", "ceiling", "notes"):
+        data.pop(key)
+    del data["baselines"]["heuristic"]
+    m = build_tuning_model(data, generated_at=WHEN)
+    assert m.trials == () and m.importances == () and m.ceiling is None
+    heuristic = next(r for r in m.rows if r.key == "heuristic")
+    assert heuristic.measurement is None and heuristic.speedup is None
+    guide_shape = load(TUNING)  # GUIDE.md's config shape: {call site: {knob: value}}
+    guide_shape["best"]["config"] = {"train.py:18": {"num_parallel_calls": 32}, "global": {"x": 1}}
+    entries = build_tuning_model(guide_shape, generated_at=WHEN).config
+    assert entries == (
+        model.ConfigEntry("global", "x", "1"),
+        model.ConfigEntry("train.py:18", "num_parallel_calls", "32"),
+    )
+
+    gpu = load(TUNING)
+    gpu["objective"] = "gpu-util"
+    gpu["trials_detail"][0]["utilization"] = 0.3
+    assert build_tuning_model(gpu, generated_at=WHEN).trials[0].value == 0.3
+
+    for mutate, field in [
+        (lambda d: d.pop("best"), "'best' is missing"),
+        (lambda d: d.update(objective="speed"), "'objective' must be one of"),
+        (lambda d: d["trials_detail"][3].update(state="EXPLODED"), "'trials_detail[3].state'"),
+        (lambda d: d["best"].update(config=[1]), "'best.config' must be an object"),
+        (lambda d: d["importances"].update(batch_size="high"), "'importances.batch_size'"),
+        (lambda d: d["baselines"]["autotune"].update(utilization=3), "utilization"),
+    ]:
+        bad = load(TUNING)
+        mutate(bad)
+        with pytest.raises(UserError, match=field.replace("[", r"\[").replace("]", r"\]")):
+            build_tuning_model(bad, generated_at=WHEN, source="t.json")
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value[:3]):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+_CPU_PATHS = _paths(load(CPU))
+_TUNING_PATHS = _paths(load(TUNING))
+
+
+@settings(
+    max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    which=st.booleans(),
+    index=st.integers(min_value=0, max_value=10_000),
+    value=_JSON_VALUES,
+)
+def test_any_corrupted_field_gives_a_model_or_a_user_error(
+    which: bool, index: int, value: Any
+) -> None:
+    """Whatever one field holds, building and rendering fail with a UserError or not at all."""
+    name, paths = (CPU, _CPU_PATHS) if which else (TUNING, _TUNING_PATHS)
+    data = copy.deepcopy(load(name))
+    path = paths[index % len(paths)]
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    try:
+        if which:
+            html = render_analysis_html(build_analysis_model(data, generated_at=WHEN, source=name))
+        else:
+            html = render_tuning_html(build_tuning_model(data, generated_at=WHEN, source=name))
+    except UserError as exc:
+        assert str(exc).startswith(name + ": ") and "\n" not in str(exc)
+    else:
+        assert html.startswith("<!DOCTYPE html>")

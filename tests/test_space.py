@@ -1,0 +1,231 @@
+"""The search space of `tftune optimize`, built from discovery records (pure, no TF)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tftune.probes.errors import ConfigError
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, config_from_json
+from tftune.tuner.runner import CallSite
+from tftune.tuner.space import (
+    BATCH_SIZE_WARNING,
+    BatchBound,
+    SearchSpace,
+    apply_space_file,
+    build_space,
+    cpu_flags,
+    platform_policy,
+)
+
+
+def site(key: str, op: str, **written: int) -> CallSite:
+    return CallSite(key, op, (), SiteConfig(**written), None, 1)
+
+
+MAP = site("train.py:10", "map")
+INTERLEAVE = site("train.py:8", "interleave", cycle_length=4)
+BATCH = site("train.py:11", "batch", batch_size=32)
+PREFETCH = site("train.py:12", "prefetch", buffer_size=2)
+
+
+def test_map_site_gets_parallelism_and_threadpool() -> None:
+    space = build_space([MAP, BATCH], cores=2)
+    par = space.knob("train.py:10/num_parallel_calls")
+    assert set(par.choices) == {1, 2, 4, 8, 16, 32, 64, AUTOTUNE}
+    assert par.as_written == 1  # no num_parallel_calls passed: sequential
+    tp = space.knob("threadpool_size")
+    assert None in tp.choices and max(c for c in tp.choices if c is not None) == 64
+    assert space.knob("train.py:11/batch_size").choices == (16, 32, 64, 128)
+    assert BATCH_SIZE_WARNING in space.warnings
+    # no prefetch anywhere: the final prefetch is searched
+    assert AUTOTUNE in space.knob("final_prefetch").choices
+
+
+def test_threadpool_left_out_when_nothing_is_parallel() -> None:
+    space = build_space([BATCH, PREFETCH], cores=4)
+    assert "threadpool_size" not in space.names
+    reasons = {lo.name: lo.reason for lo in space.left_out}
+    assert "nothing runs in parallel" in reasons["threadpool_size"]
+    assert "final_prefetch" in reasons  # the script prefetches itself
+    assert "train.py:12/buffer_size" in space.names
+
+
+def test_interleave_gets_cycle_length_with_the_written_value() -> None:
+    space = build_space([INTERLEAVE], cores=2)
+    cyc = space.knob("train.py:8/cycle_length")
+    assert cyc.as_written == 4 and AUTOTUNE in cyc.choices
+    assert "train.py:8/num_parallel_calls" in space.names
+
+
+def test_duplicate_sites_are_one_knob() -> None:
+    space = build_space([MAP, MAP], cores=2)
+    assert space.names.count("train.py:10/num_parallel_calls") == 1
+
+
+@pytest.mark.parametrize(
+    ("gpu", "flags", "uses_keras", "expected"),
+    [
+        (False, {"avx2"}, True, None),
+        (False, {"avx512_bf16"}, True, "mixed_bfloat16"),
+        (False, {"amx_bf16"}, True, "mixed_bfloat16"),
+        (True, set(), True, "mixed_float16"),
+        (False, {"avx512_bf16"}, False, None),
+    ],
+)
+def test_mixed_precision_only_where_the_platform_has_a_fast_16_bit_type(
+    gpu: bool, flags: set[str], uses_keras: bool, expected: str | None
+) -> None:
+    space = build_space([MAP], cores=2, gpu_visible=gpu, flags=flags, uses_keras=uses_keras)
+    if expected is None:
+        assert "mixed_precision" not in space.names
+        assert any(lo.name == "mixed_precision" for lo in space.left_out)
+    else:
+        assert space.knob("mixed_precision").choices == (None, expected)
+
+
+def test_platform_policy_reason_mentions_the_cpu_flags() -> None:
+    policy, why = platform_policy(False, ["avx512_bf16", "sse"])
+    assert policy == "mixed_bfloat16" and "avx512_bf16" in why
+
+
+def test_cpu_flags_reads_the_flags_line(tmp_path: Path) -> None:
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor : 0\nflags : fpu avx512_bf16 amx_bf16\n")
+    assert {"avx512_bf16", "amx_bf16"} <= cpu_flags(f)
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_as_written_params_give_the_unchanged_config() -> None:
+    space = build_space([INTERLEAVE, MAP, BATCH, PREFETCH], cores=2, flags={"avx512_bf16"})
+    config = space.config(space.as_written_params())
+    assert config == Config()
+    assert config.is_as_written()
+
+
+def test_params_for_picks_the_nearest_choice() -> None:
+    space = build_space([MAP, BATCH], cores=2)
+    params = space.params_for({"num_parallel_calls": 30, "threadpool_size": 30})
+    assert params["train.py:10/num_parallel_calls"] == 32
+    assert params["threadpool_size"] == 32
+    assert params["train.py:11/batch_size"] == 32  # not named: as written
+    cfg = space.config(params)
+    assert cfg.sites["train.py:10"].num_parallel_calls == 32
+    assert cfg.threadpool_size == 32
+    assert "train.py:11" not in cfg.sites  # unchanged knobs stay None
+
+
+def test_batch_size_fixed_and_bounded() -> None:
+    fixed = build_space([MAP, BATCH], cores=2, batch=BatchBound.parse("64"))
+    assert "train.py:11/batch_size" not in fixed.names
+    assert fixed.fixed["train.py:11/batch_size"] == 64
+    assert fixed.config({}).sites["train.py:11"].batch_size == 64
+    assert BATCH_SIZE_WARNING not in fixed.warnings
+    bounded = build_space([MAP, BATCH], cores=2, batch=BatchBound.parse("16:64"))
+    assert bounded.knob("train.py:11/batch_size").choices == (16, 32, 64)
+    upper = BatchBound.parse("32:")
+    assert upper.lo == 32 and upper.hi > 1000
+    for bad in ("x", "0", "64:16"):
+        with pytest.raises(ConfigError, match="--batch-size"):
+            BatchBound.parse(bad)
+
+
+def test_grid_enumerates_the_product_of_choices() -> None:
+    space = build_space([MAP], cores=2)
+    grid = list(space.grid())
+    assert len(grid) == space.size() == math.prod(len(k.choices) for k in space.knobs)
+    assert len({json.dumps(g, sort_keys=True) for g in grid}) == len(grid)
+
+
+def _write(tmp_path: Path, data: object) -> Path:
+    p = tmp_path / "space.json"
+    p.write_text(json.dumps(data))
+    return p
+
+
+def test_space_file_narrows_fixes_removes_and_extends(tmp_path: Path) -> None:
+    base = build_space([MAP, BATCH], cores=2, flags={"avx512_bf16"})
+    f = _write(
+        tmp_path,
+        {
+            "knobs": {
+                "train.py:10/num_parallel_calls": [8, 16, "AUTOTUNE"],
+                "threadpool_size": 32,
+                "mixed_precision": None,
+                "deterministic": [True, False],
+            }
+        },
+    )
+    space = apply_space_file(base, f, {"train.py:10", "train.py:11"})
+    par = space.knob("train.py:10/num_parallel_calls")
+    assert set(par.choices) == {8, 16, AUTOTUNE, 1}  # as written stays reachable
+    assert space.fixed["threadpool_size"] == 32 and "threadpool_size" not in space.names
+    assert "mixed_precision" not in space.names
+    assert space.knob("deterministic").choices[:2] == (True, False)
+    cfg = space.config({"train.py:10/num_parallel_calls": 16, "deterministic": False})
+    assert cfg.threadpool_size == 32 and cfg.deterministic is False
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"knobs": []}', "expected"),
+        ('{"knobs": {"nope": [1, 2]}}', "unknown knob"),
+        ('{"knobs": {"other.py:3/num_parallel_calls": [1, 2]}}', "was not found"),
+        ('{"knobs": {"threadpool_size": ["AUTOTUNE", 2]}}', "integer"),
+        ('{"knobs": {"train.py:10/num_parallel_calls": [0]}}', "integer in 1.."),
+        ('{"knobs": {"train.py:10/num_parallel_calls": []}}', "empty"),
+        ('{"knobs": {}, "extra": 1}', "unknown field"),
+    ],
+)
+def test_malformed_space_file_names_the_file(tmp_path: Path, content: str, match: str) -> None:
+    f = tmp_path / "space.json"
+    f.write_text(content)
+    base = build_space([MAP], cores=2)
+    with pytest.raises(ConfigError, match=match) as err:
+        apply_space_file(base, f, {"train.py:10"})
+    assert str(f) in str(err.value)
+
+
+def test_missing_space_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        apply_space_file(build_space([MAP], cores=2), tmp_path / "nope.json", set())
+
+
+SPACE: SearchSpace = build_space(
+    [INTERLEAVE, MAP, BATCH, PREFETCH], cores=2, gpu_visible=True, uses_keras=True
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_every_sampled_config_survives_the_config_file(data: st.DataObject) -> None:
+    params = {k.name: data.draw(st.sampled_from(k.choices)) for k in SPACE.knobs}
+    config = SPACE.config(params)
+    assert config_from_json(json.loads(json.dumps(config.to_json()))) == config
+    for k in SPACE.knobs:  # what was sampled is what the config says
+        if params[k.name] == k.as_written:
+            continue
+        if k.site is None:
+            assert getattr(config, k.field) == params[k.name]
+        else:
+            assert getattr(config.sites[k.site], k.field) == params[k.name]
+
+
+def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
+    from tftune.tuner.space import mentions_keras
+
+    (tmp_path / "train.py").write_text("import tensorflow as tf\n")
+    (tmp_path / "other_script.py").write_text("import keras\n")  # a sibling, not imported
+    assert not mentions_keras(tmp_path / "train.py")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "net.py").write_text("from tensorflow import keras\n")
+    (tmp_path / "train.py").write_text("import tensorflow as tf\nfrom models.net import build\n")
+    assert mentions_keras(tmp_path / "train.py")

@@ -1,0 +1,240 @@
+"""`tftune.optimize()`: discovery → space → bound analysis → study → emitted winner.
+
+The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only parses options,
+shows progress and prints what this returns.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tftune.probes.errors import ConfigError, ScriptError
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.config import Config
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.study import (
+    DEFAULT_SEED,
+    DEFAULT_TRIALS,
+    Mode,
+    Objective,
+    Runner,
+    State,
+    StudyOutcome,
+    TrialRecord,
+)
+
+TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizeResult:
+    """What `optimize` measured and wrote."""
+
+    outcome: StudyOutcome
+    space: SearchSpace
+    ceiling: Ceiling | None
+    best_file: Path
+    json_file: Path | None
+    html_file: Path | None
+    command: str
+    diff: str
+    snippet: str
+    report: dict[str, Any]
+
+    @property
+    def best_config(self) -> Config:
+        return self.outcome.best_config
+
+
+def gpu_visible() -> bool:
+    """Whether NVML sees a GPU (read-only query)."""
+    from tftune.probes.nvml import NvmlUnavailable, PynvmlReader
+
+    try:
+        reader = PynvmlReader()
+    except NvmlUnavailable:
+        return False
+    reader.close()
+    return True
+
+
+def default_study_name(script: str | os.PathLike[str]) -> str:
+    return f"tftune-{Path(script).stem}"
+
+
+def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None) -> Ceiling:
+    """Bound analysis: the pipeline alone and the model alone on cached data, both as
+    written. A half that cannot be measured (e.g. the script never iterates a dataset in
+    a way we can isolate) is reported as not measured, with the reason."""
+    pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY)
+    model = runner.measure(Config(), mode=Mode.MODEL_ONLY)
+
+    def value(m: Any) -> tuple[float | None, str | None]:
+        if m.state is State.COMPLETE and m.examples_per_s:
+            return float(m.examples_per_s), None
+        return None, f"not measured ({m.reason or 'no steps'})"
+
+    p, pn = value(pipe)
+    mo, mn = value(model)
+    c = Ceiling(p, mo, pn, mn)
+    if on_note is not None:
+        on_note(
+            f"bound analysis: pipeline alone {p or 0:,.1f} ex/s, model alone {mo or 0:,.1f} ex/s"
+        )
+    return c
+
+
+def optimize(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    trials: int = DEFAULT_TRIALS,
+    timeout_s: float | None = None,
+    objective: str | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    seed: int = DEFAULT_SEED,
+    guided: bool = True,
+    space_file: str | os.PathLike[str] | None = None,
+    batch_size: str | None = None,
+    best_file: str | os.PathLike[str] = "tftune-best.json",
+    json_file: str | os.PathLike[str] | None = None,
+    html_file: str | os.PathLike[str] | None = None,
+    window_s: float | None = None,
+    repeats: int | None = None,
+    bounds: bool = True,
+    confirm: bool = True,
+    runner: Runner | None = None,
+    on_trial: TrialCallback | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> OptimizeResult:
+    """Tune the tf.data pipeline (and optionally batch size and precision) of an
+    unmodified training script. See ``tftune optimize --help`` for the options."""
+    from tftune.tuner import emit
+    from tftune.tuner.config import save_config
+    from tftune.tuner.runner import MeasureSpec, check_script, discover
+    from tftune.tuner.space import (
+        BatchBound,
+        apply_space_file,
+        build_space,
+        cpu_flags,
+        mentions_keras,
+    )
+    from tftune.tuner.study import ScriptRunner, StudySettings, open_storage, run_study
+
+    started = time.monotonic()
+    path = check_script(script)
+    if trials < 1:
+        raise ConfigError(f"--trials {trials}: must be at least 1")
+    open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
+    note = on_note or (lambda _s: None)
+    bound = BatchBound.parse(batch_size) if batch_size else None
+    if space_file is not None:  # a malformed file fails now, not after discovery
+        apply_space_file(build_space([], cores=1), space_file, known_sites=None)
+
+    note(f"discovering the tf.data call sites of {script} ...")
+    found = discover(path, args)
+    if not found.found:
+        raise ScriptError(
+            f"{script}: no tf.data pipeline was built before the script ended, so there is "
+            "nothing to tune (tftune profile and tftune analyze still work on any TF script)"
+        )
+    gpu = gpu_visible() if runner is None else runner.gpu_visible
+    cores = os.cpu_count() or 1
+    space = build_space(
+        found.sites,
+        cores=cores,
+        gpu_visible=gpu,
+        flags=cpu_flags(),
+        uses_keras=found.uses_keras and mentions_keras(path),
+        batch=bound,
+    )
+    if space_file is not None:
+        space = apply_space_file(space, space_file, found.site_keys())
+    if not space.knobs:
+        raise ScriptError(f"{script}: nothing to search (every knob is fixed or left out)")
+    for w in space.warnings:
+        note(f"warning: {w}")
+    for lo in space.left_out:
+        note(f"left out {lo.name}: {lo.reason}")
+    obj = (
+        Objective(objective) if objective else (Objective.GPU_UTIL if gpu else Objective.THROUGHPUT)
+    )
+    if obj is not Objective.THROUGHPUT and not gpu:
+        note(f"--objective {obj.value} on a CPU-only machine: utilization is the step duty cycle")
+
+    if runner is None:
+        spec = MeasureSpec()
+        if window_s is not None:
+            spec = replace(spec, window_s=window_s, warmup_s=min(spec.warmup_s, window_s))
+        if repeats is not None:
+            spec = replace(spec, repeats=repeats)
+        runner = ScriptRunner(path, args, spec=spec, gpu_visible=gpu)
+    ceiling = measure_ceiling(runner, note) if bounds else None
+
+    settings = StudySettings(
+        objective=obj,
+        n_trials=trials,
+        timeout_s=None if timeout_s is None else max(1.0, timeout_s - (time.monotonic() - started)),
+        seed=seed,
+        guided=guided,
+        storage=storage,
+        study_name=study_name or default_study_name(path),
+        confirm=confirm,
+        target=shlex.join([str(path), *args]),
+    )
+    outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
+    for n in outcome.notes:
+        note(n)
+
+    best_path = Path(best_file)
+    command = emit.run_command(str(script), args, str(best_path))
+    save_config(emit.best_config_with_metrics(outcome, command), best_path)
+    diff = emit.source_diff(path, outcome.best_config)
+    snippet = emit.globals_snippet(outcome.best_config)
+    report = emit.tuning_json(
+        script=str(script),
+        outcome=outcome,
+        space=space,
+        ceiling=ceiling,
+        device="GPU" if gpu else "CPU_ONLY",
+        config_file=str(best_path),
+        command=command,
+        diff=diff,
+        snippet=snippet,
+        seed=seed,
+    )
+    report["wall_s"] = round(time.monotonic() - started, 2)
+    json_path = emit.write_json_atomic(report, json_file) if json_file is not None else None
+    html_path = _write_html(report, html_file)
+    return OptimizeResult(
+        outcome, space, ceiling, best_path, json_path, html_path, command, diff, snippet, report
+    )
+
+
+def _write_html(report: dict[str, Any], html_file: str | os.PathLike[str] | None) -> Path | None:
+    """The HTML tuning report, where the reports package provides a renderer."""
+    if html_file is None:
+        return None
+    import importlib
+
+    try:
+        html_mod = importlib.import_module("tftune.reports.html")
+    except ImportError:
+        return None
+    render = getattr(html_mod, "render_tuning_html", None)
+    if render is None:
+        return None
+    text = render(report)
+    p = Path(html_file)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(str(text), encoding="utf-8")
+    os.replace(tmp, p)
+    return p

@@ -1,0 +1,120 @@
+"""The terminal side of ``tftune optimize``: progress bar, status lines, summary.
+
+Kept out of cli.py so the command stays thin and ``--help`` imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tftune.tuner.study import TrialRecord
+
+
+class ProgressView:
+    """A rich progress bar over trials with the best so far, and one line per trial."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.console = console
+        self.progress = Progress(
+            TextColumn("[bold]trials"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=True,
+        )
+        self.task = self.progress.add_task("best: -", total=None)
+
+    def start(self, done: int, total: int) -> None:
+        self.progress.update(self.task, completed=done, total=total)
+        self.progress.start()
+
+    def trial(self, r: TrialRecord, best: TrialRecord | None) -> None:
+        from tftune.tuner.emit import trial_line
+
+        self.progress.console.print(trial_line(r, best), highlight=False, markup=False)
+        desc = "best: -"
+        if best is not None and best.examples_per_s is not None:
+            desc = f"best: {best.examples_per_s:,.1f} ex/s (trial {best.number})"
+        self.progress.update(self.task, advance=1, description=desc)
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(f"[dim]{text}[/dim]", highlight=False)
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+def run_optimize_command(script: str, script_args: list[str], opts: dict[str, Any]) -> None:
+    from rich.console import Console
+
+    import tftune
+
+    console = Console(stderr=False, highlight=False)
+    view = ProgressView(console)
+    if script_args and script_args[0] == "--":
+        script_args = script_args[1:]
+    try:
+        result = tftune.optimize(
+            script,
+            script_args,
+            trials=opts["trials"],
+            timeout_s=opts["timeout"],
+            objective=opts["objective"],
+            storage=opts["storage"],
+            study_name=opts["study_name"],
+            seed=opts["seed"],
+            guided=opts["guided"],
+            space_file=opts["space_file"],
+            batch_size=opts["batch_size"],
+            best_file=opts["best_file"],
+            json_file=opts["json_file"],
+            html_file=opts["html_file"],
+            window_s=opts["window"],
+            repeats=opts["repeats"],
+            bounds=opts["bounds"],
+            on_trial=view.trial,
+            on_start=view.start,
+            on_note=view.note,
+        )
+    except KeyboardInterrupt:
+        view.stop()
+        from tftune._optimize import default_study_name
+        from tftune.tuner.study import DEFAULT_STORAGE_FILE
+
+        name = opts["study_name"] or default_study_name(script)
+        storage = opts["storage"] or DEFAULT_STORAGE_FILE
+        console.print(
+            f"interrupted: finished trials are kept in {storage} (study {name!r}); the same "
+            f"command resumes, or: tftune optimize {script} --storage {storage} "
+            f"--study-name {name} ...",
+            highlight=False,
+            markup=False,
+        )
+        raise
+    finally:
+        view.stop()
+    from tftune.tuner.emit import render_table
+
+    console.print(render_table(result.outcome, result.ceiling))
+    o = result.outcome
+    counts = o.counts()
+    console.print(
+        f"{counts['complete']} complete, {counts['pruned']} pruned, {counts['failed']} failed "
+        f"trials in study {o.study_name!r} ({o.storage}); {o.ran_this_session} ran now, "
+        f"{o.wall_s:.0f} s"
+    )
+    console.print(f"winner: {o.best.description} (trial {o.best.number}, {o.best.role.value})")
+    if result.diff:
+        console.print("\nchange your own lines:", style="bold")
+        console.print(result.diff, markup=False, highlight=False)
+    if result.snippet:
+        console.print("and add:", style="bold")
+        console.print(result.snippet, markup=False, highlight=False)
+    console.print(f"config written to {result.best_file}; train with it:", style="bold")
+    console.print(f"  {result.command}", markup=False, highlight=False)
+    for path in (result.json_file, result.html_file):
+        if path is not None:
+            console.print(f"wrote {path}")

@@ -1,0 +1,120 @@
+"""Bound analysis: how fast could this script go on this machine?
+
+Before searching, two special trials measure the halves of the script apart:
+
+- **pipeline only**: the iterated dataset is drained without training. Its rate is what
+  the input pipeline (as written) can deliver.
+- **model only**: the first `MODEL_ONLY_ELEMENTS` elements are cached in memory and
+  repeated (``take(k).cache().repeat()``), so training never waits for input. Its rate is
+  what the model can consume.
+
+The lower of the two is the ceiling of the script as written; the report sets the
+as-written and tuned rates against it, so the user sees whether the remaining gap is in
+the pipeline or in the model.
+
+The child side (`transform_iterated`) runs inside the trial's bootstrap, at the point
+where the script's dataset is about to be iterated; the mode travels in the config's
+``meta`` so the trial runner needs no second code path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tftune.tuner.config import Config
+
+BOUND_META_KEY = "tftune_bound_mode"
+PIPELINE_ONLY = "pipeline_only"
+MODEL_ONLY = "model_only"
+# Enough distinct batches that the model does not see a trivially tiny working set,
+# few enough to cache in memory for any sane batch.
+MODEL_ONLY_ELEMENTS = 32
+EXIT_BOUND_UNAVAILABLE = 3
+NOT_IN_FUNCTION = "the pipeline alone cannot be measured for a dataset iterated in a tf.function"
+
+
+@dataclass(frozen=True, slots=True)
+class Ceiling:
+    """The two bound measurements (examples/s; None: not measured, with the reason)."""
+
+    pipeline_only_examples_per_s: float | None
+    model_only_examples_per_s: float | None
+    pipeline_note: str | None = None
+    model_note: str | None = None
+
+    @property
+    def examples_per_s(self) -> float | None:
+        vals = [
+            v
+            for v in (self.pipeline_only_examples_per_s, self.model_only_examples_per_s)
+            if v is not None
+        ]
+        return min(vals) if vals else None
+
+    @property
+    def limited_by(self) -> str | None:
+        p, m = self.pipeline_only_examples_per_s, self.model_only_examples_per_s
+        if p is None or m is None:
+            return None
+        return "pipeline" if p < m else "model"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pipeline_only_examples_per_s": self.pipeline_only_examples_per_s,
+            "model_only_examples_per_s": self.model_only_examples_per_s,
+            "ceiling_examples_per_s": self.examples_per_s,
+            "limited_by": self.limited_by,
+            "notes": [n for n in (self.pipeline_note, self.model_note) if n],
+        }
+
+
+def with_bound_mode(config: Config, mode: str) -> Config:
+    """`config` marked so that the child measures only one half of the script."""
+    return replace(config, meta={**dict(config.meta), BOUND_META_KEY: mode})
+
+
+def bound_mode(config: Config) -> str | None:
+    mode = config.meta.get(BOUND_META_KEY)
+    return mode if mode in (PIPELINE_ONLY, MODEL_ONLY) else None
+
+
+# --- child side ---------------------------------------------------------------------
+
+
+def cache_for_model_only(ds: Any, iterate: Callable[[Any], Any]) -> Any:
+    """``ds.take(k).cache().repeat()``, with the cache filled before it is returned, so
+    the measured window never includes the pipeline's first pass. `iterate` is the
+    unpatched ``Dataset.__iter__``. A dataset built inside a ``tf.function`` cannot be
+    iterated eagerly: its cache fills during the first k steps, which the trial's
+    warm-up mostly covers."""
+    import tensorflow as tf
+
+    cached = ds.take(MODEL_ONLY_ELEMENTS).cache()
+    if not tf.inside_function():
+        for _ in iterate(cached):
+            pass
+    return cached.repeat()
+
+
+def drain_pipeline_only(ds: Any, stream: int | None, iterate: Callable[[Any], Any]) -> None:
+    """Iterate `ds` without training, its iterator timed by the step clock as the
+    consumer's would be (stream `stream`), until the parent stops the process; then
+    leave without running the script's training."""
+    import tensorflow as tf
+
+    if tf.inside_function():
+        # The dataset lives in the function's graph; it cannot be drained from here. An
+        # exception would be wrapped by autograph into an unreadable StagingError, so
+        # leave with the reason as the last stderr line (the runner reports it).
+        print(f"tftune: {NOT_IN_FUNCTION}", file=sys.stderr, flush=True)
+        os._exit(EXIT_BOUND_UNAVAILABLE)
+    iterator = iterate(ds)
+    if stream is not None:
+        iterator._tftune_stream = stream  # the patched __next__ times this iterator
+    for _ in iterator:
+        pass
+    os._exit(0)  # the dataset ended: the parent measures what ran

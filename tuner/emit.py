@@ -1,0 +1,436 @@
+"""Emitting the winner of `tftune optimize`.
+
+- `best_config_with_metrics`: the winning `Config` with what was measured (and its noise)
+  in ``meta``; `tftune.tuner.config.save_config` writes it atomically.
+- `source_diff`: a unified diff against the user's own lines for the call-site knobs, and
+  a code snippet for the global ones (thread pool, final prefetch, mixed precision).
+- `run_command`: the exact ``tftune run --config ...`` line.
+- `tuning_json`: the tuning JSON (docs/ARCHITECTURE.md), and `write_json_atomic`.
+- `render_table`, `TrialLine`: the terminal table and the per-trial status lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+import platform
+import shlex
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tftune.probes.errors import ConfigError
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.space import SearchSpace, format_value
+from tftune.tuner.study import Role, State, StudyOutcome, TrialRecord
+
+SCHEMA = 1
+DEFAULT_BEST_FILE = "tftune-best.json"
+# TensorFlow's positional parameter order (after self), for knobs passed positionally.
+_POSITIONAL: dict[str, dict[str, int]] = {
+    "map": {"num_parallel_calls": 1},
+    "interleave": {"cycle_length": 1, "num_parallel_calls": 3},
+    "batch": {"batch_size": 0, "num_parallel_calls": 2},
+    "padded_batch": {"batch_size": 0},
+    "prefetch": {"buffer_size": 0},
+}
+_KNOB_OPS: dict[str, tuple[str, ...]] = {
+    "num_parallel_calls": ("map", "interleave", "batch"),
+    "cycle_length": ("interleave",),
+    "buffer_size": ("prefetch",),
+    "batch_size": ("batch", "padded_batch"),
+}
+
+
+# --- the diff -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Edit:
+    start: int  # byte offsets into the file
+    end: int
+    text: str
+
+
+def _tf_alias(tree: ast.Module) -> str:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "tensorflow":
+                    return a.asname or "tensorflow"
+    return "tf"
+
+
+def _offsets(source: bytes) -> list[int]:
+    starts = [0]
+    for i, b in enumerate(source):
+        if b == 0x0A:
+            starts.append(i + 1)
+    return starts
+
+
+def _value_text(value: int, alias: str) -> str:
+    return f"{alias}.data.AUTOTUNE" if value == AUTOTUNE else str(value)
+
+
+def _find_call(tree: ast.Module, line: int, ops: Sequence[str]) -> ast.Call | None:
+    best: ast.Call | None = None
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ops
+            and line in (node.lineno, node.func.end_lineno)
+            and (best is None or (node.lineno, node.col_offset) < (best.lineno, best.col_offset))
+        ):
+            best = node
+    return best
+
+
+def _site_edits(
+    tree: ast.Module, starts: list[int], line: int, site: SiteConfig, alias: str
+) -> list[_Edit]:
+    edits: list[_Edit] = []
+    for knob in ("num_parallel_calls", "cycle_length", "buffer_size", "batch_size"):
+        value = getattr(site, knob)
+        if value is None:
+            continue
+        call = _find_call(tree, line, _KNOB_OPS[knob])
+        if call is None or not isinstance(call.func, ast.Attribute):
+            continue
+        text = _value_text(value, alias)
+
+        def span(n: ast.expr) -> tuple[int, int]:
+            end_line = n.end_lineno if n.end_lineno is not None else n.lineno
+            end_col = n.end_col_offset if n.end_col_offset is not None else n.col_offset
+            return starts[n.lineno - 1] + n.col_offset, starts[end_line - 1] + end_col
+
+        kw = next((k for k in call.keywords if k.arg == knob), None)
+        pos = _POSITIONAL.get(call.func.attr, {}).get(knob)
+        if kw is not None:
+            a, b = span(kw.value)
+            edits.append(_Edit(a, b, text))
+        elif pos is not None and pos < len(call.args):
+            a, b = span(call.args[pos])
+            edits.append(_Edit(a, b, text))
+        else:
+            end_line = call.end_lineno if call.end_lineno is not None else call.lineno
+            close = starts[end_line - 1] + (call.end_col_offset or 1) - 1  # the ")"
+            sep = ", " if call.args or call.keywords else ""
+            edits.append(_Edit(close, close, f"{sep}{knob}={text}"))
+    return edits
+
+
+def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str, tuple[str, str]]:
+    """``{relative path: (before, after)}``: the config's call-site knobs written into the
+    user's own lines. Files that cannot be read or parsed are skipped (the config still
+    applies through ``tftune run --config``)."""
+    script_dir = Path(script).resolve().parent
+    by_file: dict[str, list[tuple[int, SiteConfig]]] = {}
+    for key, site in config.sites.items():
+        path, _, line = key.rpartition(":")
+        if line.isdigit() and not site.is_empty():
+            by_file.setdefault(path, []).append((int(line), site))
+    out: dict[str, tuple[str, str]] = {}
+    for rel, sites in sorted(by_file.items()):
+        try:
+            source = (script_dir / rel).read_bytes()
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        starts = _offsets(source)
+        alias = _tf_alias(tree)
+        edits = [e for line, s in sites for e in _site_edits(tree, starts, line, s, alias)]
+        new = source
+        for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+            new = new[: e.start] + e.text.encode() + new[e.end :]
+        out[rel] = (source.decode("utf-8", "replace"), new.decode("utf-8", "replace"))
+    return out
+
+
+def source_diff(script: str | os.PathLike[str], config: Config) -> str:
+    """A unified diff (``patch -p1`` from the script's folder) of `rewrite_sources`."""
+    out: list[str] = []
+    for rel, (before, after) in rewrite_sources(script, config).items():
+        out.extend(
+            difflib.unified_diff(
+                before.splitlines(keepends=True),
+                after.splitlines(keepends=True),
+                f"a/{rel}",
+                f"b/{rel}",
+            )
+        )
+    return "".join(out)
+
+
+def globals_snippet(config: Config, alias: str = "tf") -> str:
+    """Python lines for the knobs that are not call-site arguments."""
+    lines: list[str] = []
+    if config.final_prefetch is not None:
+        lines += [
+            "# last transformation before the loop iterates the dataset:",
+            f"ds = ds.prefetch({_value_text(config.final_prefetch, alias)})",
+        ]
+    if config.threadpool_size is not None or config.deterministic is not None:
+        lines += [f"options = {alias}.data.Options()"]
+        if config.threadpool_size is not None:
+            lines += [f"options.threading.private_threadpool_size = {config.threadpool_size}"]
+        if config.deterministic is not None:
+            lines += [f"options.deterministic = {config.deterministic}"]
+        lines += ["ds = ds.with_options(options)  # on the dataset that is iterated"]
+    if config.mixed_precision not in (None, "off"):
+        lines += [
+            "# before the model is built; keep the output layer in float32:",
+            f'{alias}.keras.mixed_precision.set_global_policy("{config.mixed_precision}")',
+        ]
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+# --- files and commands -------------------------------------------------------------
+
+
+def run_command(script: str, args: Sequence[str], config_file: str) -> str:
+    cmd = ["tftune", "run", "--config", config_file, script]
+    if args:
+        cmd += ["--", *args]
+    return shlex.join(cmd)
+
+
+def _metrics(r: TrialRecord | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "examples_per_s": _round(r.examples_per_s),
+        "utilization": _round(r.utilization, 4),
+        "spread": _round(r.spread, 4),
+        "input_wait_share": _round(r.input_wait_share, 4),
+        "repeats": [_round(x) for x in r.repeats],
+        "trial": r.number,
+        "state": r.state.value,
+        "reason": r.reason,
+    }
+
+
+def _round(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def best_config_with_metrics(outcome: StudyOutcome, command: str) -> Config:
+    """The winner, with what was measured in ``meta`` (for humans and for CI)."""
+    aw = outcome.baselines.get(Role.AS_WRITTEN)
+    meta = {
+        "tool": "tftune optimize",
+        "objective": outcome.objective.value,
+        "study": outcome.study_name,
+        "storage": outcome.storage,
+        "command": command,
+        "measured": _metrics(outcome.best),
+        "confirmed": _metrics(outcome.confirm),
+        "as_written": _metrics(aw),
+        "speedup_vs_as_written": _speedup(outcome.best, aw),
+        "noise": "spread = (max - min) / median of the repeat windows' examples/s",
+    }
+    return replace(outcome.best_config, meta=meta)
+
+
+def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
+    if r is None or base is None or not r.examples_per_s or not base.examples_per_s:
+        return None
+    return round(r.examples_per_s / base.examples_per_s, 3)
+
+
+def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write JSON atomically (temp file in the same folder, then `os.replace`)."""
+    p = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def tuning_json(
+    *,
+    script: str,
+    outcome: StudyOutcome,
+    space: SearchSpace,
+    ceiling: Ceiling | None,
+    device: str,
+    config_file: str,
+    command: str,
+    diff: str,
+    snippet: str,
+    seed: int,
+) -> dict[str, Any]:
+    """The tuning JSON, schema 1 (docs/ARCHITECTURE.md). ``null`` is "not measured"."""
+    b = outcome.baselines
+    return {
+        "schema": SCHEMA,
+        "script": script,
+        "objective": outcome.objective.value,
+        "utilization_kind": outcome.utilization_kind,
+        "device": device,
+        "trials": outcome.counts(),
+        "wall_s": round(outcome.wall_s, 2),
+        "ceiling": ceiling.to_json() if ceiling is not None else None,
+        "baselines": {
+            "as_written": _metrics(b.get(Role.AS_WRITTEN)),
+            "autotune": _metrics(b.get(Role.AUTOTUNE)),
+            "heuristic": _metrics(b.get(Role.HEURISTIC)),
+            "guided": _metrics(b.get(Role.GUIDED)),
+        },
+        "best": {
+            **(_metrics(outcome.best) or {}),
+            "config_file": config_file,
+            "config": outcome.best_config.to_json(),
+            "description": outcome.best.description,
+            "role": outcome.best.role.value,
+            "confirmed": _metrics(outcome.confirm),
+            "speedup_vs_as_written": _speedup(outcome.best, b.get(Role.AS_WRITTEN)),
+        },
+        "pareto": [_metrics(r) for r in outcome.pareto]
+        if outcome.objective.value == "both"
+        else [],
+        "space": {
+            "knobs": [
+                {"name": k.name, "choices": [format_value(c) for c in k.choices], "why": k.why}
+                for k in space.knobs
+            ],
+            "fixed": {n: format_value(v) for n, v in space.fixed.items()},
+            "left_out": [{"name": lo.name, "reason": lo.reason} for lo in space.left_out],
+            "warnings": list(space.warnings),
+        },
+        "trials_detail": [
+            {
+                "number": r.number,
+                "role": r.role.value,
+                "state": r.state.value,
+                "params": {k: format_value(v) for k, v in r.params.items()},
+                "description": r.description,
+                "examples_per_s": _round(r.examples_per_s),
+                "utilization": _round(r.utilization, 4),
+                "spread": _round(r.spread, 4),
+                "reason": r.reason,
+                "wall_s": _round(r.wall_s),
+            }
+            for r in outcome.records
+        ],
+        "importances": dict(outcome.importances),
+        "study": {"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
+        "command": command,
+        "diff": diff,
+        "snippet": snippet,
+        "notes": list(outcome.notes),
+        "platform": {"python": platform.python_version(), "cores": os.cpu_count()},
+    }
+
+
+# --- terminal -----------------------------------------------------------------------
+
+
+def _fmt_eps(x: float | None) -> str:
+    return "not measured" if x is None else f"{x:,.1f}"
+
+
+def _fmt_util(x: float | None) -> str:
+    return "not measured" if x is None else f"{x:.0%}"
+
+
+def table_rows(outcome: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
+    """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
+    b = outcome.baselines
+    aw = b.get(Role.AS_WRITTEN)
+    shown = outcome.confirm if outcome.confirm is not None and outcome.confirm.feasible else None
+    tuned = shown or outcome.best
+    rows: list[tuple[str, TrialRecord | None]] = [
+        ("as written", aw),
+        ("AUTOTUNE everywhere", b.get(Role.AUTOTUNE)),
+        ("#cores heuristic", b.get(Role.HEURISTIC)),
+        ("tuned", tuned),
+    ]
+    out = []
+    for label, r in rows:
+        if r is None or r.state is not State.COMPLETE:
+            why = "not measured" if r is None else f"{r.state.value}: {r.reason or ''}".strip()
+            out.append((label, why, "", "", ""))
+            continue
+        sp = _speedup(r, aw)
+        out.append(
+            (
+                label,
+                _fmt_eps(r.examples_per_s),
+                _fmt_util(r.utilization),
+                "" if r.spread is None else f"±{r.spread / 2:.0%}",
+                "" if sp is None else f"{sp:.2f}x",
+            )
+        )
+    return out
+
+
+def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
+    """A rich Table (rendered by the CLI's console)."""
+    from rich.table import Table
+
+    util = "GPU util" if outcome.utilization_kind == "nvml" else "duty cycle"
+    t = Table(title="tftune optimize: measured in this run", title_justify="left")
+    for col, justify in (
+        ("", "left"),
+        ("examples/s", "right"),
+        (util, "right"),
+        ("noise", "right"),
+        ("speed-up", "right"),
+    ):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for row in table_rows(outcome):
+        t.add_row(*row)
+    if ceiling is not None and ceiling.examples_per_s is not None:
+        t.caption = ceiling_sentence(outcome, ceiling)
+        t.caption_justify = "left"
+    return t
+
+
+def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
+    p = _fmt_eps(ceiling.pipeline_only_examples_per_s)
+    m = _fmt_eps(ceiling.model_only_examples_per_s)
+    aw = outcome.baselines.get(Role.AS_WRITTEN)
+    tuned = outcome.best.examples_per_s
+    parts = [f"pipeline alone {p} ex/s, model alone on cached data {m} ex/s"]
+    model = ceiling.model_only_examples_per_s
+    if model and aw is not None and aw.examples_per_s and tuned:
+        parts.append(
+            f"as written reaches {aw.examples_per_s / model:.0%} and tuned "
+            f"{tuned / model:.0%} of what the model alone can consume"
+        )
+        if tuned / model < 0.9:
+            parts.append("the remaining gap is in the input pipeline")
+        else:
+            parts.append("the model is now the limit")
+    return "; ".join(parts)
+
+
+def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:
+    """One status line per trial."""
+    head = f"trial {r.number:>3} {r.role.value:<10}"
+    if r.state is State.COMPLETE:
+        body = f"{_fmt_eps(r.examples_per_s)} ex/s, util {_fmt_util(r.utilization)}"
+        if r.spread is not None:
+            body += f" (±{r.spread / 2:.0%})"
+    elif r.state is State.PRUNED:
+        body = f"pruned: {r.reason or ''} ({_fmt_eps(r.examples_per_s)} ex/s so far)"
+    else:
+        body = f"failed: {r.reason or 'unknown reason'}"
+    star = " *best*" if best is not None and best.number == r.number else ""
+    return f"{head} {body}{star}  [{r.description}]"

@@ -1,0 +1,540 @@
+"""The search space of `tftune optimize`, built from the discovery pass.
+
+A `SearchSpace` is a tuple of `Knob`s, each a small categorical dimension with the value
+the script wrote (``as_written``) among its choices, plus the knobs that were left out and
+why. It turns a parameter dict (what Optuna samples) into a `Config`. Parameters equal to
+the script's own value become ``None`` in the config ("leave as written"), so the
+as-written parameters give exactly ``Config()``: the baseline runs the script unchanged.
+
+Parameter names: a call-site knob is ``"<site>/<knob>"`` (``"train.py:42/num_parallel_calls"``);
+a global knob is its `Config` field name (``"threadpool_size"``).
+
+Why categorical on powers of two: the effect of parallelism and buffer sizes is roughly
+logarithmic, a 20-trial budget cannot resolve 64 separate integers, and the benchmark's
+exhaustive grid needs the same finite value set.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tftune.probes.errors import ConfigError
+from tftune.tuner.config import AUTOTUNE, AUTOTUNE_JSON, MAX_KNOB, Config, SiteConfig
+
+KnobValue = int | str | bool | None
+
+POWERS_TO_64: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+PARALLELISM_CHOICES: tuple[int, ...] = (*POWERS_TO_64, AUTOTUNE)
+CYCLE_LENGTH_CHOICES: tuple[int, ...] = (*POWERS_TO_64, AUTOTUNE)
+PREFETCH_CHOICES: tuple[int, ...] = (*POWERS_TO_64, AUTOTUNE)
+# None is TensorFlow's default pool, whose size is the core count.
+THREADPOOL_CHOICES: tuple[int | None, ...] = (None, 2, 4, 8, 16, 32, 64)
+# The batch size is searched around the script's own value: x1/2 .. x4.
+BATCH_FACTORS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+# Which transformation exposes which knob (TensorFlow's own argument names).
+PARALLEL_OPS = frozenset({"map", "interleave", "parallel_interleave", "map_and_batch"})
+INTERLEAVE_OPS = frozenset({"interleave", "parallel_interleave"})
+BATCH_OPS = frozenset({"batch", "padded_batch", "map_and_batch", "ragged_batch"})
+PREFETCH_OPS = frozenset({"prefetch"})
+SITE_KNOB_NAMES = ("num_parallel_calls", "cycle_length", "buffer_size", "batch_size")
+GLOBAL_KNOB_NAMES = (
+    "threadpool_size",
+    "mixed_precision",
+    "final_prefetch",
+    "deterministic",
+    "autotune_cpu_budget",
+    "autotune_ram_budget_mb",
+)
+_AUTOTUNABLE = frozenset({"num_parallel_calls", "cycle_length", "buffer_size", "final_prefetch"})
+
+BATCH_SIZE_WARNING = (
+    "the batch size is part of the search: it changes training dynamics (learning rate, "
+    "convergence), so check accuracy before adopting a different one, or fix it with "
+    "--batch-size"
+)
+
+
+class DiscoveredSite(Protocol):
+    """What the discovery pass knows about one call site (read-only)."""
+
+    @property
+    def site(self) -> str:
+        """``"path.py:LINE"`` relative to the script's directory."""
+
+    @property
+    def op(self) -> str:
+        """The Dataset method called there: ``"map"``, ``"interleave"``, ``"batch"``..."""
+
+    @property
+    def as_written(self) -> SiteConfig:
+        """The knobs' values as the script passed them (``None``: not passed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    """One categorical dimension of the space."""
+
+    name: str
+    field: str
+    site: str | None
+    choices: tuple[KnobValue, ...]
+    as_written: KnobValue
+    why: str = ""
+
+    def __post_init__(self) -> None:
+        if self.as_written not in self.choices:
+            raise ValueError(f"{self.name}: as-written value {self.as_written!r} not in choices")
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """A knob deliberately not searched, with the reason shown to the user."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpace:
+    """The knobs to search, fixed values applied to every searched config, and what was
+    left out. Frozen: the study samples from it, the emitter reads it."""
+
+    knobs: tuple[Knob, ...]
+    fixed: Mapping[str, KnobValue] = field(default_factory=dict)
+    left_out: tuple[LeftOut, ...] = ()
+    warnings: tuple[str, ...] = ()
+    cores: int = 1
+
+    def knob(self, name: str) -> Knob:
+        for k in self.knobs:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    def size(self) -> int:
+        """The number of distinct configurations (the exhaustive grid's length)."""
+        n = 1
+        for k in self.knobs:
+            n *= len(k.choices)
+        return n
+
+    def as_written_params(self) -> dict[str, KnobValue]:
+        return {k.name: k.as_written for k in self.knobs}
+
+    def grid(self) -> Iterator[dict[str, KnobValue]]:
+        """Every combination of choices, in a stable order (for the benchmark)."""
+        for combo in itertools.product(*(k.choices for k in self.knobs)):
+            yield dict(zip(self.names, combo, strict=True))
+
+    def nearest(self, knob: Knob, want: KnobValue) -> KnobValue:
+        """The choice closest to `want` (AUTOTUNE and None only match themselves)."""
+        if want in knob.choices:
+            return want
+        numeric = [c for c in knob.choices if isinstance(c, int) and not isinstance(c, bool)]
+        numeric = [c for c in numeric if c != AUTOTUNE]
+        if not isinstance(want, int) or not numeric:
+            return knob.as_written
+        return min(numeric, key=lambda c: (abs(c - want), c))
+
+    def params_for(self, wanted: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+        """Parameters that realise `wanted` (by knob name or by field name for every site)
+        as closely as the choices allow; knobs not named stay as written."""
+        out: dict[str, KnobValue] = {}
+        for k in self.knobs:
+            if k.name in wanted:
+                out[k.name] = self.nearest(k, wanted[k.name])
+            elif k.field in wanted:
+                out[k.name] = self.nearest(k, wanted[k.field])
+            else:
+                out[k.name] = k.as_written
+        return out
+
+    def config(self, params: Mapping[str, KnobValue], *, apply_fixed: bool = True) -> Config:
+        """The `Config` for sampled parameters. Values equal to the script's own are left
+        as ``None`` so that the as-written parameters give ``Config()`` exactly."""
+        values: dict[str, KnobValue] = dict(self.fixed) if apply_fixed else {}
+        for k in self.knobs:
+            if k.name in params and params[k.name] != k.as_written:
+                values[k.name] = params[k.name]
+        return config_from_values(values)
+
+    def describe(self, params: Mapping[str, KnobValue]) -> str:
+        """A short one-line rendering of what differs from the script as written."""
+        parts = []
+        for k in self.knobs:
+            v = params.get(k.name, k.as_written)
+            if v != k.as_written:
+                parts.append(f"{_short(k.name)}={format_value(v)}")
+        return ", ".join(parts) if parts else "as written"
+
+
+def _short(name: str) -> str:
+    site, sep, knob = name.rpartition("/")
+    if not sep:
+        return name
+    short_knob = {
+        "num_parallel_calls": "par",
+        "cycle_length": "cycle",
+        "buffer_size": "prefetch",
+        "batch_size": "batch",
+    }.get(knob, knob)
+    return f"{Path(site).name}/{short_knob}"
+
+
+def format_value(v: KnobValue) -> str:
+    if v == AUTOTUNE and not isinstance(v, bool):
+        return AUTOTUNE_JSON
+    if v is None:
+        return "default"
+    return str(v)
+
+
+def config_from_values(values: Mapping[str, KnobValue]) -> Config:
+    """Build a `Config` from ``{param name: value}`` (site knobs and global knobs)."""
+    sites: dict[str, dict[str, int]] = {}
+    globals_: dict[str, KnobValue] = {}
+    for name, value in values.items():
+        site, sep, knob = name.rpartition("/")
+        if sep and knob in SITE_KNOB_NAMES:
+            if value is not None:
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise ConfigError(f"{name}: expected an integer or AUTOTUNE, got {value!r}")
+                sites.setdefault(site, {})[knob] = value
+        elif name in GLOBAL_KNOB_NAMES:
+            globals_[name] = value
+        else:
+            raise ConfigError(f"{name}: not a known knob")
+    mp = globals_.pop("mixed_precision", None)
+    det = globals_.pop("deterministic", None)
+    ints: dict[str, int | None] = {}
+    for name, value in globals_.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        ints[name] = value
+    return Config(
+        sites={s: SiteConfig(**kn) for s, kn in sorted(sites.items())},
+        mixed_precision=mp if isinstance(mp, str) else None,
+        deterministic=det if isinstance(det, bool) else None,
+        **ints,  # type: ignore[arg-type]
+    )
+
+
+# --- platform -----------------------------------------------------------------------
+
+
+def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
+    """The CPU feature flags (empty where /proc/cpuinfo cannot be read)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def platform_policy(gpu_visible: bool, flags: Iterable[str]) -> tuple[str | None, str]:
+    """The 16-bit Keras policy worth trying here, or None, and why."""
+    if gpu_visible:
+        return "mixed_float16", "GPU visible: float16 on tensor cores"
+    have = CPU_BF16_FLAGS & set(flags)
+    if have:
+        return "mixed_bfloat16", f"CPU supports bfloat16 ({', '.join(sorted(have))})"
+    return None, (
+        "no GPU and the CPU lacks avx512_bf16/amx_bf16: 16-bit policies only emulate here "
+        "(mixed_float16 measured 0.43x on CPU)"
+    )
+
+
+MAX_SCANNED_FILES = 200
+
+
+def _local_imports(tree: ast.Module, here: Path, root: Path) -> list[Path]:
+    names: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [(a.name, 0) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names += [(f"{base}.{a.name}" if base else a.name, node.level) for a in node.names]
+            names.append((base, node.level))
+    out = []
+    for name, level in names:
+        start = root if level == 0 else here.parents[level - 1]
+        rel = Path(*name.split(".")) if name else Path()
+        for cand in (start / rel.with_suffix(".py"), start / rel / "__init__.py"):
+            if name and cand.is_file():
+                out.append(cand)
+    return out
+
+
+def mentions_keras(script: str | os.PathLike[str]) -> bool:
+    """Whether the script, or a module of the user's it imports (transitively, from the
+    script's folder), mentions Keras. Importing TensorFlow loads Keras anyway, so
+    discovery cannot tell; code that never names Keras builds no Keras model, and a Keras
+    precision policy cannot change what it runs."""
+    first = Path(script).resolve()
+    root = first.parent
+    todo: list[Path] = [first]
+    seen: set[Path] = set()
+    while todo and len(seen) < MAX_SCANNED_FILES:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError):
+            return True  # cannot tell: keep the knob
+        if "keras" in text:
+            return True
+        todo += _local_imports(tree, path.parent, root)
+    return len(seen) >= MAX_SCANNED_FILES  # too big to be sure: keep the knob
+
+
+# --- construction ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchBound:
+    """``--batch-size``: a fixed value (lo == hi) or bounds."""
+
+    lo: int
+    hi: int
+
+    @classmethod
+    def parse(cls, text: str) -> BatchBound:
+        lo_s, sep, hi_s = text.partition(":")
+        try:
+            lo = int(lo_s) if lo_s else 1
+            hi = int(hi_s) if sep and hi_s else (MAX_KNOB if sep else lo)
+        except ValueError:
+            raise ConfigError(
+                f"--batch-size {text!r}: expected N (fixed) or MIN:MAX (bounds)"
+            ) from None
+        if lo < 1 or hi < lo:
+            raise ConfigError(f"--batch-size {text!r}: need 1 <= MIN <= MAX")
+        return cls(lo, hi)
+
+
+def _site_knob(site: DiscoveredSite, knob: str, base: Sequence[KnobValue], why: str) -> Knob:
+    written = getattr(site.as_written, knob)
+    # Not passing num_parallel_calls means sequential; not passing a buffer means none
+    # (the knob only exists where the script calls prefetch, so a buffer is always given).
+    if written is None and knob == "num_parallel_calls":
+        written = 1
+    choices = tuple(base) if written in base else (*base, written)
+    return Knob(f"{site.site}/{knob}", knob, site.site, choices, written, why)
+
+
+def _batch_choices(written: int, bound: BatchBound | None) -> tuple[int, ...]:
+    cands = {max(1, int(written * f)) for f in BATCH_FACTORS}
+    if bound is None:
+        return tuple(sorted(cands))
+    kept = {c for c in cands if bound.lo <= c <= bound.hi}
+    kept |= {bound.lo} if bound.lo == bound.hi else set()
+    if not kept:
+        kept = {min(max(written, bound.lo), bound.hi)}
+    return tuple(sorted(kept))
+
+
+def build_space(
+    sites: Sequence[DiscoveredSite],
+    *,
+    cores: int,
+    gpu_visible: bool = False,
+    flags: Iterable[str] = (),
+    uses_keras: bool | None = None,
+    batch: BatchBound | None = None,
+) -> SearchSpace:
+    """The default search space for the discovered call sites on this machine."""
+    knobs: list[Knob] = []
+    fixed: dict[str, KnobValue] = {}
+    left: list[LeftOut] = []
+    warnings: list[str] = []
+    # A call site inside a function called twice is discovered twice; it is one knob.
+    sites = list({(s.site, s.op): s for s in sites}.values())
+    parallel_sites = [s for s in sites if s.op in PARALLEL_OPS]
+    for s in sites:
+        if s.op in PARALLEL_OPS:
+            knobs.append(
+                _site_knob(s, "num_parallel_calls", PARALLELISM_CHOICES, f"{s.op} parallelism")
+            )
+        if s.op in INTERLEAVE_OPS:
+            if s.as_written.cycle_length is None:
+                # TF's default cycle length is AUTOTUNE-like (the core count).
+                k = _site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "interleave width")
+                knobs.append(
+                    Knob(k.name, k.field, k.site, (*CYCLE_LENGTH_CHOICES, None), None, k.why)
+                )
+            else:
+                knobs.append(_site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "width"))
+        if s.op in PREFETCH_OPS:
+            knobs.append(_site_knob(s, "buffer_size", PREFETCH_CHOICES, "prefetch depth"))
+        if s.op in BATCH_OPS:
+            written = s.as_written.batch_size
+            name = f"{s.site}/batch_size"
+            if written is None or written == AUTOTUNE:
+                left.append(LeftOut(name, "the script's batch size is not a known constant"))
+                continue
+            choices = _batch_choices(written, batch)
+            if len(choices) == 1:
+                fixed[name] = choices[0] if choices[0] != written else None
+                left.append(LeftOut(name, f"fixed at {choices[0]} by --batch-size"))
+            else:
+                knobs.append(Knob(name, "batch_size", s.site, choices, written, "batch size"))
+                if BATCH_SIZE_WARNING not in warnings:
+                    warnings.append(BATCH_SIZE_WARNING)
+    if parallel_sites:
+        tp = THREADPOOL_CHOICES if cores in THREADPOOL_CHOICES else (*THREADPOOL_CHOICES, cores)
+        knobs.append(Knob("threadpool_size", "threadpool_size", None, tp, None, "thread pool"))
+    else:
+        left.append(
+            LeftOut("threadpool_size", "nothing runs in parallel (no map or interleave call site)")
+        )
+    if not any(s.op in PREFETCH_OPS for s in sites):
+        knobs.append(
+            Knob(
+                "final_prefetch",
+                "final_prefetch",
+                None,
+                (None, 1, 2, 4, 8, AUTOTUNE),
+                None,
+                "the script never prefetches",
+            )
+        )
+    else:
+        left.append(LeftOut("final_prefetch", "the script prefetches; its depth is searched"))
+    policy, why = platform_policy(gpu_visible, flags)
+    if uses_keras is False:
+        left.append(
+            LeftOut("mixed_precision", "the code never uses Keras: a policy changes nothing")
+        )
+    elif policy is None:
+        left.append(LeftOut("mixed_precision", why))
+    else:
+        knobs.append(Knob("mixed_precision", "mixed_precision", None, (None, policy), None, why))
+    left.append(
+        LeftOut("deterministic", "changes the element order; add it with --space to search it")
+    )
+    # Two transformations on one line share the line's key (``ds.map(f).batch(8)``):
+    # a knob name they both have (num_parallel_calls) is one knob, applied to both.
+    unique: dict[str, Knob] = {}
+    for k in knobs:
+        unique.setdefault(k.name, k)
+    return SearchSpace(tuple(unique.values()), fixed, tuple(left), tuple(warnings), cores)
+
+
+# --- --space FILE ---------------------------------------------------------------------
+
+
+def _parse_value(where: str, knob_field: str, raw: object) -> KnobValue:
+    if raw is None:
+        return None
+    if knob_field == "mixed_precision":
+        if raw in ("off", "mixed_float16", "mixed_bfloat16"):
+            return None if raw == "off" else str(raw)
+        raise ConfigError(f"{where}: mixed_precision must be off, mixed_float16 or mixed_bfloat16")
+    if knob_field == "deterministic":
+        if isinstance(raw, bool):
+            return raw
+        raise ConfigError(f"{where}: deterministic must be true or false, got {raw!r}")
+    if knob_field in _AUTOTUNABLE and raw in (AUTOTUNE_JSON, AUTOTUNE):
+        return AUTOTUNE
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_KNOB:
+        allowed = '"AUTOTUNE" or ' if knob_field in _AUTOTUNABLE else ""
+        raise ConfigError(f"{where}: expected {allowed}an integer in 1..{MAX_KNOB}, got {raw!r}")
+    return raw
+
+
+def apply_space_file(
+    space: SearchSpace, path: str | os.PathLike[str], known_sites: Iterable[str] | None
+) -> SearchSpace:
+    """Narrow or extend `space` with a JSON file::
+
+        {"knobs": {"threadpool_size": [8, 16, 32],            # choices
+                   "train.py:42/num_parallel_calls": "AUTOTUNE",  # fixed
+                   "deterministic": [true, false],             # added
+                   "mixed_precision": null}}                   # left out (as written)
+
+    Errors name the file and the knob (`ConfigError`). ``known_sites=None`` skips the
+    check that call sites exist (to validate the file before discovery has run).
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: space file does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read space file ({exc.__class__.__name__})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
+        raise ConfigError(f'{p}: expected {{"knobs": {{name: choices}}}}')
+    unknown_top = sorted(set(data) - {"knobs", "schema"})
+    if unknown_top:
+        raise ConfigError(f"{p}: unknown field {unknown_top[0]!r}")
+    sites = None if known_sites is None else set(known_sites)
+    knobs = {k.name: k for k in space.knobs}
+    order = list(knobs)
+    fixed = dict(space.fixed)
+    left = [lo for lo in space.left_out]
+    for name, raw in data["knobs"].items():
+        where = f"{p}: knobs[{name!r}]"
+        site, sep, knob_field = name.rpartition("/")
+        if sep:
+            if knob_field not in SITE_KNOB_NAMES:
+                raise ConfigError(f"{where}: unknown knob {knob_field!r}")
+            if sites is not None and site not in sites:
+                raise ConfigError(f"{where}: call site {site!r} was not found in the script")
+        elif name in GLOBAL_KNOB_NAMES:
+            knob_field, site = name, ""
+        else:
+            raise ConfigError(f"{where}: unknown knob")
+        left = [lo for lo in left if lo.name != name]
+        existing = knobs.get(name)
+        written: KnobValue = existing.as_written if existing else None
+        if raw is None:
+            knobs.pop(name, None)
+            fixed.pop(name, None)
+            left.append(LeftOut(name, f"left as written by {p.name}"))
+            continue
+        values = raw if isinstance(raw, list) else [raw]
+        if not values:
+            raise ConfigError(f"{where}: empty list of choices")
+        parsed = tuple(dict.fromkeys(_parse_value(where, knob_field, v) for v in values))
+        if len(parsed) == 1:
+            knobs.pop(name, None)
+            fixed[name] = parsed[0]
+            left.append(LeftOut(name, f"fixed at {format_value(parsed[0])} by {p.name}"))
+            continue
+        if written not in parsed:
+            if existing is None and knob_field == "num_parallel_calls":
+                written = 1 if 1 in parsed else None
+            if written not in parsed:
+                parsed = (*parsed, written)
+        knobs[name] = Knob(name, knob_field, site or None, parsed, written, f"from {p.name}")
+        if name not in order:
+            order.append(name)
+    return SearchSpace(
+        tuple(knobs[n] for n in order if n in knobs),
+        fixed,
+        tuple(left),
+        space.warnings,
+        space.cores,
+    )

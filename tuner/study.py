@@ -1,0 +1,777 @@
+"""The Optuna study behind `tftune optimize`.
+
+The study runs the user's script under sampled configs through a `Runner` (the
+measured trial runner; tests inject a fake one). Its order is fixed:
+
+1. the script as written (role ``as_written``): the reference every winner must beat;
+2. AUTOTUNE everywhere, the #cores heuristic and the analysis-guided guess, enqueued;
+3. TPE (multivariate, seeded) for the rest of the budget.
+
+``--trials N`` is the number of finished trials the *study* should hold, so a resumed or
+shared study (several workers on one storage) stops at N in total and never reruns a
+finished trial. Trials that are clearly worse are pruned from the runner's per-repeat
+throughput reports. The winner is the best *feasible* trial: one with at least the
+as-written examples/s (TPE's constraint, and `choose_winner`'s guard), re-measured once
+before it is emitted. If nothing beats the script as written, the winner is the script
+as written: tftune never ends below it.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tftune.probes.errors import ConfigError, ScriptError, UserError
+from tftune.tuner.config import AUTOTUNE, Config
+from tftune.tuner.space import KnobValue, SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+
+# Prune a searched trial once a repeat's throughput is below this fraction of the best
+# complete trial (throughput objective) ...
+PRUNE_BELOW_BEST = 0.5
+# ... or, for utilization objectives, below this fraction of the as-written rate: such a
+# trial would be infeasible anyway (a winner may never lose examples/s).
+PRUNE_BELOW_AS_WRITTEN = 0.8
+# TPE's random start-up trials, counting the enqueued baselines: small, because the
+# budget is small and the baselines already cover the corners of the space.
+TPE_STARTUP_TRIALS = 6
+# The guided guess calls a run input-bound when the consumer waits at least this share.
+INPUT_BOUND_SHARE = 0.1
+MAX_GUIDED_PARALLELISM = 64
+DEFAULT_STORAGE_FILE = "tftune-study.journal"
+# Another worker measuring the as-written trial is waited for this long, polling; after
+# that (a killed worker's trial stays RUNNING in a journal file) it is measured again.
+AS_WRITTEN_WAIT_S = 600.0
+AS_WRITTEN_POLL_S = 2.0
+# A failing as-written trial is retried this often before the script is declared broken
+# (the first may fail for a transient reason, e.g. an OOM caused by another job).
+AS_WRITTEN_ATTEMPTS = 2
+DEFAULT_TRIALS = 20
+DEFAULT_SEED = 0
+
+
+class Objective(str, enum.Enum):
+    THROUGHPUT = "throughput"
+    GPU_UTIL = "gpu-util"
+    BOTH = "both"
+
+
+class Role(str, enum.Enum):
+    """Why a trial ran."""
+
+    AS_WRITTEN = "as_written"
+    AUTOTUNE = "autotune"
+    HEURISTIC = "heuristic"
+    GUIDED = "guided"
+    SEARCH = "search"
+    CONFIRM = "confirm"
+
+
+class State(str, enum.Enum):
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    FAILED = "failed"
+
+
+class Mode(str, enum.Enum):
+    """What a trial measures: the script training (``train``), the dataset iterated
+    without training (``pipeline_only``), or training on cached data (``model_only``)."""
+
+    TRAIN = "train"
+    PIPELINE_ONLY = "pipeline_only"
+    MODEL_ONLY = "model_only"
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What one run of the script under one config achieved. ``None`` is "not measured"
+    (never 0): `reason` says why when the state is not complete."""
+
+    state: State
+    examples_per_s: float | None = None
+    utilization: float | None = None
+    utilization_kind: str = "duty_cycle"
+    spread: float | None = None
+    input_wait_share: float | None = None
+    repeats: tuple[float, ...] = ()
+    reason: str | None = None
+    wall_s: float = 0.0
+
+
+RepeatCallback = Callable[[int, float], bool]
+
+
+class Runner:
+    """Runs the user's script once under a config and measures it.
+
+    Contract: the study calls `measure` once per trial, sequentially, from one thread.
+    `measure` must not raise for a failing script: a crash, OOM, stall or NaN loss is a
+    `Measurement` with ``state=FAILED`` and a reason. After each measured repeat it calls
+    ``on_repeat(index, examples_per_s)``; when that returns False it stops the script and
+    returns ``state=PRUNED`` with the repeats so far. ``mode`` selects what is measured
+    (`Mode`); a runner that cannot measure a mode returns FAILED with the reason.
+    """
+
+    gpu_visible: bool = False
+
+    def measure(
+        self,
+        config: Config,
+        *,
+        mode: Mode = Mode.TRAIN,
+        on_repeat: RepeatCallback | None = None,
+    ) -> Measurement:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    """One finished trial as the emitter and the progress display see it."""
+
+    number: int
+    role: Role
+    state: State
+    params: Mapping[str, KnobValue]
+    description: str
+    examples_per_s: float | None = None
+    utilization: float | None = None
+    spread: float | None = None
+    input_wait_share: float | None = None
+    repeats: tuple[float, ...] = ()
+    reason: str | None = None
+    wall_s: float = 0.0
+    feasible: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StudySettings:
+    objective: Objective = Objective.THROUGHPUT
+    n_trials: int = DEFAULT_TRIALS
+    timeout_s: float | None = None
+    seed: int = DEFAULT_SEED
+    guided: bool = True
+    storage: str | None = None
+    study_name: str = "tftune"
+    confirm: bool = True
+    # What is tuned (script and its arguments): a study resumed for another target
+    # would mix incomparable measurements, so it is refused.
+    target: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StudyOutcome:
+    """Everything `optimize` measured, frozen for the emitter."""
+
+    study_name: str
+    storage: str
+    objective: Objective
+    utilization_kind: str
+    records: tuple[TrialRecord, ...]
+    baselines: Mapping[Role, TrialRecord]
+    best: TrialRecord
+    best_config: Config
+    confirm: TrialRecord | None
+    pareto: tuple[TrialRecord, ...]
+    importances: Mapping[str, float]
+    wall_s: float
+    ran_this_session: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in State}
+        for r in self.records:
+            out[r.state.value] += 1
+        return out
+
+
+class StorageError(UserError):
+    """An Optuna storage URL that cannot be opened."""
+
+
+class _TrialFailed(Exception):
+    """Raised inside the objective so that Optuna records a FAIL with our reason."""
+
+
+# --- storage ------------------------------------------------------------------------
+
+
+def _redact(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+def open_storage(url: str | None) -> tuple[Any, str]:
+    """An Optuna storage for `url` and its display name.
+
+    ``None`` is a journal file in the working directory (`DEFAULT_STORAGE_FILE`): an
+    append-only log with a lock file, which several processes (and Slurm array tasks on a
+    shared filesystem) can use at once, unlike SQLite, whose locking fails on NFS. A path,
+    or ``journal:PATH``, is such a file; anything with ``://`` is an RDB URL
+    (``sqlite:///x.db``, ``postgresql://...``). An unreachable URL is a `StorageError`.
+    """
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    if url is None or "://" not in url:
+        path = DEFAULT_STORAGE_FILE if url is None else url.removeprefix("journal:")
+        p = Path(path)
+        if p.is_dir():
+            raise StorageError(f"--storage {path}: is a directory, not a journal file")
+        if not p.parent.exists() or not os.access(p.parent if str(p.parent) else ".", os.W_OK):
+            raise StorageError(f"--storage {path}: cannot write into {p.parent or '.'}")
+        try:
+            backend = JournalFileBackend(str(p), lock_obj=JournalFileOpenLock(str(p)))
+            return optuna.storages.JournalStorage(backend), str(p)
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"--storage {path}: cannot open journal ({exc})") from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
+            # A heartbeat lets a later run mark a killed worker's trial failed.
+            storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    except Exception as exc:  # sqlalchemy raises many kinds; all mean "unreachable"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StorageError(f"--storage {_redact(url)}: cannot connect ({first[:160]})") from None
+    return storage, _redact(url)
+
+
+# --- guided guess -------------------------------------------------------------------
+
+
+def _pow2_at_least(n: float) -> int:
+    return int(2 ** math.ceil(math.log2(max(1.0, n))))
+
+
+def baseline_params(space: SearchSpace, role: Role, cores: int) -> dict[str, KnobValue]:
+    """The parameters of the enqueued baselines (AUTOTUNE everywhere, #cores heuristic)."""
+    if role is Role.AS_WRITTEN:
+        return space.as_written_params()
+    if role is Role.AUTOTUNE:
+        want: dict[str, KnobValue] = {
+            "num_parallel_calls": AUTOTUNE,
+            "cycle_length": AUTOTUNE,
+            "buffer_size": AUTOTUNE,
+            "final_prefetch": AUTOTUNE,
+        }
+        return space.params_for(want)
+    if role is Role.HEURISTIC:
+        want = {
+            "num_parallel_calls": cores,
+            "cycle_length": cores,
+            "buffer_size": AUTOTUNE,
+            "final_prefetch": AUTOTUNE,
+        }
+        return space.params_for(want)
+    raise ValueError(role)
+
+
+def guided_params(
+    space: SearchSpace, as_written: TrialRecord, cores: int
+) -> tuple[dict[str, KnobValue], str]:
+    """A first guess from the as-written trial's input-wait share.
+
+    Input-bound (the consumer waits a share w of its time): the pipeline must deliver
+    1/(1-w) times faster, so its parallelism is raised by that factor (power of two, at
+    most 64), the private thread pool is sized to match (AUTOTUNE never exceeds the pool)
+    and every buffer is AUTOTUNE. Not input-bound: the pipeline is fine; keep AUTOTUNE and
+    try the platform's 16-bit policy, where one is in the space.
+    """
+    w = as_written.input_wait_share
+    if w is None:
+        return baseline_params(space, Role.AUTOTUNE, cores), "no input-wait share: AUTOTUNE"
+    if w >= INPUT_BOUND_SHARE:
+        factor = 1.0 / max(1e-3, 1.0 - w)
+        written = [
+            k.as_written
+            for k in space.knobs
+            if k.field == "num_parallel_calls" and isinstance(k.as_written, int)
+        ]
+        base = max([1, *[p for p in written if p != AUTOTUNE]])
+        par = min(MAX_GUIDED_PARALLELISM, _pow2_at_least(base * factor))
+        par = max(par, cores)
+        want: dict[str, KnobValue] = {
+            "num_parallel_calls": par,
+            "cycle_length": par,
+            "buffer_size": AUTOTUNE,
+            "final_prefetch": AUTOTUNE,
+            "threadpool_size": max(par, cores),
+        }
+        why = f"input-bound ({w:.0%} wait): parallelism {par}, thread pool {max(par, cores)}"
+        return space.params_for(want), why
+    params = baseline_params(space, Role.AUTOTUNE, cores)
+    for k in space.knobs:
+        if k.field == "mixed_precision":
+            params[k.name] = next(c for c in k.choices if c is not None)
+    return params, f"not input-bound ({w:.0%} wait): AUTOTUNE and 16-bit precision"
+
+
+# --- winner -------------------------------------------------------------------------
+
+
+def _score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
+    eps = r.examples_per_s or 0.0
+    util = r.utilization if r.utilization is not None else -1.0
+    if objective is Objective.GPU_UTIL:
+        return (util, eps)
+    return (eps, util)
+
+
+def pareto_front(records: Sequence[TrialRecord]) -> tuple[TrialRecord, ...]:
+    """Records not dominated in (examples/s, utilization)."""
+    pts = [r for r in records if r.examples_per_s is not None]
+    front = []
+    for r in pts:
+        a = (r.examples_per_s or 0.0, r.utilization or 0.0)
+        dominated = False
+        for o in pts:
+            b = (o.examples_per_s or 0.0, o.utilization or 0.0)
+            if b[0] >= a[0] and b[1] >= a[1] and b != a:
+                dominated = True
+                break
+        if not dominated:
+            front.append(r)
+    return tuple(sorted(front, key=lambda r: -(r.examples_per_s or 0.0)))
+
+
+def choose_winner(
+    records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective
+) -> TrialRecord:
+    """The best complete trial that does not lose examples/s against the script as
+    written; the as-written trial itself when none does. For ``both``, the front's
+    member with the most examples/s (every front member is non-dominated)."""
+    floor = as_written.examples_per_s or 0.0
+    feasible = [
+        r
+        for r in records
+        if r.state is State.COMPLETE
+        and r.examples_per_s is not None
+        and r.examples_per_s >= floor
+        and r.role is not Role.CONFIRM
+    ]
+    if not feasible:
+        return as_written
+    if objective is Objective.BOTH:
+        return pareto_front(feasible)[0]
+    return max(feasible, key=lambda r: _score(r, objective))
+
+
+# --- the study ----------------------------------------------------------------------
+
+
+def space_fingerprint(space: SearchSpace, target: str = "") -> str:
+    blob = json.dumps(
+        [[k.name, [repr(c) for c in k.choices]] for k in space.knobs]
+        + [[n, repr(v)] for n, v in sorted(space.fixed.items())]
+        + [target]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _record(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
+    import optuna
+
+    ua = t.user_attrs
+    state = {
+        optuna.trial.TrialState.COMPLETE: State.COMPLETE,
+        optuna.trial.TrialState.PRUNED: State.PRUNED,
+    }.get(t.state, State.FAILED)
+    return TrialRecord(
+        number=t.number,
+        role=Role(ua.get("role", Role.SEARCH.value)),
+        state=state,
+        params=dict(t.params),
+        description=space.describe(t.params),
+        examples_per_s=ua.get("examples_per_s"),
+        utilization=ua.get("utilization"),
+        spread=ua.get("spread"),
+        input_wait_share=ua.get("input_wait_share"),
+        repeats=tuple(ua.get("repeats", ())),
+        reason=ua.get("reason")
+        or ("interrupted (the worker died or was stopped)" if state is State.FAILED else None),
+        wall_s=float(ua.get("wall_s", 0.0)),
+        feasible=bool(ua.get("feasible", False)),
+    )
+
+
+def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    import optuna
+
+    done = (
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.PRUNED,
+        optuna.trial.TrialState.FAIL,
+    )
+    return study.get_trials(deepcopy=False, states=done)
+
+
+def run_study(
+    space: SearchSpace,
+    runner: Runner,
+    settings: StudySettings,
+    *,
+    on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StudyOutcome:
+    """Run (or resume) the study and choose the winner. See the module docstring."""
+    import optuna
+
+    # Optuna logs every failed trial with a traceback; our status line has the reason.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    t0 = clock()
+    deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
+    storage, storage_name = open_storage(settings.storage)
+    n_obj = 2 if settings.objective is Objective.BOTH else 1
+    directions = [optuna.study.StudyDirection.MAXIMIZE] * n_obj
+    sampler = optuna.samplers.TPESampler(
+        seed=settings.seed,
+        multivariate=True,
+        n_startup_trials=TPE_STARTUP_TRIALS,
+    )
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            sampler=sampler,
+            study_name=settings.study_name,
+            directions=directions,
+            load_if_exists=True,
+        )
+    except ValueError as exc:  # e.g. a resumed study with other directions
+        raise ConfigError(f"--study-name {settings.study_name}: {exc}") from None
+    fp = space_fingerprint(space, settings.target)
+    have_fp = study.user_attrs.get("space")
+    if have_fp is None:
+        study.set_user_attr("space", fp)
+    elif have_fp != fp:
+        raise ConfigError(
+            f"--study-name {settings.study_name}: the study in {storage_name} was created for "
+            "another search space or script (the script, its arguments, --space or --batch-size "
+            "changed); pick a new --study-name"
+        )
+    cores = space.cores
+    ran = 0
+    notes: list[str] = []
+
+    def best_so_far() -> TrialRecord | None:
+        recs = [_record(t, space) for t in _finished(study)]
+        aw = _as_written(recs)
+        if aw is None:
+            return None
+        return choose_winner(recs, aw, settings.objective)
+
+    def objective(trial: optuna.Trial) -> float | tuple[float, float]:
+        nonlocal ran
+        ran += 1
+        role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
+        params: dict[str, KnobValue] = {
+            k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
+            for k in space.knobs
+        }
+        config = space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
+        recs = [_record(t, space) for t in _finished(study)]
+        aw = _as_written(recs)
+        floor = aw.examples_per_s if aw is not None else None
+        best_eps = max(
+            (r.examples_per_s or 0.0 for r in recs if r.state is State.COMPLETE), default=0.0
+        )
+
+        prune_why: list[str] = []
+
+        def on_repeat(index: int, eps: float) -> bool:
+            if role is not Role.SEARCH:
+                return True  # baselines are always measured in full
+            if settings.objective is Objective.THROUGHPUT and best_eps > 0:
+                fraction, ref_eps, what = PRUNE_BELOW_BEST, best_eps, "the best so far"
+            elif floor:
+                fraction, ref_eps, what = PRUNE_BELOW_AS_WRITTEN, floor, "the script as written"
+            else:
+                return True
+            if eps >= fraction * ref_eps:
+                return True
+            prune_why.append(
+                f"{eps:,.1f} ex/s after {index + 1} window(s), below {fraction:.0%} of "
+                f"{what} ({ref_eps:,.1f})"
+            )
+            return False
+
+        m = runner.measure(config, on_repeat=on_repeat)
+        eps = m.examples_per_s
+        ref = floor if floor is not None else (eps if role is Role.AS_WRITTEN else None)
+        feasible = eps is not None and ref is not None and eps >= ref
+        attrs: dict[str, Any] = {
+            "examples_per_s": eps,
+            "utilization": m.utilization,
+            "utilization_kind": m.utilization_kind,
+            "spread": m.spread,
+            "input_wait_share": m.input_wait_share,
+            "repeats": list(m.repeats),
+            "reason": prune_why[-1] if m.state is State.PRUNED and prune_why else m.reason,
+            "wall_s": m.wall_s,
+            "feasible": feasible,
+            "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
+        }
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        # TPE samples around feasible trials only: <= 0 means "not slower than as written".
+        trial.set_constraint("not_below_as_written", float(attrs["constraint"]))
+        if m.state is State.PRUNED:
+            raise optuna.TrialPruned(m.reason or "clearly slower than the best so far")
+        if m.state is State.FAILED or eps is None:
+            raise _TrialFailed(m.reason or "no examples were measured")
+        util = m.utilization if m.utilization is not None else 0.0
+        if settings.objective is Objective.THROUGHPUT:
+            return eps
+        if settings.objective is Objective.GPU_UTIL:
+            return util
+        return eps, util
+
+    def report(_study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+        if on_trial is not None:
+            on_trial(_record(t, space), best_so_far())
+
+    def stop_at_deadline(_study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Checked after each trial (a running trial is never cut short), on the injected
+        # clock so that tests can drive it.
+        if deadline is not None and clock() >= deadline:
+            _study.stop()
+
+    def run_some(n: int) -> None:
+        if n <= 0 or (deadline is not None and clock() >= deadline):
+            return
+        study.optimize(
+            objective,
+            n_trials=n,
+            catch=(_TrialFailed,),
+            callbacks=[
+                report,
+                stop_at_deadline,
+                optuna.study.MaxTrialsCallback(
+                    settings.n_trials,
+                    states=(
+                        optuna.trial.TrialState.COMPLETE,
+                        optuna.trial.TrialState.PRUNED,
+                        optuna.trial.TrialState.FAIL,
+                    ),
+                ),
+            ],
+        )
+
+    def has_role(role: Role) -> bool:
+        return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False))
+
+    def enqueue(role: Role, params: Mapping[str, KnobValue]) -> None:
+        if not has_role(role):
+            study.enqueue_trial(dict(params), user_attrs={"role": role.value})
+
+    def ensure_as_written() -> None:
+        """Measure the script as written unless the study has it. Another worker may be
+        measuring it right now: wait for that (bounded, since a killed worker leaves its
+        trial RUNNING in a journal file forever), and re-run it if it failed."""
+        waited, runs = 0.0, 0
+        while runs < AS_WRITTEN_ATTEMPTS:
+            mine = [
+                t
+                for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+            ]
+            states = {t.state for t in mine}
+            if optuna.trial.TrialState.COMPLETE in states:
+                return
+            if deadline is not None and clock() >= deadline:
+                return
+            running = optuna.trial.TrialState.RUNNING in states
+            if optuna.trial.TrialState.WAITING not in states:
+                if running and waited < AS_WRITTEN_WAIT_S:
+                    sleep(AS_WRITTEN_POLL_S)
+                    waited += AS_WRITTEN_POLL_S
+                    continue
+                study.enqueue_trial(
+                    space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
+                )
+            run_some(1)
+            runs += 1
+
+    if on_start is not None:
+        on_start(len(_finished(study)), settings.n_trials)
+    ensure_as_written()
+    recs = [_record(t, space) for t in _finished(study)]
+    aw = _as_written(recs)
+    if aw is None:
+        failed = [r for r in recs if r.role is Role.AS_WRITTEN]
+        why = failed[-1].reason if failed else "it was not measured (timeout?)"
+        raise ScriptError(f"the script as written could not be measured: {why}")
+    guided, guided_why = guided_params(space, aw, cores)
+    enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
+    enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
+    if settings.guided:
+        enqueue(Role.GUIDED, guided)
+        notes.append(f"guided guess from the as-written trial: {guided_why}")
+    run_some(settings.n_trials - len(_finished(study)))
+
+    recs = [_record(t, space) for t in _finished(study)]
+    aw = _as_written(recs)
+    assert aw is not None
+    best = choose_winner(recs, aw, settings.objective)
+    confirm: TrialRecord | None = None
+    if settings.confirm and best.role is not Role.AS_WRITTEN:
+        # The best of N noisy trials is biased upwards: measure it once more, and keep it
+        # only if it still does not lose against the script as written.
+        m = runner.measure(space.config(best.params))
+        confirm = TrialRecord(
+            number=-1,
+            role=Role.CONFIRM,
+            state=m.state,
+            params=best.params,
+            description=best.description,
+            examples_per_s=m.examples_per_s,
+            utilization=m.utilization,
+            spread=m.spread,
+            input_wait_share=m.input_wait_share,
+            repeats=m.repeats,
+            reason=m.reason,
+            wall_s=m.wall_s,
+            feasible=m.examples_per_s is not None
+            and m.examples_per_s >= (aw.examples_per_s or 0.0),
+        )
+        if not confirm.feasible:
+            notes.append(
+                f"trial {best.number} ({best.description}) did not hold up when re-measured "
+                f"({confirm.examples_per_s or 0:.1f} examples/s vs "
+                f"{aw.examples_per_s or 0:.1f} as written): keeping the script as written"
+            )
+            best = aw
+    best_config = space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
+    kind = next(
+        (
+            str(t.user_attrs["utilization_kind"])
+            for t in _finished(study)
+            if t.user_attrs.get("utilization_kind")
+        ),
+        "duty_cycle",
+    )
+    return StudyOutcome(
+        study_name=settings.study_name,
+        storage=storage_name,
+        objective=settings.objective,
+        utilization_kind=kind,
+        records=tuple(recs),
+        baselines={r.role: r for r in _baselines(recs)},
+        best=best,
+        best_config=best_config,
+        confirm=confirm,
+        pareto=pareto_front([r for r in recs if r.state is State.COMPLETE and r.feasible]),
+        importances=_importances(study, settings.objective),
+        wall_s=clock() - t0,
+        ran_this_session=ran,
+        notes=tuple(notes),
+    )
+
+
+def _as_written(records: Sequence[TrialRecord]) -> TrialRecord | None:
+    done = [r for r in records if r.role is Role.AS_WRITTEN and r.state is State.COMPLETE]
+    return done[0] if done else None
+
+
+def _baselines(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    out: dict[Role, TrialRecord] = {}
+    for r in records:
+        if r.role in (Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED) and (
+            r.role not in out
+            or (out[r.role].state is not State.COMPLETE and r.state is State.COMPLETE)
+        ):
+            out[r.role] = r
+    return list(out.values())
+
+
+def _importances(study: optuna.Study, objective: Objective) -> dict[str, float]:
+    """Parameter importances (PED-ANOVA: needs no scikit-learn, unlike fANOVA), or
+    empty when too few trials completed."""
+    import optuna
+
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 3 or not complete[0].params:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # it warns about the sign we already flipped
+            imp = optuna.importance.get_param_importances(
+                study,
+                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                # PED-ANOVA explains what makes the target *low*; we maximize.
+                target=lambda t: -t.values[0] if t.values else 0.0,
+            )
+    except (ImportError, RuntimeError, ValueError, ZeroDivisionError):
+        return {}
+    return {k: round(float(v), 4) for k, v in imp.items()}
+
+
+# --- the real runner ----------------------------------------------------------------
+
+
+class ScriptRunner(Runner):
+    """`Runner` over the measured trial runner (`tftune.tuner.runner.run_trial`): the
+    user's unmodified script in a child process, one process group per trial."""
+
+    def __init__(
+        self,
+        script: str | os.PathLike[str],
+        args: Sequence[str] = (),
+        *,
+        spec: Any = None,
+        cwd: str | os.PathLike[str] | None = None,
+        gpu_visible: bool = False,
+    ) -> None:
+        self.script, self.args, self.spec, self.cwd = script, tuple(args), spec, cwd
+        self.gpu_visible = gpu_visible
+
+    def measure(
+        self,
+        config: Config,
+        *,
+        mode: Mode = Mode.TRAIN,
+        on_repeat: RepeatCallback | None = None,
+    ) -> Measurement:
+        from tftune.tuner import bounds
+        from tftune.tuner.runner import TrialState, run_trial
+
+        if mode is not Mode.TRAIN:
+            config = bounds.with_bound_mode(config, mode.value)
+
+        def on_report(index: int, eps: float) -> bool:  # run_trial: True means prune
+            return on_repeat is not None and not on_repeat(index, eps)
+
+        r = run_trial(self.script, self.args, config, self.spec, cwd=self.cwd, on_report=on_report)
+        m = r.metrics
+        state = {
+            TrialState.COMPLETE: State.COMPLETE,
+            TrialState.PRUNED: State.PRUNED,
+        }.get(r.state, State.FAILED)
+        if m is None:
+            return Measurement(state=State.FAILED, reason=r.reason, wall_s=r.wall_s)
+        return Measurement(
+            state=state,
+            examples_per_s=m.examples_per_s,
+            utilization=m.utilization,
+            utilization_kind=m.utilization_kind,
+            spread=m.spread,
+            input_wait_share=m.input_wait_share,
+            repeats=m.repeats,
+            reason=r.reason or m.utilization_note,
+            wall_s=r.wall_s,
+        )
