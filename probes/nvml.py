@@ -77,7 +77,9 @@ def _visible_indices(count: int) -> list[int]:
 class PynvmlReader:
     """The real reader (nvidia-ml-py's ``pynvml``). Queries only; never sets anything."""
 
-    def __init__(self) -> None:
+    def __init__(self, devices: Sequence[int] | None = None) -> None:
+        """`devices`: the NVML indices to sample (a trial's own GPUs); default, every
+        device CUDA_VISIBLE_DEVICES leaves visible."""
         try:
             import pynvml
         except ImportError:
@@ -88,10 +90,15 @@ class PynvmlReader:
             raise NvmlUnavailable(f"NVML unavailable: {_nvml_reason(exc)}") from None
         self._nvml: Any = pynvml
         count = int(pynvml.nvmlDeviceGetCount())
-        self._handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in _visible_indices(count)]
+        wanted = _visible_indices(count) if devices is None else [i for i in devices if i < count]
+        self._handles = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in wanted]
         if not self._handles:
             pynvml.nvmlShutdown()
             raise NvmlUnavailable("no NVIDIA GPU visible")
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        return tuple(i for i, _ in self._handles)
 
     def read(self) -> Sequence[GpuSample]:
         out = []

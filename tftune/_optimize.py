@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -111,13 +112,16 @@ def optimize(
     bounds: bool = True,
     confirm: bool = True,
     runner: Runner | None = None,
+    workers: int = 1,
+    gpus_per_trial: int | None = None,
+    cpus_per_trial: int | None = None,
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
 ) -> OptimizeResult:
     """Tune the tf.data pipeline (and optionally batch size and precision) of an
     unmodified training script. See ``tftune optimize --help`` for the options."""
-    from tftune.tuner import emit
+    from tftune.tuner import emit, parallel
     from tftune.tuner.config import save_config
     from tftune.tuner.runner import MeasureSpec, check_script, discover
     from tftune.tuner.space import (
@@ -170,13 +174,33 @@ def optimize(
     if obj is not Objective.THROUGHPUT and not gpu:
         note(f"--objective {obj.value} on a CPU-only machine: utilization is the step duty cycle")
 
+    slots = parallel.assign_slots(
+        workers,
+        gpus=parallel.visible_gpus() if gpus_per_trial is not None else (),
+        gpus_per_trial=gpus_per_trial,
+        cpus=parallel.available_cpus(),
+        cpus_per_trial=cpus_per_trial,
+    )
+    if workers > 1 and not gpu:
+        note(parallel.CPU_ONLY_WARNING.format(n=workers))
+    stop = threading.Event()
+    reap: list[Callable[[], None]] = []
+    runners: list[Runner] = []
     if runner is None:
         spec = MeasureSpec()
         if window_s is not None:
             spec = replace(spec, window_s=window_s, warmup_s=min(spec.warmup_s, window_s))
         if repeats is not None:
             spec = replace(spec, repeats=repeats)
-        runner = ScriptRunner(path, args, spec=spec, gpu_visible=gpu)
+        for slot in slots:
+            deps, launcher = parallel.slot_deps(slot, stop)
+            reap.append(launcher.reap)
+            runners.append(ScriptRunner(path, args, spec=spec, gpu_visible=gpu, deps=deps))
+            if slot.gpus is not None or slot.cpus is not None:
+                note(slot.describe())
+        runner = runners[0]
+    else:
+        runners = [runner] * workers
     ceiling = measure_ceiling(runner, note) if bounds else None
 
     settings = StudySettings(
@@ -190,7 +214,12 @@ def optimize(
         confirm=confirm,
         target=shlex.join([str(path), *args]),
     )
-    outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
+    if len(runners) > 1:
+        outcome = parallel.run_parallel(
+            space, runners, settings, on_trial=on_trial, on_start=on_start, stop=stop, reap=reap
+        )
+    else:
+        outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
     for n in outcome.notes:
         note(n)
 

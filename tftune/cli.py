@@ -174,6 +174,23 @@ def profile(
     show_default=True,
     help="Measure the pipeline alone and the model alone first.",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Trials run at a time on this machine (one shared study).",
+)
+@click.option(
+    "--gpus-per-trial",
+    type=click.IntRange(min=1),
+    help="Give each concurrent trial its own K GPUs (CUDA_VISIBLE_DEVICES).",
+)
+@click.option(
+    "--cpus-per-trial",
+    type=click.IntRange(min=1),
+    help="Pin each concurrent trial to its own K CPUs.",
+)
 def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
     """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
 
@@ -182,6 +199,25 @@ def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
     from tftune._optimize_cli import run_optimize_command
 
     run_optimize_command(script, list(script_args), opts)
+
+
+@main.command("status")
+@click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal].")
+@click.option("--study-name", help="The study [the storage's only study].")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(storage: str | None, study_name: str | None, as_json: bool) -> None:
+    """Progress, running trials and the best result of a study, across all its workers.
+
+    \b
+    tftune status --storage postgresql://user@db/tftune --study-name resnet
+    Reads the storage only: no TensorFlow, no script.
+    """
+    import json
+
+    from tftune.tuner.status import render_status, study_status
+
+    s = study_status(storage, study_name)
+    click.echo(json.dumps(s.to_json(), indent=2) if as_json else render_status(s))
 
 
 # ----------------------------------------------------------------------------- files

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.probes.errors import ConfigError, ScriptError, UserError
 from tftune.tuner.config import AUTOTUNE, Config
+from tftune.tuner.parallel import booked, study_lock
 from tftune.tuner.space import KnobValue, SearchSpace
 
 if TYPE_CHECKING:
@@ -464,6 +465,14 @@ def run_study(
             "another search space or script (the script, its arguments, --space or --batch-size "
             "changed); pick a new --study-name"
         )
+    # What `tftune status` reads from storage alone (no space, no script needed).
+    for key, value in (
+        ("n_trials", settings.n_trials),
+        ("objective", settings.objective.value),
+        ("target", settings.target),
+    ):
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
     cores = space.cores
     ran = 0
     notes: list[str] = []
@@ -545,6 +554,12 @@ def run_study(
         if on_trial is not None:
             on_trial(_record(t, space), best_so_far())
 
+    def stop_when_booked(_study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Other workers' running trials will finish too: starting another trial now
+        # would take the study past --trials.
+        if booked(_study.get_trials(deepcopy=False)) >= settings.n_trials:
+            _study.stop()
+
     def stop_at_deadline(_study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
         # Checked after each trial (a running trial is never cut short), on the injected
         # clock so that tests can drive it.
@@ -560,6 +575,7 @@ def run_study(
             catch=(_TrialFailed,),
             callbacks=[
                 report,
+                stop_when_booked,
                 stop_at_deadline,
                 optuna.study.MaxTrialsCallback(
                     settings.n_trials,
@@ -576,8 +592,9 @@ def run_study(
         return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False))
 
     def enqueue(role: Role, params: Mapping[str, KnobValue]) -> None:
-        if not has_role(role):
-            study.enqueue_trial(dict(params), user_attrs={"role": role.value})
+        with study_lock(settings.storage, settings.study_name):  # one per study, any worker
+            if not has_role(role):
+                study.enqueue_trial(dict(params), user_attrs={"role": role.value})
 
     def ensure_as_written() -> None:
         """Measure the script as written unless the study has it. Another worker may be
@@ -585,25 +602,31 @@ def run_study(
         trial RUNNING in a journal file forever), and re-run it if it failed."""
         waited, runs = 0.0, 0
         while runs < AS_WRITTEN_ATTEMPTS:
-            mine = [
-                t
-                for t in study.get_trials(deepcopy=False)
-                if t.user_attrs.get("role") == Role.AS_WRITTEN.value
-            ]
-            states = {t.state for t in mine}
-            if optuna.trial.TrialState.COMPLETE in states:
-                return
-            if deadline is not None and clock() >= deadline:
-                return
-            running = optuna.trial.TrialState.RUNNING in states
-            if optuna.trial.TrialState.WAITING not in states:
-                if running and waited < AS_WRITTEN_WAIT_S:
-                    sleep(AS_WRITTEN_POLL_S)
-                    waited += AS_WRITTEN_POLL_S
-                    continue
-                study.enqueue_trial(
-                    space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
-                )
+            # Decided under the study lock, so that two workers starting together
+            # enqueue the as-written trial once.
+            with study_lock(settings.storage, settings.study_name):
+                mine = [
+                    t
+                    for t in study.get_trials(deepcopy=False)
+                    if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+                ]
+                states = {t.state for t in mine}
+                if optuna.trial.TrialState.COMPLETE in states:
+                    return
+                if deadline is not None and clock() >= deadline:
+                    return
+                running = optuna.trial.TrialState.RUNNING in states
+                wait = False
+                if optuna.trial.TrialState.WAITING not in states:
+                    wait = running and waited < AS_WRITTEN_WAIT_S
+                    if not wait:
+                        study.enqueue_trial(
+                            space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
+                        )
+            if wait:
+                sleep(AS_WRITTEN_POLL_S)
+                waited += AS_WRITTEN_POLL_S
+                continue
             run_some(1)
             runs += 1
 
@@ -622,7 +645,7 @@ def run_study(
     if settings.guided:
         enqueue(Role.GUIDED, guided)
         notes.append(f"guided guess from the as-written trial: {guided_why}")
-    run_some(settings.n_trials - len(_finished(study)))
+    run_some(settings.n_trials - booked(study.get_trials(deepcopy=False)))
 
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
@@ -736,9 +759,11 @@ class ScriptRunner(Runner):
         spec: Any = None,
         cwd: str | os.PathLike[str] | None = None,
         gpu_visible: bool = False,
+        deps: Any = None,
     ) -> None:
         self.script, self.args, self.spec, self.cwd = script, tuple(args), spec, cwd
         self.gpu_visible = gpu_visible
+        self.deps = deps  # tuner.runner.RunnerDeps: a parallel worker's GPUs, CPUs, stop
 
     def measure(
         self,
@@ -756,7 +781,15 @@ class ScriptRunner(Runner):
         def on_report(index: int, eps: float) -> bool:  # run_trial: True means prune
             return on_repeat is not None and not on_repeat(index, eps)
 
-        r = run_trial(self.script, self.args, config, self.spec, cwd=self.cwd, on_report=on_report)
+        r = run_trial(
+            self.script,
+            self.args,
+            config,
+            self.spec,
+            cwd=self.cwd,
+            on_report=on_report,
+            deps=self.deps,
+        )
         m = r.metrics
         state = {
             TrialState.COMPLETE: State.COMPLETE,
