@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 # A RUNNING trial older than this is taken for a dead worker's (a journal file never
 # fails it): it no longer counts as "will finish" when workers share out the budget.
 STALE_RUNNING_S = 3600.0
+# Before choosing the winner, a worker waits this long at most for other workers'
+# running trials, so that every worker reports the same, combined best.
+OTHERS_WAIT_S = 900.0
 # How long a stop request waits for the worker threads to wind down their trials.
 JOIN_POLL_S = 0.2
 CPU_ONLY_WARNING = (
@@ -288,6 +291,37 @@ def booked(trials: Sequence[Any], now: float | None = None) -> int:
         ):
             n += 1
     return n
+
+
+def running_fresh(trials: Sequence[Any], now: float | None = None) -> int:
+    """Running trials not older than `STALE_RUNNING_S`."""
+    import optuna
+
+    now = time.time() if now is None else now
+    return sum(
+        1
+        for t in trials
+        if t.state is optuna.trial.TrialState.RUNNING
+        and t.datetime_start is not None
+        and now - t.datetime_start.timestamp() < STALE_RUNNING_S
+    )
+
+
+def wait_for_others(
+    get_trials: Callable[[], Sequence[Any]],
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+    deadline: float | None,
+    poll_s: float,
+) -> None:
+    """Wait (bounded, and never past `deadline`) until no other worker's trial runs."""
+    waited = 0.0
+    while waited < OTHERS_WAIT_S and (deadline is None or clock() < deadline):
+        if running_fresh(get_trials()) == 0:
+            return
+        sleep(poll_s)
+        waited += poll_s
 
 
 # --- N workers in one process ----------------------------------------------------------

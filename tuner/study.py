@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.probes.errors import ConfigError, ScriptError, UserError
 from tftune.tuner.config import AUTOTUNE, Config
-from tftune.tuner.parallel import booked, study_lock
+from tftune.tuner.parallel import booked, study_lock, wait_for_others
 from tftune.tuner.space import KnobValue, SearchSpace
 
 if TYPE_CHECKING:
@@ -58,6 +58,8 @@ AS_WRITTEN_POLL_S = 2.0
 # A failing as-written trial is retried this often before the script is declared broken
 # (the first may fail for a transient reason, e.g. an OOM caused by another job).
 AS_WRITTEN_ATTEMPTS = 2
+# Opening an RDB storage is retried this often (see `open_storage`).
+RDB_CREATE_ATTEMPTS = 4
 DEFAULT_TRIALS = 20
 DEFAULT_SEED = 0
 
@@ -240,15 +242,27 @@ def open_storage(url: str | None) -> tuple[Any, str]:
             return optuna.storages.JournalStorage(backend), str(p)
         except (OSError, ValueError) as exc:
             raise StorageError(f"--storage {path}: cannot open journal ({exc})") from None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
-            # A heartbeat lets a later run mark a killed worker's trial failed.
-            storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
-    except Exception as exc:  # sqlalchemy raises many kinds; all mean "unreachable"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StorageError(f"--storage {_redact(url)}: cannot connect ({first[:160]})") from None
-    return storage, _redact(url)
+    for attempt in range(RDB_CREATE_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
+                # A heartbeat lets a later run mark a killed worker's trial failed.
+                storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+            return storage, _redact(url)
+        except Exception as exc:  # sqlalchemy raises many kinds; all mean "unreachable"
+            text = str(exc)
+            # Workers starting together on an empty database race to create Optuna's
+            # tables; the losers see a duplicate and find the tables there when retried.
+            if attempt + 1 < RDB_CREATE_ATTEMPTS and (
+                "already exists" in text or "duplicate key" in text
+            ):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            raise StorageError(
+                f"--storage {_redact(url)}: cannot connect ({first[:160]})"
+            ) from None
+    raise AssertionError("unreachable")
 
 
 # --- guided guess -------------------------------------------------------------------
@@ -646,6 +660,14 @@ def run_study(
         enqueue(Role.GUIDED, guided)
         notes.append(f"guided guess from the as-written trial: {guided_why}")
     run_some(settings.n_trials - booked(study.get_trials(deepcopy=False)))
+    # Other workers' trials still running are part of the result every worker reports.
+    wait_for_others(
+        lambda: study.get_trials(deepcopy=False),
+        clock=clock,
+        sleep=sleep,
+        deadline=deadline,
+        poll_s=AS_WRITTEN_POLL_S,
+    )
 
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
