@@ -202,6 +202,10 @@ def _latency_evidence(stage: Stage, cores: int | None) -> tuple[bool | None, dic
         )
         return True, ev
     if conc is not None and conc > 1.0 and cores is not None:
+        ev["reason"] = (
+            f"{conc:.1f} calls ran at once on {cores} cores: as consistent with CPU work "
+            "(GIL-bound) as with waiting; more calls in flight than cores would tell"
+        )
         return None, ev
     ev["reason"] = (
         "cannot tell waiting from computing inside the UDF from this trace "
@@ -393,6 +397,26 @@ def _parallel_map_recs(
                 evidence=ev,
             )
         )
+        if st.capped_by is not None and w.latency_bound is None:
+            target = max(32, 4 * (pool or cores or 1))
+            recs.append(
+                Recommendation(
+                    summary=(
+                        f"If this function waits on storage or the network, its parallelism is "
+                        f"stuck at the {st.capped_by.replace('_', ' ')} ({par}): raise the "
+                        "private threadpool together with num_parallel_calls"
+                    ),
+                    code=(
+                        f"options = tf.data.Options()\n"
+                        f"options.threading.private_threadpool_size = {target}\n"
+                        f"ds = ds.map(fn, num_parallel_calls={target}).with_options(options)"
+                    ),
+                    gain=share * 0.4,
+                    category=category,
+                    stage=st.name,
+                    evidence=ev,
+                )
+            )
         if not isinstance(par, int) or par <= 1:
             recs.append(
                 Recommendation(
