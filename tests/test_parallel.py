@@ -496,3 +496,37 @@ def _check_shared_procs(storage: str, name: str) -> list[Any]:
         assert roles.count(role) == 1, roles
     assert "guided" not in roles
     return trials
+
+
+def test_one_workers_error_stops_the_others_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whichever worker does not get the as-written trial measures its own at once.
+    monkeypatch.setattr("tftune.tuner.study.AS_WRITTEN_WAIT_S", 0.0)
+    stop = threading.Event()
+    stopped: list[str] = []
+
+    class Blocking(Runner):
+        """Stands for a trial in progress: it ends only when the stop flag is set (the
+        real runner's sleep raises `WorkerStopped` then)."""
+
+        def measure(
+            self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: Any = None
+        ) -> Measurement:
+            if not stop.wait(120):
+                return Measurement(State.COMPLETE, 1.0, repeats=(1.0,))
+            stopped.append(threading.current_thread().name)
+            raise parallel.WorkerStopped("stopped")
+
+    class Interrupted(Runner):
+        def measure(
+            self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: Any = None
+        ) -> Measurement:
+            time.sleep(0.2)  # the other worker is inside its trial by now
+            raise KeyboardInterrupt
+
+    settings = StudySettings(n_trials=6, storage=str(tmp_path / "j"), study_name="k")
+    with pytest.raises(KeyboardInterrupt):
+        run_parallel(space(), [Blocking(), Interrupted()], settings, stop=stop)
+    assert stop.is_set()
+    assert not [t for t in threading.enumerate() if t.name.startswith("tftune-worker")]
