@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -339,6 +340,16 @@ def test_budget_counts_other_workers_running_trials(tmp_path: Path) -> None:
     t = study.ask()
     study.tell(t, 1.0)
     assert parallel.booked(study.get_trials()) == 2
+    # A trial of a worker on this host whose process is gone (kill -9) will never finish.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = study.ask()
+    gone.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")
+    assert parallel.booked(study.get_trials()) == 2
+    assert parallel.running_fresh(study.get_trials()) == 1
+    mine = study.ask()
+    mine.set_user_attr("worker", parallel.worker_id())
+    assert parallel.booked(study.get_trials()) == 3
 
 
 def test_single_worker_still_runs_the_whole_budget(tmp_path: Path) -> None:
@@ -393,6 +404,8 @@ def test_status_reads_progress_running_and_best(kind: str, tmp_path: Path, reque
     data = json.loads(out)
     assert data["trials"]["running"] == 1 and data["best"]["number"] == s.best.number
     assert data["running"][0]["since"] is not None
+    finished = [t for t in study.get_trials() if t.state.is_finished()]
+    assert {t.user_attrs["worker"] for t in finished} == {parallel.worker_id()}
     assert data["best"]["config"] == dict(s.best.params)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -275,36 +276,46 @@ def _held(lock: Any) -> Iterator[None]:
         lock.release()
 
 
+def worker_id() -> str:
+    """``host:pid`` of this worker, stored on each trial it runs (`tftune status` shows
+    it; a later worker on the same host can tell that the process is gone)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(t: Any, now: float) -> bool:
+    """Whether a RUNNING trial will still finish: started less than `STALE_RUNNING_S`
+    ago, and not by a process of this host that no longer exists (a killed worker's
+    trial stays RUNNING in a journal file forever)."""
+    if t.datetime_start is None or now - t.datetime_start.timestamp() >= STALE_RUNNING_S:
+        return False
+    host, _, pid = str(t.user_attrs.get("worker", "")).rpartition(":")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return True
+
+
 def booked(trials: Sequence[Any], now: float | None = None) -> int:
     """Trials that count against ``--trials``: finished ones, plus the running ones that
-    will finish (not older than `STALE_RUNNING_S`: a dead worker's never will)."""
+    will finish (`_alive`)."""
     import optuna
 
     ts = optuna.trial.TrialState
     now = time.time() if now is None else now
-    n = 0
-    for t in trials:
-        if t.state in (ts.COMPLETE, ts.PRUNED, ts.FAIL) or (
-            t.state is ts.RUNNING
-            and t.datetime_start is not None
-            and now - t.datetime_start.timestamp() < STALE_RUNNING_S
-        ):
-            n += 1
-    return n
+    done = (ts.COMPLETE, ts.PRUNED, ts.FAIL)
+    return sum(1 for t in trials if t.state in done or (t.state is ts.RUNNING and _alive(t, now)))
 
 
 def running_fresh(trials: Sequence[Any], now: float | None = None) -> int:
-    """Running trials not older than `STALE_RUNNING_S`."""
+    """Running trials that will still finish (`_alive`)."""
     import optuna
 
     now = time.time() if now is None else now
-    return sum(
-        1
-        for t in trials
-        if t.state is optuna.trial.TrialState.RUNNING
-        and t.datetime_start is not None
-        and now - t.datetime_start.timestamp() < STALE_RUNNING_S
-    )
+    return sum(1 for t in trials if t.state is optuna.trial.TrialState.RUNNING and _alive(t, now))
 
 
 def wait_for_others(

@@ -26,6 +26,7 @@ class RunningTrial:
     role: str
     params: Mapping[str, KnobValue]
     since: dt.datetime | None
+    worker: str | None = None  # host:pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +76,7 @@ class StudyStatus:
                     "role": r.role,
                     "params": dict(r.params),
                     "since": r.since.isoformat() if r.since else None,
+                    "worker": r.worker,
                 }
                 for r in self.running
             ],
@@ -152,6 +154,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
             str(t.user_attrs.get("role", "search")),
             dict(t.params),
             t.datetime_start,
+            t.user_attrs.get("worker"),
         )
         for t in trials
         if t.state is ts.RUNNING
@@ -213,7 +216,10 @@ def render_status(s: StudyStatus, now: dt.datetime | None = None) -> str:
         since = ""
         if r.since is not None:
             since = f" since {r.since:%H:%M:%S} ({max(0.0, (now - r.since).total_seconds()):.0f} s)"
-        lines.append(f"  running: trial {r.number} ({r.role}){since}: {summarize_params(r.params)}")
+        where = f" on {r.worker}" if r.worker else ""
+        lines.append(
+            f"  running: trial {r.number} ({r.role}){where}{since}: {summarize_params(r.params)}"
+        )
     if s.as_written_examples_per_s is not None:
         lines.append(f"as written: {s.as_written_examples_per_s:,.1f} examples/s")
     if s.best is None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.probes.errors import ConfigError, ScriptError, UserError
 from tftune.tuner.config import AUTOTUNE, Config
-from tftune.tuner.parallel import booked, study_lock, wait_for_others
+from tftune.tuner.parallel import booked, study_lock, wait_for_others, worker_id
 from tftune.tuner.space import KnobValue, SearchSpace
 
 if TYPE_CHECKING:
@@ -501,6 +501,7 @@ def run_study(
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
         nonlocal ran
         ran += 1
+        trial.set_user_attr("worker", worker_id())  # who runs it (tftune status)
         role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
         params: dict[str, KnobValue] = {
             k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
