@@ -183,6 +183,8 @@ def optimize(
     )
     if workers > 1 and not gpu:
         note(parallel.CPU_ONLY_WARNING.format(n=workers))
+    elif workers > 1 and gpus_per_trial is None:
+        note(parallel.SHARED_GPU_WARNING.format(n=workers))
     stop = threading.Event()
     reap: list[Callable[[], None]] = []
     runners: list[Runner] = []

@@ -47,6 +47,11 @@ CPU_ONLY_WARNING = (
     "to give each trial its own cores"
 )
 
+SHARED_GPU_WARNING = (
+    "warning: {n} trials at a time share every GPU, so each one's utilization includes the "
+    "others'; --gpus-per-trial K gives each trial its own GPUs"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Slot:
