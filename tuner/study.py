@@ -21,8 +21,11 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import contextlib
 import math
 import os
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -59,6 +62,19 @@ AS_WRITTEN_POLL_S = 2.0
 AS_WRITTEN_ATTEMPTS = 2
 DEFAULT_TRIALS = 20
 DEFAULT_SEED = 0
+# A running trial carries its worker (host, pid, process start time) and a heartbeat,
+# refreshed this often. A later run marks a RUNNING trial failed when its worker process
+# is gone (same host: at once) or its heartbeat is older than STALE_AFTER_S (another
+# host, e.g. a preempted Slurm job). Works on every storage, the journal file included,
+# where Optuna's own heartbeat (RDB only) does not.
+HEARTBEAT_S = 20.0
+STALE_AFTER_S = 120.0
+WORKER_ATTR = "tftune_worker"
+HEARTBEAT_ATTR = "tftune_heartbeat"
+# Set on a trial that was stopped (Ctrl-C, a dead worker) rather than finished; such a
+# trial is measured again once (`RETRY_OF_ATTR` on the copy) and uses no budget.
+INTERRUPTED_ATTR = "interrupted"
+RETRY_OF_ATTR = "retry_of"
 
 
 class Objective(str, enum.Enum):
@@ -250,6 +266,112 @@ def open_storage(url: str | None) -> tuple[Any, str]:
     return storage, _redact(url)
 
 
+# --- dead workers ------------------------------------------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), which tells a live
+    worker from a later process that reuses its pid; None where /proc has no answer."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def this_worker() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def worker_alive(worker: Mapping[str, Any]) -> bool | None:
+    """Whether the worker process that ran a trial is alive; None when it ran on another
+    host (only its heartbeat can tell)."""
+    if worker.get("host") != socket.gethostname():
+        return None
+    pid = worker.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, someone else's
+    start = worker.get("start")
+    return start is None or _process_start(pid) in (None, start)
+
+
+@contextlib.contextmanager
+def heartbeat(storage: Any, trial_id: int, every_s: float = HEARTBEAT_S) -> Any:
+    """Mark `trial_id` as this worker's and refresh its heartbeat until the block ends."""
+    storage.set_trial_user_attr(trial_id, WORKER_ATTR, this_worker())
+    storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(Exception):  # a storage hiccup must not end the trial
+                storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+
+    thread = threading.Thread(target=beat, name="tftune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def fail_stale_trials(study: optuna.Study, now: float | None = None) -> list[int]:
+    """Mark failed every RUNNING trial whose worker died (kill -9, preemption), and queue
+    it to be measured once more, as Optuna's `RetryFailedTrialCallback` does. Returns the
+    trial numbers marked."""
+    import optuna
+
+    now = time.time() if now is None else now
+    marked: list[int] = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = t.user_attrs.get(WORKER_ATTR)
+        beat = t.user_attrs.get(HEARTBEAT_ATTR)
+        alive = worker_alive(worker) if isinstance(worker, dict) else None
+        if alive is None:
+            alive = not (isinstance(beat, (int, float)) and now - beat > STALE_AFTER_S)
+        if alive:
+            continue
+        who = f"pid {worker.get('pid')} on {worker.get('host')}" if isinstance(worker, dict) else ""
+        try:
+            study._storage.set_trial_user_attr(
+                t._trial_id, "reason", f"interrupted: its worker ({who}) died".replace(" ()", "")
+            )
+            study._storage.set_trial_user_attr(t._trial_id, INTERRUPTED_ATTR, True)
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        except RuntimeError:  # another worker marked it first (UpdateFinishedTrialError)
+            continue
+        marked.append(t.number)
+    return marked
+
+
+def retry_interrupted(study: optuna.Study) -> list[int]:
+    """Queue each interrupted trial (Ctrl-C, dead worker) for one more measurement with
+    the same parameters and role, once. Returns the trial numbers queued again."""
+    import optuna
+
+    queued: list[int] = []
+    retried = {
+        t.user_attrs.get(RETRY_OF_ATTR)
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get(RETRY_OF_ATTR) is not None
+    }
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        ua = t.user_attrs
+        if not ua.get(INTERRUPTED_ATTR) or t.number in retried or RETRY_OF_ATTR in ua:
+            continue
+        attrs = {RETRY_OF_ATTR: t.number, "role": ua.get("role", Role.SEARCH.value)}
+        study.enqueue_trial(dict(t.params), user_attrs=attrs, skip_if_exists=False)
+        queued.append(t.number)
+    return queued
+
+
 # --- guided guess -------------------------------------------------------------------
 
 
@@ -419,6 +541,12 @@ def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=done)
 
 
+def _used(study: optuna.Study) -> int:
+    """Finished trials that count against ``--trials``: an interrupted one does not (it
+    is measured again)."""
+    return sum(1 for t in _finished(study) if not t.user_attrs.get(INTERRUPTED_ATTR))
+
+
 def run_study(
     space: SearchSpace,
     runner: Runner,
@@ -467,6 +595,14 @@ def run_study(
     cores = space.cores
     ran = 0
     notes: list[str] = []
+    dead = fail_stale_trials(study)
+    if dead:
+        notes.append(
+            f"trial(s) {', '.join(map(str, dead))} of a worker that died were marked failed"
+        )
+    again = retry_interrupted(study)
+    if again:
+        notes.append(f"interrupted trial(s) {', '.join(map(str, again))} will run again")
 
     def best_so_far() -> TrialRecord | None:
         recs = [_record(t, space) for t in _finished(study)]
@@ -510,7 +646,15 @@ def run_study(
             )
             return False
 
-        m = runner.measure(config, on_repeat=on_repeat)
+        try:
+            with heartbeat(study._storage, trial._trial_id):
+                m = runner.measure(config, on_repeat=on_repeat)
+        except KeyboardInterrupt:
+            # Optuna records the trial as FAIL and re-raises; these say it was stopped,
+            # not broken, so that the next run measures it again.
+            trial.set_user_attr("reason", "interrupted (Ctrl-C)")
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
+            raise
         eps = m.examples_per_s
         ref = floor if floor is not None else (eps if role is Role.AS_WRITTEN else None)
         feasible = eps is not None and ref is not None and eps >= ref
@@ -551,6 +695,12 @@ def run_study(
         if deadline is not None and clock() >= deadline:
             _study.stop()
 
+    def stop_at_budget(_study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Like Optuna's MaxTrialsCallback over finished trials, but an interrupted trial
+        # uses no budget. Shared workers stop at N in total.
+        if _used(_study) >= settings.n_trials:
+            _study.stop()
+
     def run_some(n: int) -> None:
         if n <= 0 or (deadline is not None and clock() >= deadline):
             return
@@ -558,18 +708,7 @@ def run_study(
             objective,
             n_trials=n,
             catch=(_TrialFailed,),
-            callbacks=[
-                report,
-                stop_at_deadline,
-                optuna.study.MaxTrialsCallback(
-                    settings.n_trials,
-                    states=(
-                        optuna.trial.TrialState.COMPLETE,
-                        optuna.trial.TrialState.PRUNED,
-                        optuna.trial.TrialState.FAIL,
-                    ),
-                ),
-            ],
+            callbacks=[report, stop_at_deadline, stop_at_budget],
         )
 
     def has_role(role: Role) -> bool:
@@ -600,6 +739,8 @@ def run_study(
                 if running and waited < AS_WRITTEN_WAIT_S:
                     sleep(AS_WRITTEN_POLL_S)
                     waited += AS_WRITTEN_POLL_S
+                    if fail_stale_trials(study):  # its worker died: measure it here
+                        retry_interrupted(study)
                     continue
                 study.enqueue_trial(
                     space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
@@ -608,7 +749,7 @@ def run_study(
             runs += 1
 
     if on_start is not None:
-        on_start(len(_finished(study)), settings.n_trials)
+        on_start(_used(study), settings.n_trials)
     ensure_as_written()
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
@@ -622,7 +763,7 @@ def run_study(
     if settings.guided:
         enqueue(Role.GUIDED, guided)
         notes.append(f"guided guess from the as-written trial: {guided_why}")
-    run_some(settings.n_trials - len(_finished(study)))
+    run_some(settings.n_trials - _used(study))
 
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
