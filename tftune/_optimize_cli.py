@@ -47,6 +47,46 @@ class ProgressView:
         self.progress.stop()
 
 
+def _where(script: str, opts: dict[str, Any]) -> tuple[str, str]:
+    from tftune._optimize import default_study_name
+    from tftune.tuner.study import DEFAULT_STORAGE_FILE
+
+    return (
+        opts.get("storage") or DEFAULT_STORAGE_FILE,
+        opts.get("study_name") or default_study_name(script),
+    )
+
+
+def resume_command(script: str, script_args: list[str], opts: dict[str, Any]) -> str:
+    """The ``tftune optimize`` line that resumes this study: same storage, study name and
+    everything that defines the study (its search space and what is measured)."""
+    import shlex
+
+    storage, name = _where(script, opts)
+    argv = ["tftune", "optimize", script, "--storage", storage, "--study-name", name]
+    flags = {
+        "trials": "--trials",
+        "objective": "--objective",
+        "space_file": "--space",
+        "batch_size": "--batch-size",
+        "window": "--window",
+        "repeats": "--repeats",
+        "json_file": "--json",
+    }
+    for key, flag in flags.items():
+        if opts.get(key) is not None:
+            argv += [flag, str(opts[key])]
+    if opts.get("seed"):
+        argv += ["--seed", str(opts["seed"])]
+    if opts.get("bounds") is False:
+        argv.append("--no-bounds")
+    if opts.get("guided") is False:
+        argv.append("--no-guided")
+    if script_args:
+        argv += ["--", *script_args]
+    return shlex.join(argv)
+
+
 def run_optimize_command(script: str, script_args: list[str], opts: dict[str, Any]) -> None:
     from rich.console import Console
 
@@ -81,17 +121,19 @@ def run_optimize_command(script: str, script_args: list[str], opts: dict[str, An
         )
     except KeyboardInterrupt:
         view.stop()
-        from tftune._optimize import default_study_name
-        from tftune.tuner.study import DEFAULT_STORAGE_FILE
-
-        name = opts["study_name"] or default_study_name(script)
-        storage = opts["storage"] or DEFAULT_STORAGE_FILE
+        storage, name = _where(script, opts)
         console.print(
-            f"interrupted: finished trials are kept in {storage} (study {name!r}); the same "
-            f"command resumes, or: tftune optimize {script} --storage {storage} "
-            f"--study-name {name} ...",
+            f"interrupted: the finished trials are kept in {storage} (study {name!r}); "
+            "a trial stopped midway runs again. Resume with:",
             highlight=False,
             markup=False,
+            soft_wrap=True,
+        )
+        console.print(
+            f"  {resume_command(script, script_args, opts)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
         raise
     finally:
