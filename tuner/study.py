@@ -18,10 +18,10 @@ as written: tftune never ends below it.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
-import contextlib
 import math
 import os
 import socket
