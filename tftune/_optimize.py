@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -66,6 +67,19 @@ def gpu_visible() -> bool:
 
 def default_study_name(script: str | os.PathLike[str]) -> str:
     return f"tftune-{Path(script).stem}"
+
+
+def check_writable(path: str | os.PathLike[str], flag: str) -> None:
+    """`ConfigError` unless a file can be written at `path` (its folder exists and is
+    writable, and it is not a folder itself)."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory, expected a file name")
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: cannot write: no such directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: cannot write: permission denied")
 
 
 def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None) -> Ceiling:
@@ -134,6 +148,9 @@ def optimize(
     if trials < 1:
         raise ConfigError(f"--trials {trials}: must be at least 1")
     open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
+    for out_path, flag in ((best_file, "--best"), (json_file, "--json"), (html_file, "-o")):
+        if out_path is not None:  # fail now, not after the whole study
+            check_writable(out_path, flag)
     note = on_note or (lambda _s: None)
     bound = BatchBound.parse(batch_size) if batch_size else None
     if space_file is not None:  # a malformed file fails now, not after discovery
@@ -234,7 +251,19 @@ def _write_html(report: dict[str, Any], html_file: str | os.PathLike[str] | None
         return None
     text = render(report)
     p = Path(html_file)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(str(text), encoding="utf-8")
-    os.replace(tmp, p)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(str(text))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return p
