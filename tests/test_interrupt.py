@@ -324,3 +324,37 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
         for pid in _pids(marks, "main") + _pids(marks, "fork"):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_during_discovery_stops_the_script_and_exits_143(tmp_path: Path) -> None:
+    """A batch system's SIGTERM (preemption, scancel) unwinds like Ctrl-C: the script
+    being run is stopped, one line says so, no traceback."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "open(os.path.join(sys.argv[1], f'main-{os.getpid()}'), 'w').close()\n"
+        "time.sleep(600)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tftune", "optimize", str(script), "--storage", "s.journal",
+         "--", str(marks)],
+        cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_for("the script to start", lambda: _pids(marks, "main") != [], limit_s=120)
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 143, (out, err)
+        assert "Traceback" not in out + err and "terminated" in err
+        assert "tftune optimize" in out and "--storage s.journal" in out
+        assert _no_survivors(marks) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        for pid in _pids(marks, "main"):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

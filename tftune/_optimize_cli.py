@@ -5,8 +5,14 @@ Kept out of cli.py so the command stays thin and ``--help`` imports nothing heav
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
+from tftune.probes.errors import Terminated
 from tftune.tuner.study import TrialRecord
 
 
@@ -90,10 +96,35 @@ def resume_command(script: str, script_args: list[str], opts: dict[str, Any]) ->
 def run_optimize_command(script: str, script_args: list[str], opts: dict[str, Any]) -> None:
     from rich.console import Console
 
-    import tftune
-
     console = Console(stderr=False, highlight=False)
     view = ProgressView(console)
+    with _sigterm_as_interrupt():
+        _run(script, script_args, opts, console, view)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (Slurm preemption, `scancel`, `kill`) unwinds like Ctrl-C, so the running
+    trial's processes are stopped and the trial is recorded as interrupted."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(
+    script: str, script_args: list[str], opts: dict[str, Any], console: Any, view: ProgressView
+) -> None:
+    import tftune
+
     if script_args and script_args[0] == "--":
         script_args = script_args[1:]
     try:
