@@ -112,32 +112,67 @@ _MAP_ENTRIES = {
 }
 
 
-def _add_field(msg: Any, spec: tuple[str, int, int, int, str | None, int | None]) -> None:
+def _add_field(
+    msg: Any, spec: tuple[str, int, int, int, str | None, int | None], package: str
+) -> None:
     name, number, label, ftype, type_name, oneof = spec
     field = msg.field.add(name=name, number=number, label=label, type=ftype)
     if type_name:
-        field.type_name = f".{_PACKAGE}.{type_name}"
+        field.type_name = f".{package}.{type_name}"
     if oneof is not None:
         field.oneof_index = oneof
 
 
-@cache
-def xspace_class() -> Any:
-    """The XSpace message class, built once from our own descriptor."""
+def _build(package: str, as_bytes: dict[str, str]) -> Any:
+    """A descriptor pool with our messages; `as_bytes` maps message -> a repeated
+    message field to declare as `repeated bytes` instead (same wire format), so the
+    parser hands those sub-messages over undecoded."""
     fdp = descriptor_pb2.FileDescriptorProto(
-        name="tftune/xplane.proto", package=_PACKAGE, syntax="proto3"
+        name=f"{package.replace('.', '/')}.proto", package=package, syntax="proto3"
     )
     for msg_name, fields in _MESSAGES:
         msg = fdp.message_type.add(name=msg_name)
         if msg_name in _ONEOFS:
             msg.oneof_decl.add(name=_ONEOFS[msg_name])
         for spec in fields:
-            _add_field(msg, spec)
+            if as_bytes.get(msg_name) == spec[0]:
+                spec = (spec[0], spec[1], _REP, _BYTES, None, None)
+            _add_field(msg, spec, package)
         for entry_name, value_type in _MAP_ENTRIES.get(msg_name, []):
             entry = msg.nested_type.add(name=entry_name)
             entry.options.map_entry = True
-            _add_field(entry, ("key", 1, _OPT, _I64, None, None))
-            _add_field(entry, ("value", 2, _OPT, _MSG, value_type, None))
+            _add_field(entry, ("key", 1, _OPT, _I64, None, None), package)
+            _add_field(entry, ("value", 2, _OPT, _MSG, value_type, None), package)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.XSpace"))
+    return pool
+
+
+def _message(pool: Any, package: str, name: str) -> Any:
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
+
+
+@cache
+def xspace_class() -> Any:
+    """The XSpace message class, built once from our own descriptor."""
+    return _message(_build(_PACKAGE, {}), _PACKAGE, "XSpace")
+
+
+@cache
+def xevent_class() -> Any:
+    """The full XEvent class, to decode one event's stats on demand."""
+    return _message(_build(_PACKAGE, {}), _PACKAGE, "XEvent")
+
+
+@cache
+def xspace_lines_as_bytes_class() -> Any:
+    """XSpace whose planes keep each line as its serialized bytes (`XPlane.lines`)."""
+    package = f"{_PACKAGE}.bulk"
+    return _message(_build(package, {"XPlane": "lines"}), package, "XSpace")
+
+
+@cache
+def xline_events_as_bytes_class() -> Any:
+    """XLine whose events stay serialized (`XLine.events` as bytes, one per event)."""
+    package = f"{_PACKAGE}.bulk"
+    return _message(_build(package, {"XLine": "events"}), package, "XLine")

@@ -13,9 +13,10 @@ Line format (text, one record per line)::
     S <stream> <request_ns> <deliver_ns> <examples>
     E <kind> <json payload>
 
-Timestamps are ``time.monotonic_ns()``, a system-wide clock on Linux, so the parent can
-compare them with its own. Parent side (`ClockReader`, `window_stats`): incremental
-parsing and the statistics of a measured window. Pure Python: no TensorFlow here.
+Timestamps are nanoseconds of the child's wall clock (``time.time_ns()`` eagerly,
+``tf.timestamp()`` in graphs); only differences between them are used. Parent side
+(`ClockReader`, `window_stats`): incremental parsing and the statistics of a window.
+Pure Python: no TensorFlow here.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,23 +58,9 @@ class ClockEvent:
 class ClockWriter:
     """Child side: appends one line per delivered element. Thread-safe."""
 
-    def __init__(self, path: str, clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(self, path: str) -> None:
         self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
-        self._clock = clock
         self._lock = threading.Lock()
-        self._requested: dict[int, int] = {}
-
-    def request(self, stream: int) -> int:
-        now = self._clock()
-        self._requested[stream] = now
-        return now
-
-    def deliver(self, stream: int, examples: int) -> int:
-        now = self._clock()
-        req = self._requested.pop(stream, now)
-        with self._lock:
-            self._fh.write(f"S {stream} {req} {now} {examples}\n")
-        return now
 
     def records(self, stream: int, rows: Sequence[tuple[int, int, int]]) -> None:
         """Write many steps at once: (request_ns, deliver_ns, examples) per step."""

@@ -25,11 +25,9 @@ MS = 1_000_000
 
 def test_writer_and_reader_round_trip_with_partial_lines(tmp_path: Path) -> None:
     path = tmp_path / "clock.txt"
-    ticks = iter([10 * MS, 12 * MS, 20 * MS, 21 * MS])
-    writer = ClockWriter(str(path), clock=lambda: next(ticks))
+    writer = ClockWriter(str(path))
     reader = ClockReader(str(path))
-    writer.request(1)
-    writer.deliver(1, 32)
+    writer.records(1, [(10 * MS, 12 * MS, 32)])
     with open(path, "a") as fh:
         fh.write("S 1 20")  # a line the child has not finished writing
     first = reader.poll()
@@ -40,6 +38,7 @@ def test_writer_and_reader_round_trip_with_partial_lines(tmp_path: Path) -> None
     rest = reader.poll()
     assert rest[0] == StepRecord(1, 20 * MS, 21 * MS, 8)
     assert isinstance(rest[1], ClockEvent) and rest[1].kind == "nan"
+    assert reader.poll() == []
     writer.close()
 
 

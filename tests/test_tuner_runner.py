@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,32 @@ EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
 
 pytestmark = requires_tf
+
+
+def _live_children() -> set[int]:
+    """Processes whose parent is this test process, zombies excluded."""
+    me, out = os.getpid(), set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields[0] != "Z" and int(fields[1]) == me:
+            out.add(int(entry.name))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _no_child_survives() -> Iterator[None]:
+    before = _live_children()
+    yield
+    deadline = time.monotonic() + 5
+    while (_live_children() - before) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (_live_children() - before), "a child process outlived its test"
 
 
 def _script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
@@ -83,6 +110,29 @@ def test_discovery_stops_without_training(tmp_path: Path) -> None:
     assert time.monotonic() - started < 60
     assert [(s.site, s.op) for s in found.sites] == [("train.py:4", "map"), ("train.py:4", "batch")]
     assert found.sites[0].as_written == SiteConfig()  # map without num_parallel_calls
+
+
+def test_discovery_of_interleave_kin_and_padded_batch(tmp_path: Path) -> None:
+    script = _script(
+        tmp_path,
+        """
+        import tensorflow as tf
+        from tensorflow.data.experimental import parallel_interleave
+        files = tf.data.Dataset.range(8)
+        a = files.interleave(lambda i: tf.data.Dataset.range(i), cycle_length=3,
+                             num_parallel_calls=tf.data.AUTOTUNE)
+        b = files.apply(parallel_interleave(lambda i: tf.data.Dataset.range(i), 2))
+        c = a.concatenate(b).map(lambda x: tf.fill([x], x)).padded_batch(5)
+        next(iter(c))
+        """,
+    )
+    found = {(s.site, s.op): s.as_written for s in discover(script).sites}
+    assert found == {
+        ("train.py:5", "interleave"): SiteConfig(num_parallel_calls=AUTOTUNE, cycle_length=3),
+        ("train.py:7", "parallel_interleave"): SiteConfig(cycle_length=2),
+        ("train.py:8", "map"): SiteConfig(),
+        ("train.py:8", "padded_batch"): SiteConfig(batch_size=5),
+    }
 
 
 def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
@@ -237,6 +287,7 @@ import tensorflow as tf
 ds = tf.data.Dataset.range(100).batch(10, drop_remainder=True)
 print("BATCH", ds.element_spec.shape[0])
 print("POLICY", tf.keras.mixed_precision.global_policy().name)
+print("FIRST", next(iter(ds)).shape[0])
 """
 
 
@@ -255,9 +306,11 @@ def test_tftune_run_applies_config(tmp_path: Path, run_cli) -> None:  # type: ig
         [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True
     )
     assert "BATCH 10" in plain.stdout and "POLICY float32" in plain.stdout
-    tuned = run_cli("run", "--config", str(cfg), "train.py")
+    tuned = run_cli("run", "--config", str(cfg), "train.py", "--", "--unused")
     assert tuned.returncode == 0, tuned.stderr
     assert "BATCH 7" in tuned.stdout and "POLICY mixed_bfloat16" in tuned.stdout
+    assert "FIRST 7" in tuned.stdout
+    assert "call sites this script does not have: gone.py:9" in tuned.stderr
     failing = _script(tmp_path, "import sys; sys.exit(4)\n", "fail.py")
     assert run_cli("run", "--config", str(cfg), str(failing)).returncode == 4
 
@@ -272,6 +325,7 @@ def test_tftune_apply_in_process(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "BATCH 7" in out.stdout and "POLICY mixed_bfloat16" in out.stdout
+    assert "gone.py:9" in out.stderr
 
 
 def test_run_cli_user_errors(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -102,6 +102,8 @@ def test_windows_rates_and_nvml_figures(script: Path) -> None:
     assert m.gpu_memory_used_mb == 4096.0 and m.gpu_note is None
     assert len(m.repeats) == 3 and [i for i, _ in reports] == [0, 1, 2]
     assert result.wall_s < 30  # stopped once the windows were measured, not after 400 steps
+    row = json.loads(json.dumps(result.to_json()))
+    assert row["state"] == "complete" and row["metrics"]["utilization_kind"] == "nvml"
 
 
 def test_cpu_reports_duty_cycle_and_says_nvml_not_measured(script: Path) -> None:

@@ -1,6 +1,7 @@
 """tftune: find and fix tf.data input-pipeline bottlenecks.
 
 The public API lives here; the command line is `tftune.cli` (which nothing imports).
+Nothing heavy is imported at package import: each function imports what it needs.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata as _metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tftune.probes.analysis import Analysis
     from tftune.tuner.config import Config
 
 try:
@@ -19,7 +22,21 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree without install
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "apply", "optimize"]
+__all__ = ["Analysis", "__version__", "analyze", "apply", "optimize"]
+
+
+def analyze(
+    path: str | os.PathLike[str], run: str | None = None, host: str | None = None
+) -> Analysis:
+    """Analyze a profiler logdir (or run folder, or `.xplane.pb`): the newest run by default.
+
+    Returns a frozen `Analysis`; `analysis.to_json()` is the documented JSON contract.
+    Raises `tftune.probes.errors.TraceError` (a `UserError`) on unreadable input.
+    Does not import TensorFlow.
+    """
+    from tftune.probes.analysis import analyze as _analyze
+
+    return _analyze(Path(path), run=run, host=host, tool_version=__version__)
 
 
 def apply(config: str | os.PathLike[str] | Config) -> None:
@@ -45,3 +62,11 @@ def optimize(script: str | os.PathLike[str], args: Sequence[str] = (), **options
     from tftune._optimize import optimize as _optimize
 
     return _optimize(script, args, **options)
+
+
+def __getattr__(name: str) -> object:
+    if name == "Analysis":
+        from tftune.probes.analysis import Analysis
+
+        return Analysis
+    raise AttributeError(name)

@@ -257,3 +257,48 @@ def report(json_file: Path, output: Path | None) -> None:
     target = output if output is not None else json_file.with_suffix(".html")
     write_text_atomic(target, html)
     click.echo(str(target))
+
+
+@main.command("analyze")
+@click.argument("logdir", type=click.Path(path_type=Path))
+@click.option("--run", "run_name", help="Run to analyze (default: the newest).")
+@click.option("--host", help="Host to analyze (default: the one with the most tf.data work).")
+@click.option("--list", "list_runs", is_flag=True, help="List the runs and hosts, then exit.")
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), help="Write the analysis JSON here."
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the HTML report here.")
+def analyze(
+    logdir: Path,
+    run_name: str | None,
+    host: str | None,
+    list_runs: bool,
+    json_out: Path | None,
+    output: Path | None,
+) -> None:
+    """Name the input-pipeline bottleneck in a profiler LOGDIR, and the fix."""
+    import json
+    import shutil
+
+    from tftune import analyze as run_analysis
+    from tftune.probes.locate import list_runs as find_runs
+    from tftune.reports.terminal import render
+
+    if list_runs:
+        for info in find_runs(logdir):
+            click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {info.path}")
+            for h in info.hosts:
+                click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
+        return
+    data = run_analysis(logdir, run=run_name, host=host).to_json()
+    width = min(shutil.get_terminal_size((100, 24)).columns, 140)
+    click.echo(render(data, width=width, color=sys.stdout.isatty()), nl=False)
+    if json_out is not None:
+        write_text_atomic(json_out, json.dumps(data, indent=1) + "\n")
+        click.echo(f"analysis JSON: {json_out}")
+    if output is not None:
+        from tftune.reports import render_report_json
+
+        html = render_report_json(data, generated_at=generated_at(), source=str(logdir))
+        write_text_atomic(output, html)
+        click.echo(f"report: {output}")

@@ -47,7 +47,16 @@ OP_KNOBS: dict[str, dict[str, str]] = {
     "batch": {"batch_size": "batch_size"},
     "padded_batch": {"batch_size": "batch_size"},
     "prefetch": {"buffer_size": "buffer_size"},
+    # tf.data.experimental.parallel_interleave(map_func, cycle_length, ...), for ds.apply().
+    "parallel_interleave": {"cycle_length": "cycle_length"},
 }
+_DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
+_API_MODULES = (
+    "tensorflow._api.v2.data.experimental",
+    "tensorflow._api.v2.compat.v2.data.experimental",
+    "tensorflow._api.v2.compat.v1.data.experimental",
+    "tensorflow.python.data.experimental",
+)
 _STREAM_LIMIT = 1 << 62
 RING_STEPS = 8192
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
@@ -80,11 +89,11 @@ class Hooks:
 
     on_site: Callable[[SiteCall], None] | None = None
     on_iterate: Callable[[IterationInfo], None] | None = None
-    # Called per step: (stream, examples) on delivery, stream on request.
+    # Called in Python when the consumer requests each element (profile markers only:
+    # it costs a Python call per step).
     on_request: Callable[[int], object] | None = None
-    on_deliver: Callable[[int, int], object] | None = None
-    # Batched step records (stream, rows of request_ns, deliver_ns, examples); when set,
-    # per-step Python callbacks are not used (the low-overhead measuring clock).
+    # Step records handed over in batches: (stream, rows of request_ns, deliver_ns,
+    # examples). This is the measuring clock; it runs no Python per step in graphs.
     on_records: Callable[[int, list[tuple[int, int, int]]], object] | None = None
     on_nan: Callable[[str, float], None] | None = None
     notes: list[str] = field(default_factory=list)
@@ -149,6 +158,7 @@ class Patcher:
         self._graph_streams: dict[tuple[str, int], int] = {}
         self._poller: threading.Thread | None = None
         self._flush_lock = threading.Lock()
+        self._ring_lock = threading.Lock()
 
     # ---- installation -------------------------------------------------------------
     def install(self) -> None:
@@ -171,21 +181,24 @@ class Patcher:
 
         self._prefixes = _internal_prefixes()
         cls = dataset_ops.DatasetV2
-        for op in OP_KNOBS:
+        for op in _DATASET_METHODS:
             original = getattr(cls, op)
             setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
+        self._patch_parallel_interleave()
         original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
         patcher = self
 
-        @functools.wraps(original_iter)
-        def __iter__(ds: Any) -> Any:
-            prepared = patcher.prepare(ds)
+        def tagged_iter(prepared: Any) -> Any:
             iterator = original_iter(prepared)
             stream = getattr(prepared, "_tftune_stream", None)
             if stream is not None:
                 with contextlib.suppress(AttributeError):
                     iterator._tftune_stream = stream
             return iterator
+
+        @functools.wraps(original_iter)
+        def __iter__(ds: Any) -> Any:
+            return tagged_iter(patcher.prepare(ds))
 
         __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
         cls.__iter__ = __iter__  # type: ignore[method-assign]
@@ -204,6 +217,18 @@ class Patcher:
         dataset_autograph._general_purpose_scan = _general_purpose_scan
         self._patch_iterator()
 
+    def _patch_parallel_interleave(self) -> None:
+        from tensorflow.python.data.experimental.ops import interleave_ops
+
+        current = interleave_ops.parallel_interleave
+        original = getattr(current, "__tftune_original__", current)
+        wrapped = self._wrap_op("parallel_interleave", original, method=False)
+        interleave_ops.parallel_interleave = wrapped
+        for name in _API_MODULES:  # the public names were bound at import time
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "parallel_interleave", None) is current:
+                module.parallel_interleave = wrapped  # type: ignore[attr-defined]
+
     # ---- call sites ---------------------------------------------------------------
     def site_of(self, frame: FrameType | None) -> str | None:
         """`file:line` of a user frame, relative to the script folder; None if internal."""
@@ -220,20 +245,22 @@ class Patcher:
         rel = os.path.relpath(path, self.script_dir).replace(os.sep, "/")
         return f"{rel}:{frame.f_lineno}"
 
-    def _wrap_op(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap_op(
+        self, op: str, original: Callable[..., Any], method: bool = True
+    ) -> Callable[..., Any]:
         signature = inspect.signature(original)
         knobs = OP_KNOBS[op]
         patcher = self
 
         @functools.wraps(original)
-        def wrapper(ds: Any, *args: Any, **kwargs: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             site = patcher.site_of(sys._getframe(1))
-            if site is None:
-                return original(ds, *args, **kwargs)
+            if site is None or (method and not args):
+                return original(*args, **kwargs)
             try:
-                bound = signature.bind(ds, *args, **kwargs)
+                bound = signature.bind(*args, **kwargs)
             except TypeError:
-                return original(ds, *args, **kwargs)  # let TF raise its own error
+                return original(*args, **kwargs)  # let TF raise its own error
             written = SiteConfig(**{k: _as_int(bound.arguments.get(p)) for k, p in knobs.items()})
             fn = bound.arguments.get("map_func")
             name = getattr(fn, "__name__", None) if fn is not None else None
@@ -248,7 +275,8 @@ class Patcher:
                     if value is not None:
                         bound.arguments[param] = value
             result = original(*bound.args, **bound.kwargs)
-            _tag(result, site)
+            if method:
+                _tag(result, site)
             return result
 
         wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
@@ -285,7 +313,7 @@ class Patcher:
                 if self.hooks.on_request is None:
                     out = self._with_batched_clock(out, stream, info.batched)
                 else:
-                    out = self._with_clock(out, stream, info.batched)
+                    out = self._with_request_marks(out, stream)
         if out is not ds or stream is not None:
             with contextlib.suppress(AttributeError):
                 if out is ds:
@@ -395,22 +423,25 @@ class Patcher:
         return 1
 
     def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
-        rows = self._eager_rows.setdefault(stream, [])
-        rows.append((requested, delivered, examples))
-        last = self._eager_flushed.get(stream, rows[0][1])
-        if len(rows) >= CLOCK_BUFFER_STEPS or (delivered - last) >= CLOCK_FLUSH_S * 1e9:
-            self._eager_rows[stream] = []
-            self._eager_flushed[stream] = delivered
-            if self.hooks.on_records is not None:
-                self.hooks.on_records(stream, rows)
+        with self._flush_lock:  # the poller thread may be handing this list over
+            rows = self._eager_rows.setdefault(stream, [])
+            rows.append((requested, delivered, examples))
+            last = self._eager_flushed.get(stream, rows[0][1])
+            due = len(rows) >= CLOCK_BUFFER_STEPS or (delivered - last) >= CLOCK_FLUSH_S * 1e9
+            if due:
+                self._eager_rows[stream] = []
+                self._eager_flushed[stream] = delivered
+                if self.hooks.on_records is not None:
+                    self.hooks.on_records(stream, rows)  # in order: still under the lock
 
     def flush(self) -> None:
         """Hand over the steps buffered so far: eager lists and in-graph rings."""
-        for stream, rows in list(self._eager_rows.items()):
-            self._eager_rows[stream] = []
-            if rows and self.hooks.on_records is not None:
-                self.hooks.on_records(stream, rows)
         with self._flush_lock:
+            for stream, rows in list(self._eager_rows.items()):
+                self._eager_rows[stream] = []
+                if rows and self.hooks.on_records is not None:
+                    self.hooks.on_records(stream, rows)
+        with self._ring_lock:
             for stream, ring in list(self._rings.items()):
                 fresh = ring.poll()
                 if fresh and self.hooks.on_records is not None:
@@ -518,10 +549,16 @@ class Patcher:
         requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), lambda _: tf.timestamp())
         zipped = tf.data.Dataset.zip((requests, ds))
         options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False  # see _with_clock
+        # TF would inject a prefetch after the delivery stage, which then would time the
+        # prefetch thread, not the consumer. `_emulate_injected_prefetch` has already put
+        # that prefetch where TF would have put it without us.
+        options.experimental_optimization.inject_prefetch = False
         return base_map(zipped, deliver).with_options(options)
 
-    def _with_clock(self, ds: Any, stream: int, batched: bool) -> Any:
+    def _with_request_marks(self, ds: Any, stream: int) -> Any:
+        """Profile mode, for loops without an iterator: call `hooks.on_request` when the
+        consumer asks for each element (the first zip input runs first)."""
+        import numpy as np
         import tensorflow as tf
         from tensorflow.python.data.ops import dataset_ops
 
@@ -532,44 +569,22 @@ class Patcher:
         def _request(index: Any) -> Any:
             if hooks.on_request is not None:
                 hooks.on_request(stream)
-            return index
-
-        def _deliver(index: Any, examples: Any) -> Any:
-            if hooks.on_deliver is not None:
-                hooks.on_deliver(stream, int(examples))
-            return index
+            return np.int64(index)
 
         def mark_request(i: Any) -> Any:
             return tf.numpy_function(_request, [i], tf.int64, stateful=True, name="tftune_request")
 
-        def mark_deliver(i: Any, element: Any) -> Any:
-            flat = tf.nest.flatten(element)
-            first = flat[0] if flat else None
-            if (
-                batched
-                and first is not None
-                and first.shape.rank is not None
-                and first.shape.rank > 0
-            ):
-                count = tf.shape(first, out_type=tf.int64)[0]
-            else:
-                count = tf.constant(1, tf.int64)
-            token = tf.numpy_function(
-                _deliver, [i, count], tf.int64, stateful=True, name="tftune_deliver"
-            )
-            with tf.control_dependencies([token]):
+        def drop_mark(i: Any, element: Any) -> Any:
+            with tf.control_dependencies([i]):
                 return tf.nest.map_structure(
                     lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
                 )
 
         requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), mark_request)
         zipped = tf.data.Dataset.zip((requests, ds))
-        # TF would inject a prefetch after our delivery stage, which then would time the
-        # prefetch thread instead of the consumer. `_emulate_injected_prefetch` has put
-        # that prefetch where TF would have put it without us.
         options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False
-        return base_map(zipped, mark_deliver).with_options(options)
+        options.experimental_optimization.inject_prefetch = False  # see _with_batched_clock
+        return base_map(zipped, drop_mark).with_options(options)
 
     # ---- keras ----------------------------------------------------------------------
     def _patch_keras(self, module: ModuleType) -> None:

@@ -48,6 +48,7 @@ STDERR_TAIL_LINES = 25
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 DISCOVERY_TIMEOUT_S = 300.0
+EXIT_GRACE_S = 10.0  # a script that raised gets this long to print its traceback and exit
 
 
 # ---- public data --------------------------------------------------------------------
@@ -139,6 +140,18 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.state is TrialState.COMPLETE
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "failure": self.failure.value if self.failure else None,
+            "reason": self.reason,
+            "metrics": self.metrics.to_json() if self.metrics else None,
+            "config": self.config.to_json(),
+            "returncode": self.returncode,
+            "wall_s": self.wall_s,
+            "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +317,12 @@ def stop_group(
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
+
+
+def _wait_exit(proc: ChildProcess, limit_s: float, sleep: Callable[[float], None]) -> None:
+    deadline = time.monotonic() + limit_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        sleep(POLL_S)
 
 
 def _tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
@@ -542,6 +561,10 @@ class _Trial:
                     failure = self._event_failure()
                     if failure is not None or self._done():
                         break
+                    if self._raised() and proc.poll() is None:
+                        # The script raised and is on its way out (traceback, TF teardown
+                        # can take seconds): not a stall. Let it print, then classify.
+                        _wait_exit(proc, EXIT_GRACE_S, deps.sleep)
                     if proc.poll() is not None:
                         self._consume(reader.poll())
                         failure = self._event_failure()
@@ -566,9 +589,9 @@ class _Trial:
         notes = tuple(
             n for e in self.events if e.kind == "notes" for n in e.payload.get("notes", [])
         )
-        if failure is None and not alive and returncode not in (0, None):
-            exc = next((e.payload for e in self.events if e.kind == "exception"), None)
-            failure = _classify_exit(returncode, exc, tail)
+        exc = next((e.payload for e in self.events if e.kind == "exception"), None)
+        if failure is None and (exc is not None or (not alive and returncode not in (0, None))):
+            failure = _classify_exit(returncode if returncode is not None else 1, exc, tail)
         if failure is not None:
             return TrialResult(
                 TrialState.FAILED,
@@ -673,6 +696,9 @@ class _Trial:
 
     def _done(self) -> bool:
         return self.pruned_reason is not None or len(self.windows) >= self.spec.repeats
+
+    def _raised(self) -> bool:
+        return any(e.kind == "exception" for e in self.events)
 
     def _event_failure(self) -> tuple[FailureKind, str] | None:
         for e in self.events:

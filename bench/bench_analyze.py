@@ -1,0 +1,196 @@
+"""Benchmark: tftune's trace analysis against XProf's input_pipeline_analyzer.
+
+    python bench/bench_analyze.py [--trace FILE | --out DIR] [--repeats 3]
+
+Without `--trace`, it first records an input-bound CPU trace of at least 40 MB: a
+long profile of a `py_function` pipeline (many small elements, so many events) that a
+trivial consumer waits on. Then, for each repeat, it runs both analyses of the same file
+as fresh subprocesses, back to back (paired), and reports wall time and peak resident
+memory (ru_maxrss of each child):
+
+* tftune: load + step detection + per-step breakdown + timeline (`tftune analyze --json`
+  when that command exists, else the same probes calls through `python -c`);
+* XProf: `xspace_to_tool_data([file], "input_pipeline_analyzer", {})`.
+
+Targets (bench/README.md): tftune time <= 0.5 x XProf's, peak memory <= 4 x file size.
+This is a benchmark to run by hand, not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+MIN_TRACE_BYTES = 40 * 1024 * 1024
+TIME_TARGET = 0.5
+MEMORY_TARGET = 4.0
+
+RECORD = textwrap.dedent(
+    """
+    import os, sys, time
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    def _work(x):
+        return x + 1
+
+    ds = tf.data.Dataset.range(10**9)
+    ds = ds.map(lambda x: tf.py_function(_work, [x], tf.int64), num_parallel_calls=2)
+    ds = ds.batch(4).prefetch(1)
+    it = iter(ds)
+    for _ in range(20):
+        next(it)
+    tf.profiler.experimental.start(sys.argv[1])
+    end = time.monotonic() + float(sys.argv[2])
+    step = 0
+    while time.monotonic() < end:
+        with tf.profiler.experimental.Trace("train", step_num=step, _r=1):
+            next(it)
+        step += 1
+    tf.profiler.experimental.stop()
+    print(step)
+    """
+)
+
+OURS = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from tftune.probes import breakdown, steps, trace
+    host = trace.load_host(Path(sys.argv[1]))
+    st = steps.detect_steps(host)
+    bd = breakdown.compute_breakdown(host, st)
+    tl = breakdown.extract_timeline(host, st)
+    out = {"steps": st.summary(), "detection": st.detection, "breakdown": bd.fractions(),
+           "input_share": bd.input_share, "per_step": bd.per_step(),
+           "timeline": tl.to_json() if tl else None}
+    json.dump(out, open(sys.argv[2], "w"))
+    """
+)
+
+XPROF = textwrap.dedent(
+    """
+    import sys
+    from xprof.convert import raw_to_tool_data as r
+    data, _ = r.xspace_to_tool_data([sys.argv[1]], "input_pipeline_analyzer", {})
+    open(sys.argv[2], "wb").write(data if isinstance(data, bytes) else data.encode())
+    """
+)
+
+
+def record_trace(out: Path, seconds: float) -> Path:
+    """Record the benchmark trace; lengthen the profile until it reaches 40 MB."""
+    while True:
+        logdir = out / f"logdir_{int(seconds)}s"
+        files = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
+        if not files:
+            script = out / "record_bench.py"
+            script.write_text(RECORD)
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+            print(f"recording a {seconds:.0f} s profile into {logdir} ...", flush=True)
+            subprocess.run(
+                [sys.executable, str(script), str(logdir), str(seconds)],
+                check=True,
+                env=env,
+                stdout=subprocess.DEVNULL,
+            )
+            files = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
+        size = files[-1].stat().st_size
+        if size >= MIN_TRACE_BYTES:
+            return files[-1]
+        seconds *= 1.3 * MIN_TRACE_BYTES / max(size, 1)
+        print(f"trace is {size / 2**20:.1f} MB, under 40 MB: recording {seconds:.0f} s")
+
+
+def fresh_copy(path: Path, work: Path, i: int) -> Path:
+    """The trace alone in a new run folder: XProf saves its converted op stats next to
+    the trace (`ALL_HOSTS.op_stats_v2.pb`) and reuses them, which would time a cache."""
+    run = work / f"run_{i}" / "plugins" / "profile" / "bench"
+    shutil.rmtree(run.parent.parent.parent, ignore_errors=True)
+    run.mkdir(parents=True)
+    target = run / path.name
+    shutil.copyfile(path, target)
+    return target
+
+
+def run_child(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS bytes of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} failed:\n{err[-2000:]}")
+    return wall, int(usage.ru_maxrss) * 1024  # Linux reports kilobytes
+
+
+def has_analyze_cli() -> bool:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tftune", "analyze", "--help"], capture_output=True, text=True
+    )
+    return proc.returncode == 0 and "--json" in proc.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, help="an existing .xplane.pb to analyse")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/tftune-bench"))
+    ap.add_argument("--seconds", type=float, default=25.0, help="profile length to record")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.trace or record_trace(args.out, args.seconds)
+    size = path.stat().st_size
+    cli = has_analyze_cli()
+
+    def ours_argv(f: Path) -> list[str]:
+        if cli:
+            return [sys.executable, "-m", "tftune", "analyze", str(f), "--json", str(f) + ".json"]
+        return [sys.executable, "-c", OURS, str(f), str(f) + ".ours.json"]
+
+    def xprof_argv(f: Path) -> list[str]:
+        return [sys.executable, "-c", XPROF, str(f), str(f) + ".xprof.json"]
+
+    ours, theirs = [], []
+    work = args.out / "runs"
+    for i in range(args.repeats):
+        # Alternate which goes first, so cache warmth and machine load even out.
+        pair = [("ours", ours_argv), ("xprof", xprof_argv)]
+        for name, make in pair if i % 2 == 0 else pair[::-1]:
+            f = fresh_copy(path, work, 0)
+            (ours if name == "ours" else theirs).append(run_child(make(f)))
+    shutil.rmtree(work, ignore_errors=True)
+    o_t = statistics.median(t for t, _ in ours)
+    x_t = statistics.median(t for t, _ in theirs)
+    o_m = max(m for _, m in ours)
+    x_m = max(m for _, m in theirs)
+    result = {
+        "trace": str(path),
+        "trace_mb": round(size / 2**20, 1),
+        "ours": "tftune analyze --json" if cli else "python -c (probes: load+steps+breakdown)",
+        "repeats": args.repeats,
+        "ours_s": round(o_t, 3),
+        "xprof_s": round(x_t, 3),
+        "time_ratio": round(o_t / x_t, 3),
+        "ours_peak_mb": round(o_m / 2**20, 1),
+        "xprof_peak_mb": round(x_m / 2**20, 1),
+        "ours_peak_over_file": round(o_m / size, 2),
+        "time_target_met": o_t / x_t <= TIME_TARGET,
+        "memory_target_met": o_m / size <= MEMORY_TARGET,
+    }
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

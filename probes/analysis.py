@@ -1,0 +1,254 @@
+"""One run's analysis: locate → load → steps → breakdown → stages → findings → `Analysis`.
+
+`Analysis` is frozen; `Analysis.to_json()` is the analysis JSON contract (schema 1, see
+docs/ARCHITECTURE.md). Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
+from tftune.probes.findings import Findings, Recommendation, dedupe, find
+from tftune.probes.locate import locate
+from tftune.probes.stages import Stage, StageTree, build_stage_tree
+from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
+from tftune.probes.trace import HostTrace, RunTrace, load_run
+
+SCHEMA = 1
+PS_PER_MS = 1e9
+
+
+def _ms(ps: int | None) -> float | None:
+    return None if ps is None else round(ps / PS_PER_MS, 3)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Analysis:
+    """Everything `tftune analyze` says about one run (one host analyzed in depth)."""
+
+    logdir: Path
+    run: RunTrace
+    host: HostTrace
+    device: str
+    steps: Steps
+    breakdown: Breakdown
+    stages: StageTree
+    findings: Findings
+    timeline: Timeline | None
+    tool_version: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def input_share(self) -> float | None:
+        return self.breakdown.input_share
+
+    @property
+    def input_bound(self) -> bool | None:
+        return self.findings.verdict.input_bound
+
+    @property
+    def bottlenecks(self) -> tuple[Any, ...]:
+        return self.findings.bottlenecks
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.findings
+        share = self.input_share
+        env = self.host.task_environment
+        start, stop = env.get("profile_start_time"), env.get("profile_stop_time")
+        if isinstance(start, int) and isinstance(stop, int) and stop > start:
+            duration_ms: float | None = round((stop - start) / 1e6, 3)
+        else:
+            lo, hi = self.host.span_ps
+            duration_ms = _ms(hi - lo)
+        cores = self.stages.root_knobs.get("cpu_budget")
+        notes = [*self.steps.notes, *self.notes, *f.notes]
+        notes += [f"host {s.host} skipped: {s.reason}" for s in self.run.skipped]
+        if len(self.run.hosts) > 1:
+            notes.append(
+                f"{len(self.run.hosts)} hosts in this run; analyzed {self.host.host} "
+                "(choose another with --host)"
+            )
+        return {
+            "schema": SCHEMA,
+            "tool": {"name": "tftune", "version": self.tool_version},
+            "run": self.run.name,
+            "hosts": [h.host for h in self.run.hosts],
+            "host": self.host.host,
+            "device": self.device,
+            "source": {
+                "logdir": str(self.logdir.resolve()),
+                "files": [
+                    {"host": h.host, "path": str(h.path), "bytes": h.size_bytes}
+                    for h in self.run.hosts
+                ],
+                "skipped": [
+                    {"host": s.host, "path": str(s.path), "reason": s.reason}
+                    for s in self.run.skipped
+                ],
+            },
+            "metadata": {
+                "tf_version": None,
+                "devices": [p.name for p in self.host.planes if p.name.startswith("/")],
+                "profile_duration_ms": duration_ms,
+                "cores": cores if isinstance(cores, int) else None,
+            },
+            "step_detection": self.steps.detection,
+            "steps": self.steps.summary(),
+            "input_bound": f.verdict.input_bound,
+            "input_share": round(share, 4) if share is not None else None,
+            "verdict": {"level": f.verdict.level, "sentence": f.verdict.sentence},
+            "breakdown": self.breakdown.fractions(),
+            "input_categories": dict(f.category_shares),
+            "per_step": self.breakdown.per_step(),
+            "bottlenecks": [
+                {
+                    "category": b.category,
+                    "share": b.share,
+                    "stage": b.stage,
+                    "call_site": b.call_site,
+                    "functions": list(b.functions),
+                    "evidence": _jsonable(b.evidence),
+                    "recommendation": _rec_json(b.recommendation),
+                }
+                for b in f.bottlenecks
+            ],
+            "recommendations": [
+                {**(_rec_json(r) or {}), "expected_gain": round(r.gain, 4)}
+                for r in dedupe(f.recommendations)
+            ],
+            "stages": [_stage_json(s) for s in self.stages.stages],
+            "timeline": self.timeline.to_json() if self.timeline is not None else None,
+            "notes": notes,
+        }
+
+
+def _rec_json(r: Recommendation | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {
+        "summary": r.summary,
+        "code": r.code,
+        "category": r.category,
+        "stage": r.stage,
+        "evidence": _jsonable(r.evidence),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        return _jsonable(dict(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _stage_json(s: Stage) -> dict[str, Any]:
+    k = s.knobs
+    return {
+        "id": s.id,
+        "parent_id": s.parent_id,
+        "name": s.name,
+        "op": s.op,
+        "depth": s.depth,
+        "calls": s.calls,
+        "total_ms": _ms(s.total_ps),
+        "self_ms": _ms(s.self_ps),
+        "self_per_call_ms": round(s.self_ps / s.calls / PS_PER_MS, 4) if s.calls else None,
+        "work_ms": _ms(s.work_ps),
+        "active_ms": _ms(s.active_ps),
+        "wait_ms": _ms(s.wait_ps),
+        "function_ms": _ms(s.function_ps) if s.function_calls else None,
+        "function_calls": s.function_calls,
+        "top_ops": [[op, _ms(ps)] for op, ps in s.ops_ps[:5]],
+        "async": s.is_async,
+        "blocking": s.blocking,
+        "bottleneck": s.bottleneck,
+        "parallelism": k.get("parallelism"),
+        "buffer_limit": k.get("buffer_limit"),
+        "autotune": k.get("autotune"),
+        "batch_size": k.get("batch_size"),
+        "threadpool_size": k.get("threadpool_size"),
+        "cpu_budget": k.get("cpu_budget"),
+        "ram_budget_megabytes": k.get("ram_budget_megabytes"),
+        "capped_by": s.capped_by,
+        "udf_concurrency": s.udf_concurrency,
+    }
+
+
+def _busiest_functions(host: HostTrace, limit: int = 2) -> tuple[str, ...]:
+    """The tf.functions the consumer spent most time in (`__inference_<name>_<n>` calls)."""
+    plane = host.host_plane
+    if plane is None:
+        return ()
+    totals: dict[str, int] = {}
+    for line, idx in plane.find(lambda n: FUNCTION_CALL_RE.match(n) is not None):
+        for mid in set(line.metadata_id[idx].tolist()):
+            m = FUNCTION_CALL_RE.match(plane.event_names[mid])
+            if m:
+                sel = idx[line.metadata_id[idx] == mid]
+                totals[m.group(1)] = totals.get(m.group(1), 0) + int(line.duration_ps[sel].sum())
+    return tuple(sorted(totals, key=lambda k: -totals[k])[:limit])
+
+
+def _pick_host(run: RunTrace) -> HostTrace:
+    """The host with the most tf.data activity (the input pipeline lives there)."""
+
+    def weight(h: HostTrace) -> int:
+        p = h.host_plane
+        return 0 if p is None else sum(len(ln) for ln in p.lines)
+
+    return max(run.hosts, key=weight)
+
+
+def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
+    host = _pick_host(run)
+    device = "GPU" if host.gpu_planes else "CPU_ONLY"
+    steps = detect_steps(host)
+    bd = compute_breakdown(host, steps)
+    window = (int(steps.start_ps.min()), int(steps.end_ps.max())) if len(steps) else None
+    tree = build_stage_tree(host, window)
+    fractions = bd.fractions()
+    wait_share = fractions.get("input_wait")
+    notes: list[str] = []
+    root = tree.root
+    if not len(steps) and root is not None and tree.window_ps > 0:
+        # Without steps there is no step time; the consumer's time inside the root
+        # iterator over the profile window still says what the pipeline made it wait for.
+        wait_share = min(1.0, root.total_ps / tree.window_ps)
+        notes.append(
+            "no steps: bottleneck shares are fractions of the profile window "
+            f"(consumers spent {100 * wait_share:.0f}% of it inside the tf.data iterator)"
+        )
+    findings = find(
+        tree,
+        input_wait_share=wait_share,
+        input_share=bd.input_share,
+        fractions=fractions,
+        device="GPU" if device == "GPU" else "CPU",
+        detection=steps.detection,
+        compute_functions=_busiest_functions(host),
+    )
+    timeline = extract_timeline(host, steps) if len(steps) else None
+    return Analysis(
+        logdir, run, host, device, steps, bd, tree, findings, timeline, tool_version, tuple(notes)
+    )
+
+
+def analyze(
+    path: Path | str, run: str | None = None, host: str | None = None, tool_version: str = "0"
+) -> Analysis:
+    """Analyze the newest run under `path` (or `run`), optionally one `host` only."""
+    p = Path(path)
+    info = locate(p, run=run, host=host)
+    loaded = load_run(info.name, info.path, [(h.host, h.path) for h in info.hosts])
+    return analyze_run(p, loaded, tool_version)

@@ -1,0 +1,187 @@
+"""The terminal summary of an analysis, rendered with rich from the analysis JSON.
+
+Readable in ten seconds: the verdict, where the step time goes, the ranked bottlenecks,
+the top fix as code, and the tf.data stages with what AUTOTUNE chose. It reads only the
+JSON contract (a mapping), so it renders a saved analysis exactly as a fresh one.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+_LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "low": "bold green"}
+_BREAKDOWN_LABELS = {
+    "input_wait": "input wait",
+    "host_to_device": "host→device",
+    "device_compute": "device compute",
+    "host_compute": "host compute",
+    "kernel_launch": "kernel launch",
+    "compilation": "compilation",
+    "output": "output",
+    "other": "other",
+}
+MAX_BOTTLENECKS = 5
+MAX_MORE_RECS = 3
+MAX_STAGES = 12
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+
+
+def _ms(v: Any) -> str:
+    if not isinstance(v, (int, float)):
+        return "–"
+    return f"{v:.1f}" if v >= 1 else f"{v:.2f}"
+
+
+def _header(d: Mapping[str, Any]) -> Text:
+    steps = d.get("steps") or {}
+    det = d.get("step_detection", "none")
+    t = Text()
+    t.append("tftune analyze", style="bold")
+    t.append(f"  run {d.get('run')}  host {d.get('host') or ','.join(d.get('hosts', []))}")
+    t.append(f"  {d.get('device')}")
+    if steps.get("count"):
+        t.append(f"\n{steps['count']} steps ({det}), mean {_ms(steps.get('mean_ms'))} ms, ")
+        t.append(f"p90 {_ms(steps.get('p90_ms'))} ms")
+    else:
+        t.append(f"\nno steps found ({det})", style="yellow")
+    return t
+
+
+def _verdict(d: Mapping[str, Any]) -> Text:
+    v = d.get("verdict") or {}
+    return Text(str(v.get("sentence", "")), style=_LEVEL_STYLE.get(str(v.get("level")), "bold"))
+
+
+def _breakdown(d: Mapping[str, Any]) -> Text:
+    bd = d.get("breakdown") or {}
+    parts = [
+        f"{_BREAKDOWN_LABELS.get(k, k)} {_pct(v)}"
+        for k, v in sorted(bd.items(), key=lambda kv: -(kv[1] or 0))
+        if isinstance(v, (int, float)) and v >= 0.005
+    ]
+    cats = d.get("input_categories") or {}
+    t = Text("step time: " + (" · ".join(parts) if parts else "not measured"))
+    if cats:
+        inner = " · ".join(
+            f"{k} {_pct(v)}" for k, v in sorted(cats.items(), key=lambda kv: -kv[1]) if v >= 0.005
+        )
+        t.append(f"\ninput wait is for: {inner}")
+    return t
+
+
+def _where(b: Mapping[str, Any]) -> str:
+    if b.get("call_site"):
+        return str(b["call_site"])
+    fns: Sequence[str] = b.get("functions") or []
+    return ", ".join(str(f).rsplit("/", 1)[-1] for f in fns[:3]) or "–"
+
+
+def _short_stage(name: Any) -> str:
+    if not isinstance(name, str):
+        return "–"
+    parts = name.split("::")
+    return "::".join(parts[-2:]) if len(parts) > 2 else name
+
+
+def _bottlenecks(d: Mapping[str, Any]) -> Table | Text:
+    rows = d.get("bottlenecks") or []
+    if not rows:
+        return Text("No bottleneck above the reporting threshold.", style="green")
+    table = Table(title="Bottlenecks (most important first)", title_justify="left", expand=False)
+    table.add_column("#", justify="right")
+    table.add_column("category")
+    table.add_column("share", justify="right")
+    table.add_column("stage")
+    table.add_column("where / functions", overflow="fold")
+    for i, b in enumerate(rows[:MAX_BOTTLENECKS], 1):
+        table.add_row(
+            str(i),
+            str(b.get("category")),
+            _pct(b.get("share")),
+            _short_stage(b.get("stage")),
+            _where(b),
+        )
+    return table
+
+
+def _fix(d: Mapping[str, Any]) -> Group | Text:
+    recs = d.get("recommendations") or []
+    if not recs:
+        return Text("")
+    top = recs[0]
+    parts: list[Any] = [
+        Text("Top fix: ", style="bold cyan").append(str(top.get("summary")), style="default"),
+        Padding(Text(str(top.get("code")), style="green"), (0, 0, 0, 4)),
+    ]
+    marker_fixes = [r for r in recs[1:] if "step_detection" in (r.get("evidence") or {})]
+    more = [r for r in recs[1 : 1 + MAX_MORE_RECS] if r not in marker_fixes]
+    for r in more:
+        parts.append(Text("also: ", style="cyan").append(str(r.get("summary")), style="default"))
+    for r in marker_fixes:  # no step markers: always show the one-line fix for the loop
+        parts.append(Text("steps: ", style="bold yellow").append(str(r.get("summary"))))
+        parts.append(Padding(Text(str(r.get("code")), style="green"), (0, 0, 0, 4)))
+    return Group(*parts)
+
+
+def _stages(d: Mapping[str, Any]) -> Table | Text:
+    stages = d.get("stages") or []
+    if not stages:
+        return Text("No tf.data iterator events in this trace.", style="yellow")
+    table = Table(title="tf.data stages (what AUTOTUNE chose)", title_justify="left")
+    table.add_column("stage")
+    table.add_column("self ms", justify="right")
+    table.add_column("wait ms", justify="right")
+    table.add_column("parallelism", justify="right")
+    table.add_column("buffer", justify="right")
+    table.add_column("autotune")
+    table.add_column("capped by")
+    for s in stages[:MAX_STAGES]:
+        name = "  " * int(s.get("depth") or 0) + str(s.get("name", "")).rsplit("::", 1)[-1]
+        style = "bold red" if s.get("bottleneck") else ("" if s.get("blocking") else "dim")
+        mark = " ◀" if s.get("bottleneck") else ""
+        table.add_row(
+            name + mark,
+            _ms(s.get("self_ms")),
+            _ms(s.get("wait_ms")),
+            "–" if s.get("parallelism") is None else str(s["parallelism"]),
+            "–" if s.get("buffer_limit") is None else str(s["buffer_limit"]),
+            {True: "yes", False: "no"}.get(s.get("autotune"), "–"),  # type: ignore[arg-type]
+            s.get("capped_by") or "",
+            style=style,
+        )
+    return table
+
+
+def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
+    """The summary as text (ANSI-styled when `color`)."""
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
+    )
+    console.print(_header(data))
+    console.print(_verdict(data))
+    console.print(_breakdown(data))
+    console.print()
+    console.print(_bottlenecks(data))
+    console.print(_fix(data))
+    console.print()
+    console.print(_stages(data))
+    for note in data.get("notes") or []:
+        console.print(Text(f"note: {note}", style="dim"))
+    return buf.getvalue()
