@@ -22,6 +22,7 @@ from tftune.tuner.space import SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
     DEFAULT_TRIALS,
+    GuidedHint,
     Mode,
     Objective,
     Runner,
@@ -104,6 +105,50 @@ def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None
     return c
 
 
+# The guided guess profiles steps [START, STOP) of the script as written.
+GUIDE_PROFILE_STEPS = (5, 15)
+GUIDE_PROFILE_TIMEOUT_S = 120.0
+
+
+def profile_hint(
+    script: Path, args: Sequence[str], note: Callable[[str], None]
+) -> GuidedHint | None:
+    """A short profile of the script as written, analyzed (`tftune analyze`): its input
+    share and the bottleneck call sites. None (and a note) when no profile could be
+    taken or read; the guided guess then uses the as-written trial's own measurement."""
+    import tempfile
+
+    from tftune.probes.analysis import analyze
+    from tftune.probes.errors import UserError
+    from tftune.tuner.runner import profile_script
+
+    start, stop = GUIDE_PROFILE_STEPS
+    with tempfile.TemporaryDirectory(prefix="tftune-guide-") as logdir:
+        try:
+            prof = profile_script(
+                script, args, start, stop, logdir, timeout_s=GUIDE_PROFILE_TIMEOUT_S
+            )
+            if not prof.captured:
+                note(f"guided guess without a profile: {prof.reason}")
+                return None
+            data = analyze(Path(logdir), tool_version="optimize").to_json()
+        except UserError as exc:
+            note(f"guided guess without a profile: {exc}")
+            return None
+    share = data.get("input_share")
+    sites = tuple(
+        str(b["call_site"])
+        for b in data.get("bottlenecks", [])
+        if isinstance(b, dict) and b.get("call_site")
+    )
+    note(
+        "profile of the script as written: "
+        + (f"{share:.0%} of each step waits for input" if share is not None else "no steps")
+        + (f"; bottleneck at {', '.join(sites)}" if sites else "")
+    )
+    return GuidedHint(share if isinstance(share, float) else None, sites)
+
+
 def optimize(
     script: str | os.PathLike[str],
     args: Sequence[str] = (),
@@ -124,6 +169,7 @@ def optimize(
     repeats: int | None = None,
     bounds: bool = True,
     confirm: bool = True,
+    profile: bool | None = None,
     runner: Runner | None = None,
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
@@ -187,6 +233,7 @@ def optimize(
     if obj is not Objective.THROUGHPUT and not gpu:
         note(f"--objective {obj.value} on a CPU-only machine: utilization is the step duty cycle")
 
+    injected_runner = runner
     if runner is None:
         spec = MeasureSpec()
         if window_s is not None:
@@ -194,7 +241,10 @@ def optimize(
         if repeats is not None:
             spec = replace(spec, repeats=repeats)
         runner = ScriptRunner(path, args, spec=spec, gpu_visible=gpu)
+    # The profile runs the real script: by default only when the trials do too.
+    do_profile = (injected_runner is None) if profile is None else profile
     ceiling = measure_ceiling(runner, note) if bounds else None
+    hint = profile_hint(path, args, note) if guided and do_profile else None
 
     settings = StudySettings(
         objective=obj,
@@ -206,6 +256,7 @@ def optimize(
         study_name=study_name or default_study_name(path),
         confirm=confirm,
         target=shlex.join([str(path), *args]),
+        hint=hint,
     )
     outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
     for n in outcome.notes:

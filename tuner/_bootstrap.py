@@ -164,11 +164,14 @@ def main() -> None:
 
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = script_dir
+    exit_code: object = 0
     try:
         runpy.run_path(script, run_name="__main__")
-    except SystemExit:
+    except SystemExit as exc:
+        exit_code = exc.code
         raise
     except BaseException as exc:
+        exit_code = 1
         if writer is not None:
             tb = traceback.extract_tb(exc.__traceback__)
             where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else None
@@ -188,6 +191,11 @@ def main() -> None:
             profiler._stop()  # the script ended early: keep the steps it ran
         if writer is not None and hooks.notes:
             writer.event("notes", notes=hooks.notes)
+        if writer is not None:
+            # The script is done; interpreter and TensorFlow teardown can take seconds,
+            # which the parent must not mistake for a stall.
+            code = exit_code if isinstance(exit_code, int) or exit_code is None else 1
+            writer.event("finished", code=code or 0)
 
 
 if __name__ == "__main__":

@@ -183,6 +183,7 @@ class StudySettings:
     # What is tuned (script and its arguments): a study resumed for another target
     # would mix incomparable measurements, so it is refused.
     target: str = ""
+    hint: GuidedHint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,18 +403,38 @@ def baseline_params(space: SearchSpace, role: Role, cores: int) -> dict[str, Kno
     raise ValueError(role)
 
 
+@dataclass(frozen=True, slots=True)
+class GuidedHint:
+    """What a profile of the script as written says (`tftune analyze` on a short
+    `tftune profile`): the input share and the call sites of the bottleneck stages."""
+
+    input_share: float | None
+    bottleneck_sites: tuple[str, ...] = ()
+    source: str = "profile"
+
+
+def _site_matches(knob_site: str | None, hinted: Sequence[str]) -> bool:
+    if knob_site is None:
+        return False
+    return any(knob_site == h or knob_site.endswith("/" + h) for h in hinted)
+
+
 def guided_params(
-    space: SearchSpace, as_written: TrialRecord, cores: int
+    space: SearchSpace, as_written: TrialRecord, cores: int, hint: GuidedHint | None = None
 ) -> tuple[dict[str, KnobValue], str]:
-    """A first guess from the as-written trial's input-wait share.
+    """A first guess from the profile of the script as written (`hint`), or else from
+    the as-written trial's input-wait share.
 
     Input-bound (the consumer waits a share w of its time): the pipeline must deliver
     1/(1-w) times faster, so its parallelism is raised by that factor (power of two, at
     most 64), the private thread pool is sized to match (AUTOTUNE never exceeds the pool)
-    and every buffer is AUTOTUNE. Not input-bound: the pipeline is fine; keep AUTOTUNE and
-    try the platform's 16-bit policy, where one is in the space.
+    and every buffer is AUTOTUNE. With a profile, only the bottleneck's call sites get
+    that parallelism; the other parallel sites get AUTOTUNE. Not input-bound: the pipeline
+    is fine; keep AUTOTUNE and try the platform's 16-bit policy, where one is in the space.
     """
-    w = as_written.input_wait_share
+    from_profile = hint is not None and hint.input_share is not None
+    w = hint.input_share if hint is not None and from_profile else as_written.input_wait_share
+    source = "the profile" if from_profile else "the as-written trial"
     if w is None:
         return baseline_params(space, Role.AUTOTUNE, cores), "no input-wait share: AUTOTUNE"
     if w >= INPUT_BOUND_SHARE:
@@ -433,13 +454,25 @@ def guided_params(
             "final_prefetch": AUTOTUNE,
             "threadpool_size": max(par, cores),
         }
-        why = f"input-bound ({w:.0%} wait): parallelism {par}, thread pool {max(par, cores)}"
-        return space.params_for(want), why
+        params = space.params_for(want)
+        targets = hint.bottleneck_sites if hint is not None and from_profile else ()
+        if targets and any(_site_matches(k.site, targets) for k in space.knobs):
+            for k in space.knobs:
+                if k.field == "num_parallel_calls" and not _site_matches(k.site, targets):
+                    params[k.name] = space.nearest(k, AUTOTUNE)
+            where = f" at {', '.join(targets)}"
+        else:
+            where = ""
+        why = (
+            f"input-bound ({w:.0%} wait, from {source}): parallelism {par}{where}, "
+            f"thread pool {max(par, cores)}"
+        )
+        return params, why
     params = baseline_params(space, Role.AUTOTUNE, cores)
     for k in space.knobs:
         if k.field == "mixed_precision":
             params[k.name] = next(c for c in k.choices if c is not None)
-    return params, f"not input-bound ({w:.0%} wait): AUTOTUNE and 16-bit precision"
+    return params, f"not input-bound ({w:.0%} wait, from {source}): AUTOTUNE and 16-bit precision"
 
 
 # --- winner -------------------------------------------------------------------------
@@ -757,12 +790,12 @@ def run_study(
         failed = [r for r in recs if r.role is Role.AS_WRITTEN]
         why = failed[-1].reason if failed else "it was not measured (timeout?)"
         raise ScriptError(f"the script as written could not be measured: {why}")
-    guided, guided_why = guided_params(space, aw, cores)
+    guided, guided_why = guided_params(space, aw, cores, settings.hint)
     enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
     enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
     if settings.guided:
         enqueue(Role.GUIDED, guided)
-        notes.append(f"guided guess from the as-written trial: {guided_why}")
+        notes.append(f"guided guess: {guided_why}")
     run_some(settings.n_trials - _used(study))
 
     recs = [_record(t, space) for t in _finished(study)]
