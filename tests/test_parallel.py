@@ -29,6 +29,9 @@ from tftune.tuner.config import Config
 from tftune.tuner.parallel import Slot, assign_slots, run_parallel, slot_deps, study_lock
 from tftune.tuner.runner import RunnerDeps, popen_launcher
 from tftune.tuner.study import (
+    HEARTBEAT_ATTR,
+    STALE_AFTER_S,
+    WORKER_ATTR,
     Measurement,
     Mode,
     RepeatCallback,
@@ -37,6 +40,7 @@ from tftune.tuner.study import (
     State,
     StudySettings,
     run_study,
+    this_worker,
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -344,12 +348,20 @@ def test_budget_counts_other_workers_running_trials(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     gone = study.ask()
-    gone.set_user_attr("worker", f"{socket.gethostname()}:{dead.pid}")
+    gone.set_user_attr(WORKER_ATTR, {"host": socket.gethostname(), "pid": dead.pid})
     assert parallel.booked(study.get_trials()) == 2
     assert parallel.running_fresh(study.get_trials()) == 1
     mine = study.ask()
-    mine.set_user_attr("worker", parallel.worker_id())
+    mine.set_user_attr(WORKER_ATTR, this_worker())
+    mine.set_user_attr(HEARTBEAT_ATTR, time.time())
     assert parallel.booked(study.get_trials()) == 3
+    # Another host's worker: only its heartbeat tells.
+    far = study.ask()
+    far.set_user_attr(WORKER_ATTR, {"host": "elsewhere", "pid": 1})
+    far.set_user_attr(HEARTBEAT_ATTR, time.time() - STALE_AFTER_S - 60)
+    assert parallel.booked(study.get_trials()) == 3
+    far.set_user_attr(HEARTBEAT_ATTR, time.time())
+    assert parallel.booked(study.get_trials()) == 4
 
 
 def test_single_worker_still_runs_the_whole_budget(tmp_path: Path) -> None:
@@ -405,7 +417,9 @@ def test_status_reads_progress_running_and_best(kind: str, tmp_path: Path, reque
     assert data["trials"]["running"] == 1 and data["best"]["number"] == s.best.number
     assert data["running"][0]["since"] is not None
     finished = [t for t in study.get_trials() if t.state.is_finished()]
-    assert {t.user_attrs["worker"] for t in finished} == {parallel.worker_id()}
+    assert {t.user_attrs[WORKER_ATTR]["pid"] for t in finished} == {os.getpid()}
+    running.set_user_attr(WORKER_ATTR, this_worker())
+    assert study_status(storage, name).running[0].worker == f"{socket.gethostname()}:{os.getpid()}"
     assert data["best"]["config"] == dict(s.best.params)
 
 

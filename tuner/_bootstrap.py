@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import asdict
 from typing import Any
@@ -29,6 +31,28 @@ from tftune.tuner.config import config_from_json
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 EXIT_DISCOVERY_DONE = 0
+# How often the child checks that the tftune process that started it is still there.
+PARENT_POLL_S = 0.5
+
+
+def _die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
+    """SIGKILL this trial's whole process group once the tftune process that started it
+    is gone (kill -9, preemption, OOM killer). The trial runs in its own session, so no
+    terminal signal reaches it and the parent can no longer stop it; without this, a
+    killed `tftune optimize` would leave the script training (and its forks) forever.
+
+    Only when this process leads its own group (the runner's launcher made it so):
+    otherwise the group is someone else's."""
+    if os.getpgrp() != os.getpid():
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="tftune-parent-watch", daemon=True).start()
 
 
 class _Discovery:
@@ -106,6 +130,7 @@ class _Profiler:
 
 
 def main() -> None:
+    _die_with_parent()
     spec_path = os.environ.pop(SPEC_ENV)
     with open(spec_path, encoding="utf-8") as fh:
         spec: dict[str, Any] = json.load(fh)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,8 +32,8 @@ if TYPE_CHECKING:
     from tftune.tuner.space import SearchSpace
     from tftune.tuner.study import Runner, StudyOutcome, StudySettings, TrialRecord
 
-# A RUNNING trial older than this is taken for a dead worker's (a journal file never
-# fails it): it no longer counts as "will finish" when workers share out the budget.
+# A RUNNING trial without a heartbeat and older than this is taken for a dead worker's:
+# it no longer counts as "will finish" when workers share out the budget.
 STALE_RUNNING_S = 3600.0
 # Before choosing the winner, a worker waits this long at most for other workers'
 # running trials, so that every worker reports the same, combined best.
@@ -281,38 +280,38 @@ def _held(lock: Any) -> Iterator[None]:
         lock.release()
 
 
-def worker_id() -> str:
-    """``host:pid`` of this worker, stored on each trial it runs (`tftune status` shows
-    it; a later worker on the same host can tell that the process is gone)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _alive(t: Any, now: float) -> bool:
-    """Whether a RUNNING trial will still finish: started less than `STALE_RUNNING_S`
-    ago, and not by a process of this host that no longer exists (a killed worker's
-    trial stays RUNNING in a journal file forever)."""
-    if t.datetime_start is None or now - t.datetime_start.timestamp() >= STALE_RUNNING_S:
-        return False
-    host, _, pid = str(t.user_attrs.get("worker", "")).rpartition(":")
-    if host == socket.gethostname() and pid.isdigit():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    return True
+    """Whether a RUNNING trial will still finish, as `tuner.study.fail_stale_trials`
+    judges it: its worker process is alive (same host), or its heartbeat is recent."""
+    from tftune.tuner.study import HEARTBEAT_ATTR, STALE_AFTER_S, WORKER_ATTR, worker_alive
+
+    worker = t.user_attrs.get(WORKER_ATTR)
+    alive = worker_alive(worker) if isinstance(worker, dict) else None
+    if alive is not None:
+        return alive
+    beat = t.user_attrs.get(HEARTBEAT_ATTR)
+    if isinstance(beat, (int, float)):
+        return now - beat <= STALE_AFTER_S
+    # No heartbeat yet (a trial being set up): trust it unless it is old.
+    return t.datetime_start is not None and now - t.datetime_start.timestamp() < STALE_RUNNING_S
 
 
 def booked(trials: Sequence[Any], now: float | None = None) -> int:
-    """Trials that count against ``--trials``: finished ones, plus the running ones that
-    will finish (`_alive`)."""
+    """Trials that count against ``--trials``: finished ones (an interrupted one does not:
+    it is measured again), plus the running ones that will finish (`_alive`)."""
     import optuna
+
+    from tftune.tuner.study import INTERRUPTED_ATTR
 
     ts = optuna.trial.TrialState
     now = time.time() if now is None else now
     done = (ts.COMPLETE, ts.PRUNED, ts.FAIL)
-    return sum(1 for t in trials if t.state in done or (t.state is ts.RUNNING and _alive(t, now)))
+    return sum(
+        1
+        for t in trials
+        if (t.state in done and not t.user_attrs.get(INTERRUPTED_ATTR))
+        or (t.state is ts.RUNNING and _alive(t, now))
+    )
 
 
 def running_fresh(trials: Sequence[Any], now: float | None = None) -> int:

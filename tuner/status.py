@@ -114,7 +114,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
     import optuna
 
     from tftune.tuner.parallel import describe_storage_path
-    from tftune.tuner.study import StorageError, open_storage
+    from tftune.tuner.study import WORKER_ATTR, StorageError, open_storage
 
     journal = describe_storage_path(storage)
     if journal is not None and not journal.is_file():
@@ -154,7 +154,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
             str(t.user_attrs.get("role", "search")),
             dict(t.params),
             t.datetime_start,
-            t.user_attrs.get("worker"),
+            _worker(t.user_attrs.get(WORKER_ATTR)),
         )
         for t in trials
         if t.state is ts.RUNNING
@@ -175,6 +175,13 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
         best=best,
         as_written_examples_per_s=floor,
     )
+
+
+def _worker(w: Any) -> str | None:
+    """``host:pid`` of the worker that runs a trial (`tuner.study.heartbeat` records it)."""
+    if isinstance(w, dict) and w.get("host"):
+        return f"{w['host']}:{w.get('pid')}"
+    return None
 
 
 def _best(complete: list[Any], objective: str | None, floor: float | None) -> BestTrial | None:
