@@ -558,3 +558,12 @@ def test_one_workers_error_stops_the_others_trials(
         run_parallel(space(), [Blocking(), Interrupted()], settings, stop=stop)
     assert stop.is_set()
     assert not [t for t in threading.enumerate() if t.name.startswith("tftune-worker")]
+    import optuna
+
+    from tftune.tuner.study import INTERRUPTED_ATTR, open_storage
+
+    study = optuna.load_study(study_name="k", storage=open_storage(str(tmp_path / "j"))[0])
+    # Both trials in flight are recorded as interrupted: a resumed run measures them again.
+    assert stopped
+    failed = [t for t in study.get_trials() if t.state.name == "FAIL"]
+    assert len(failed) == 2 and all(t.user_attrs.get(INTERRUPTED_ATTR) for t in failed)

@@ -143,9 +143,11 @@ def visible_gpus() -> tuple[int, ...]:
         reader.close()
 
 
-class WorkerStopped(Exception):
-    """Raised inside a worker's trial loop once a stop was requested (Ctrl-C, or another
-    worker failed): the trial runner's cleanup then stops the child's process group."""
+class WorkerStopped(KeyboardInterrupt):
+    """Raised inside a worker's trial loop once a stop was requested (Ctrl-C, SIGTERM, or
+    another worker failed): the trial runner's cleanup then stops the child's process
+    group, and the study records the trial as interrupted (as for Ctrl-C), so that a
+    resumed run measures it again and it uses no budget."""
 
 
 class _SlotLauncher:
