@@ -437,6 +437,9 @@ def test_status_study_name_is_optional_with_one_study_and_checked(tmp_path: Path
     code, out = _status_cli("--storage", str(tmp_path / "missing.journal"))
     assert code == 1 and "no such journal file" in out
     assert not (tmp_path / "missing.journal").exists()
+    code, out = _status_cli("--storage", f"sqlite:///{tmp_path / 'missing.db'}")
+    assert code == 1 and "no such database file" in out
+    assert not (tmp_path / "missing.db").exists()
 
 
 # --- two real `tftune optimize` processes on one study ----------------------------------

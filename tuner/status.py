@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tftune.probes.errors import UserError
@@ -119,6 +120,10 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
     journal = describe_storage_path(storage)
     if journal is not None and not journal.is_file():
         raise StorageError(f"--storage {journal}: no such journal file")
+    if storage is not None and storage.startswith("sqlite:///"):
+        db = storage.removeprefix("sqlite:///")
+        if db and db != ":memory:" and not Path(db).is_file():
+            raise StorageError(f"--storage {storage}: no such database file")
     store, shown = open_storage(storage)
     names = sorted(s.study_name for s in store.get_all_studies())
     if not names:
