@@ -158,6 +158,12 @@ def test_array_workers_share_one_journal_study(tmp_path: Path) -> None:
     for task in range(WORKERS):
         report = json.loads((out / f"tftune-tuning-{task}.json").read_text())
         assert report["study"]["seed"] == task
+        record = report["record"]  # the exact command of this task, and its seed
+        assert record["argv"][:2] == ["tftune", "optimize"] and record["seed"] == task
+        argv = record["argv"]
+        assert argv[argv.index("--seed") + 1] == str(task)
+        assert argv[argv.index("--storage") + 1] == str(journal)
+        assert argv[argv.index("--") :] == ["--", "--steps", "100000"]
         assert report["study"]["storage"] == str(journal)
         assert sum(report["trials"].values()) <= len(trials)
         assert (out / f"tftune-best-{task}.json").is_file()

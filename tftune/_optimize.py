@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.probes.environment import Environment, collect
 from tftune.probes.errors import ConfigError, ScriptError
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
+from tftune.tuner.record import api_call, build_record
 from tftune.tuner.space import SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
@@ -114,9 +118,15 @@ def optimize(
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    invocation: Sequence[str] | None = None,
+    environment: Callable[[], Environment] | None = None,
 ) -> OptimizeResult:
     """Tune the tf.data pipeline (and optionally batch size and precision) of an
-    unmodified training script. See ``tftune optimize --help`` for the options."""
+    unmodified training script. See ``tftune optimize --help`` for the options.
+
+    ``invocation`` is the command line as typed (the CLI passes it) for the
+    reproducibility record; from the API the record holds the ``tftune.optimize(...)``
+    call. ``environment`` replaces `probes.environment.collect` (tests)."""
     from tftune.tuner import emit
     from tftune.tuner.config import save_config
     from tftune.tuner.runner import MeasureSpec, check_script, discover
@@ -134,6 +144,11 @@ def optimize(
     if trials < 1:
         raise ConfigError(f"--trials {trials}: must be at least 1")
     open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
+    # The machine record (TF build, NVML, pip freeze) takes seconds: read it once, in the
+    # Python that runs the script, while discovery and the trials run.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tftune-record")
+    env_future = pool.submit(environment or (lambda: collect(sys.executable)))
+    pool.shutdown(wait=False)
     note = on_note or (lambda _s: None)
     bound = BatchBound.parse(batch_size) if batch_size else None
     if space_file is not None:  # a malformed file fails now, not after discovery
@@ -194,9 +209,24 @@ def optimize(
     for n in outcome.notes:
         note(n)
 
+    argv = (
+        list(invocation)
+        if invocation is not None
+        else [
+            api_call(
+                str(script),
+                args,
+                {"trials": trials, "seed": seed, "storage": storage, "study_name": study_name},
+            )
+        ]
+    )
+    record = build_record(
+        path, args, argv=argv, seed=seed, environment=env_future.result()
+    ).to_json()
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
-    save_config(emit.best_config_with_metrics(outcome, command), best_path)
+    best = emit.best_config_with_metrics(outcome, command)
+    save_config(replace(best, meta={**best.meta, "record": record}), best_path)
     diff = emit.source_diff(path, outcome.best_config)
     snippet = emit.globals_snippet(outcome.best_config)
     report = emit.tuning_json(
@@ -212,6 +242,7 @@ def optimize(
         seed=seed,
     )
     report["wall_s"] = round(time.monotonic() - started, 2)
+    report["record"] = record
     json_path = emit.write_json_atomic(report, json_file) if json_file is not None else None
     html_path = _write_html(report, html_file)
     return OptimizeResult(

@@ -5,6 +5,8 @@ Kept out of cli.py so the command stays thin and ``--help`` imports nothing heav
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 from tftune.tuner.study import TrialRecord
@@ -47,6 +49,15 @@ class ProgressView:
         self.progress.stop()
 
 
+def _invocation() -> list[str] | None:
+    """The command line as typed, for the reproducibility record; None when the command
+    was invoked in-process (e.g. a test's CliRunner), where sys.argv is someone else's."""
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    if name in ("tftune", "__main__.py"):
+        return ["tftune", *sys.argv[1:]]
+    return None
+
+
 def run_optimize_command(script: str, script_args: list[str], opts: dict[str, Any]) -> None:
     from rich.console import Console
 
@@ -78,6 +89,7 @@ def run_optimize_command(script: str, script_args: list[str], opts: dict[str, An
             on_trial=view.trial,
             on_start=view.start,
             on_note=view.note,
+            invocation=_invocation(),
         )
     except KeyboardInterrupt:
         view.stop()
