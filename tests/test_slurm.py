@@ -192,8 +192,13 @@ def test_array_workers_share_one_journal_study(tmp_path: Path) -> None:
 def test_sandbox_job_profiles_and_analyzes(tmp_path: Path) -> None:
     out = tmp_path / "sandbox"
     run = subprocess.run(
-        [*_sbatch("sandbox.sbatch"), str(ROOT / "examples" / "eager_for.py"), "--"]
-        + ["--steps", "40"],
+        [
+            *_sbatch("sandbox.sbatch"),
+            str(ROOT / "examples" / "eager_for.py"),
+            "--",
+            "--steps",
+            "40",
+        ],
         cwd=tmp_path,
         env=_env(TFTUNE_STEPS="5:10", TFTUNE_OUT=str(out), SLURM_JOB_ID="123"),
         capture_output=True,
