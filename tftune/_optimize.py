@@ -20,6 +20,7 @@ from tftune.probes.environment import Environment, collect
 from tftune.probes.errors import ConfigError, ScriptError
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
+from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
 from tftune.tuner.space import SearchSpace
 from tftune.tuner.study import (
@@ -223,10 +224,19 @@ def optimize(
     record = build_record(
         path, args, argv=argv, seed=seed, environment=env_future.result()
     ).to_json()
+    # Mixed precision with a 16-bit output layer: recommended only with the fix.
+    runs = [*outcome.records, *([outcome.confirm] if outcome.confirm is not None else [])]
+    findings = sorted({f for r in runs for f in output_findings(r.notes)})
+    advice = recommendation(outcome.best_config.mixed_precision or "off", findings)
+    if advice is not None:
+        note(advice)
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
     best = emit.best_config_with_metrics(outcome, command)
-    save_config(replace(best, meta={**best.meta, "record": record}), best_path)
+    extra: dict[str, Any] = {"record": record, "findings": findings}
+    if advice is not None:
+        extra["notes"] = [advice]
+    save_config(replace(best, meta={**best.meta, **extra}), best_path)
     diff = emit.source_diff(path, outcome.best_config)
     snippet = emit.globals_snippet(outcome.best_config)
     report = emit.tuning_json(
@@ -243,6 +253,10 @@ def optimize(
     )
     report["wall_s"] = round(time.monotonic() - started, 2)
     report["record"] = record
+    report["findings"] = findings
+    if advice is not None:
+        report["notes"] = [*report.get("notes", []), advice]
+        report["best"]["requires"] = [FLOAT32_OUTPUT_FIX]
     json_path = emit.write_json_atomic(report, json_file) if json_file is not None else None
     html_path = _write_html(report, html_file)
     return OptimizeResult(

@@ -107,6 +107,7 @@ class Measurement:
     repeats: tuple[float, ...] = ()
     reason: str | None = None
     wall_s: float = 0.0
+    notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit output layer)
 
 
 RepeatCallback = Callable[[int, float], bool]
@@ -152,6 +153,7 @@ class TrialRecord:
     reason: str | None = None
     wall_s: float = 0.0
     feasible: bool = False
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +407,7 @@ def _record(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         or ("interrupted (the worker died or was stopped)" if state is State.FAILED else None),
         wall_s=float(ua.get("wall_s", 0.0)),
         feasible=bool(ua.get("feasible", False)),
+        notes=tuple(str(n) for n in ua.get("notes", ())),
     )
 
 
@@ -524,6 +527,7 @@ def run_study(
             "reason": prune_why[-1] if m.state is State.PRUNED and prune_why else m.reason,
             "wall_s": m.wall_s,
             "feasible": feasible,
+            "notes": list(m.notes),
             "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
         }
         for key, value in attrs.items():
@@ -646,6 +650,7 @@ def run_study(
             repeats=m.repeats,
             reason=m.reason,
             wall_s=m.wall_s,
+            notes=m.notes,
             feasible=m.examples_per_s is not None
             and m.examples_per_s >= (aw.examples_per_s or 0.0),
         )
@@ -763,7 +768,9 @@ class ScriptRunner(Runner):
             TrialState.PRUNED: State.PRUNED,
         }.get(r.state, State.FAILED)
         if m is None:
-            return Measurement(state=State.FAILED, reason=r.reason, wall_s=r.wall_s)
+            return Measurement(
+                state=State.FAILED, reason=r.reason, wall_s=r.wall_s, notes=tuple(r.notes)
+            )
         return Measurement(
             state=state,
             examples_per_s=m.examples_per_s,
@@ -774,4 +781,5 @@ class ScriptRunner(Runner):
             repeats=m.repeats,
             reason=r.reason or m.utilization_note,
             wall_s=r.wall_s,
+            notes=tuple(r.notes),
         )
