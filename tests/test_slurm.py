@@ -76,6 +76,51 @@ def _journal_trials(journal: Path) -> list[dict[str, object]]:
     ]
 
 
+def test_workers_started_at_once_enqueue_each_baseline_once(tmp_path: Path) -> None:
+    """Three workers (threads, each with its own storage object, as processes would have)
+    start on one journal at the same instant: the as-written trial and each baseline are
+    enqueued by exactly one of them."""
+    import threading
+    import time
+
+    from tftune.tuner.config import SiteConfig
+    from tftune.tuner.runner import CallSite
+    from tftune.tuner.space import build_space
+    from tftune.tuner.study import Measurement, Runner, State, StudySettings, run_study
+
+    space = build_space([CallSite("train.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
+
+    class Slow(Runner):
+        def measure(self, config: object, **_: object) -> Measurement:
+            time.sleep(0.05)  # long enough for the workers' steps to interleave
+            return Measurement(State.COMPLETE, 100.0, 0.5, repeats=(100.0,), input_wait_share=0.5)
+
+    journal = tmp_path / "study.journal"
+    settings = StudySettings(storage=str(journal), n_trials=9, study_name="s", confirm=False)
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        start.wait()
+        try:
+            run_study(space, Slow(), settings, sleep=lambda _s: time.sleep(0.02))
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    trials = _journal_trials(journal)
+    roles = [t["role"] for t in trials if t["role"] is not None]
+    for role in ("as_written", "autotune", "heuristic", "guided"):
+        assert roles.count(role) == 1, (role, trials)
+    assert sorted(t["number"] for t in trials) == list(range(len(trials)))
+    assert 9 <= len(trials) <= 9 + 2
+
+
 def test_every_flag_the_scripts_pass_exists(tmp_path: Path) -> None:
     """The scripts' tftune command lines, checked against the commands' own options."""
     from click.testing import CliRunner

@@ -18,6 +18,7 @@ as written: tftune never ends below it.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import json
@@ -250,6 +251,32 @@ def open_storage(url: str | None) -> tuple[Any, str]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(f"--storage {_redact(url)}: cannot connect ({first[:160]})") from None
     return storage, _redact(url)
+
+
+class _FileLock:
+    """Optuna's NFS-safe lock (a lock file created with O_EXCL), as a context manager. A
+    lock left by a killed worker is broken after Optuna's grace period."""
+
+    def __init__(self, path: str) -> None:
+        from optuna.storages.journal import JournalFileOpenLock
+
+        self._lock = JournalFileOpenLock(path)
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def _enqueue_lock(url: str | None) -> contextlib.AbstractContextManager[None]:
+    """Serializes the workers' check-then-enqueue of the baselines. For a journal file, a
+    lock file beside it (``<journal>.enqueue.lock``); an RDB storage has no shared file,
+    so there the check stays unlocked."""
+    if url is None or "://" not in url:
+        path = DEFAULT_STORAGE_FILE if url is None else url.removeprefix("journal:")
+        return _FileLock(f"{path}.enqueue")
+    return contextlib.nullcontext()
 
 
 # --- guided guess -------------------------------------------------------------------
@@ -583,6 +610,10 @@ def run_study(
         if not has_role(role):
             study.enqueue_trial(dict(params), user_attrs={"role": role.value})
 
+    # Check-then-enqueue must not interleave between workers, or two of them enqueue
+    # the same baseline and it runs twice.
+    enqueue_lock = _enqueue_lock(settings.storage)
+
     def ensure_as_written() -> None:
         """Measure the script as written unless the study has it. Another worker may be
         measuring it right now: wait for that (bounded, since a killed worker leaves its
@@ -595,6 +626,7 @@ def run_study(
                 if t.user_attrs.get("role") == Role.AS_WRITTEN.value
             ]
             states = {t.state for t in mine}
+            seen = [(t.number, t.state) for t in mine]
             if optuna.trial.TrialState.COMPLETE in states:
                 return
             if deadline is not None and clock() >= deadline:
@@ -605,9 +637,18 @@ def run_study(
                     sleep(AS_WRITTEN_POLL_S)
                     waited += AS_WRITTEN_POLL_S
                     continue
-                study.enqueue_trial(
-                    space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
-                )
+                with enqueue_lock:
+                    latest = [
+                        (t.number, t.state)
+                        for t in study.get_trials(deepcopy=False)
+                        if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+                    ]
+                    if latest == seen:  # no other worker enqueued or ran it meanwhile
+                        study.enqueue_trial(
+                            space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
+                        )
+                if latest != seen:
+                    continue
             run_some(1)
             runs += 1
 
@@ -621,10 +662,12 @@ def run_study(
         why = failed[-1].reason if failed else "it was not measured (timeout?)"
         raise ScriptError(f"the script as written could not be measured: {why}")
     guided, guided_why = guided_params(space, aw, cores)
-    enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
-    enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
+    with enqueue_lock:
+        enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
+        enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
+        if settings.guided:
+            enqueue(Role.GUIDED, guided)
     if settings.guided:
-        enqueue(Role.GUIDED, guided)
         notes.append(f"guided guess from the as-written trial: {guided_why}")
     run_some(settings.n_trials - len(_finished(study)))
 
