@@ -195,3 +195,18 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
     assert tuning["findings"] == [finding] == best["meta"]["findings"]
     rows = [r for r in tuning["trials_detail"] if finding in r["notes"]]
     assert rows and all(r["role"] != "as_written" for r in rows)
+
+
+@requires_tf
+@pytest.mark.slow
+def test_tftune_run_prints_the_finding(tmp_path: Path, run_cli: Any) -> None:
+    script = tmp_path / "train.py"
+    text = KERAS_SCRIPT.format(scale=1.0, output_dtype="").replace("100000", "3")
+    script.write_text(text + "print('trained')\n")
+    cfg = tmp_path / "mp.json"
+    cfg.write_text(json.dumps({"schema": 1, "mixed_precision": "mixed_float16"}))
+    out = run_cli("run", "--config", str(cfg), str(script))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "trained" in out.stdout
+    (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("tftune: warning: mixed")]
+    assert line.endswith(FLOAT32_OUTPUT_FIX)
