@@ -24,3 +24,8 @@ class ConfigError(UserError):
 
 class ScriptError(UserError):
     """A training script that does not exist or cannot be run."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch system preempting or cancelling the job), handled as Ctrl-C is:
+    the running trial is stopped and recorded, and the command exits 143."""

@@ -287,3 +287,24 @@ def test_a_killed_workers_as_written_trial_is_waited_for_then_rerun(tmp_path: Pa
     assert sum(waits) >= AS_WRITTEN_WAIT_S  # it waited for the other worker first
     assert runner.calls[0] == Config()  # then measured the script as written itself
     assert out.baselines[Role.AS_WRITTEN].state is State.COMPLETE
+
+
+def test_guided_guess_from_a_profile_targets_the_bottleneck_site() -> None:
+    from tftune.tuner.study import GuidedHint
+
+    two = build_space(
+        [
+            CallSite("train.py:9", "map", (), SiteConfig(), None, 1),
+            CallSite(MAP, "map", (), SiteConfig(), None, 1),
+        ],
+        cores=CORES,
+    )
+    aw = TrialRecord(0, Role.AS_WRITTEN, State.COMPLETE, {}, "", 250.0, 0.5, 0.0, 0.5)
+    hint = GuidedHint(input_share=0.95, bottleneck_sites=(MAP,))
+    params, why = guided_params(two, aw, CORES, hint)
+    assert params[f"{MAP}/num_parallel_calls"] == 32  # 1 / (1 - 0.95) = 20 -> 32
+    assert params["train.py:9/num_parallel_calls"] == AUTOTUNE  # not the bottleneck
+    assert "from the profile" in why and MAP in why
+    # without a usable profile, the as-written trial's own share decides
+    params, why = guided_params(two, aw, CORES, GuidedHint(None))
+    assert "from the as-written trial" in why

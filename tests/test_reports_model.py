@@ -168,7 +168,7 @@ def test_tuning_model() -> None:
     assert [r.key for r in m.rows] == ["as_written", "autotune", "heuristic", "guided", "tuned"]
     speedups = {r.key: r.speedup for r in m.rows}
     assert speedups["as_written"] == pytest.approx(1.0)
-    assert speedups["tuned"] == pytest.approx(7400 / 236)
+    assert speedups["tuned"] == pytest.approx(7310 / 236)  # the re-measured winner
     assert m.ceiling == 9100.0
     assert m.importances[0] == ("train.py:18/num_parallel_calls", 0.71)
     assert [v for _, v in m.importances] == sorted((v for _, v in m.importances), reverse=True)

@@ -58,7 +58,9 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
     raise _Hang
 
 
-def test_mutated_traces_fail_cleanly_or_analyse(trace_case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_mutated_traces_fail_cleanly_or_analyse(
+    trace_case, tmp_path: Path, record_property
+) -> None:  # type: ignore[no-untyped-def]
     seed = tracegen_steps.one_file(trace_case("latency_py")).read_bytes()
     target = tmp_path / "fuzz.xplane.pb"
     outcomes = {"error": 0, "parsed": 0}
@@ -95,6 +97,7 @@ def test_mutated_traces_fail_cleanly_or_analyse(trace_case, tmp_path: Path) -> N
     check()
     tried = outcomes["error"] + outcomes["parsed"]
     print(f"fuzz: {tried} inputs, {outcomes['error']} clean errors, {outcomes['parsed']} parsed")
+    record_property("fuzz_inputs", tried)  # in the JUnit XML (pytest --junitxml)
     # Most byte-level damage breaks the protobuf; the wild-values test below covers the
     # inputs that parse, so only the count is required here.
     assert tried >= EXAMPLES * 0.9 and outcomes["error"] > 0

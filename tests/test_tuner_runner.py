@@ -202,7 +202,7 @@ def test_failures_are_results_with_reasons(
     tmp_path: Path, action: str, kind: FailureKind, words: str
 ) -> None:
     script = _script(tmp_path, PIPELINE.format(action=action))
-    spec = MeasureSpec(warmup_steps=2, warmup_s=0.1, window_s=30, repeats=1, stall_s=3)
+    spec = MeasureSpec(warmup_steps=2, warmup_s=0.1, window_s=30, repeats=1, stall_s=5)
     result = run_trial(script, (), None, spec)
     assert result.state is TrialState.FAILED
     assert result.failure is kind, (result.reason, result.stderr_tail)

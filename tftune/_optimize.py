@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from tftune.tuner.space import SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
     DEFAULT_TRIALS,
+    GuidedHint,
     Mode,
     Objective,
     Runner,
@@ -73,6 +75,19 @@ def default_study_name(script: str | os.PathLike[str]) -> str:
     return f"tftune-{Path(script).stem}"
 
 
+def check_writable(path: str | os.PathLike[str], flag: str) -> None:
+    """`ConfigError` unless a file can be written at `path` (its folder exists and is
+    writable, and it is not a folder itself)."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory, expected a file name")
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: cannot write: no such directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: cannot write: permission denied")
+
+
 def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None) -> Ceiling:
     """Bound analysis: the pipeline alone and the model alone on cached data, both as
     written. A half that cannot be measured (e.g. the script never iterates a dataset in
@@ -95,6 +110,50 @@ def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None
     return c
 
 
+# The guided guess profiles steps [START, STOP) of the script as written.
+GUIDE_PROFILE_STEPS = (5, 15)
+GUIDE_PROFILE_TIMEOUT_S = 120.0
+
+
+def profile_hint(
+    script: Path, args: Sequence[str], note: Callable[[str], None]
+) -> GuidedHint | None:
+    """A short profile of the script as written, analyzed (`tftune analyze`): its input
+    share and the bottleneck call sites. None (and a note) when no profile could be
+    taken or read; the guided guess then uses the as-written trial's own measurement."""
+    import tempfile
+
+    from tftune.probes.analysis import analyze
+    from tftune.probes.errors import UserError
+    from tftune.tuner.runner import profile_script
+
+    start, stop = GUIDE_PROFILE_STEPS
+    with tempfile.TemporaryDirectory(prefix="tftune-guide-") as logdir:
+        try:
+            prof = profile_script(
+                script, args, start, stop, logdir, timeout_s=GUIDE_PROFILE_TIMEOUT_S
+            )
+            if not prof.captured:
+                note(f"guided guess without a profile: {prof.reason}")
+                return None
+            data = analyze(Path(logdir), tool_version="optimize").to_json()
+        except UserError as exc:
+            note(f"guided guess without a profile: {exc}")
+            return None
+    share = data.get("input_share")
+    sites = tuple(
+        str(b["call_site"])
+        for b in data.get("bottlenecks", [])
+        if isinstance(b, dict) and b.get("call_site")
+    )
+    note(
+        "profile of the script as written: "
+        + (f"{share:.0%} of each step waits for input" if share is not None else "no steps")
+        + (f"; bottleneck at {', '.join(sites)}" if sites else "")
+    )
+    return GuidedHint(share if isinstance(share, float) else None, sites)
+
+
 def optimize(
     script: str | os.PathLike[str],
     args: Sequence[str] = (),
@@ -115,6 +174,7 @@ def optimize(
     repeats: int | None = None,
     bounds: bool = True,
     confirm: bool = True,
+    profile: bool | None = None,
     runner: Runner | None = None,
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
@@ -145,6 +205,9 @@ def optimize(
     if trials < 1:
         raise ConfigError(f"--trials {trials}: must be at least 1")
     open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
+    for out_path, flag in ((best_file, "--best"), (json_file, "--json"), (html_file, "-o")):
+        if out_path is not None:  # fail now, not after the whole study
+            check_writable(out_path, flag)
     # The machine record (TF build, NVML, pip freeze) takes seconds: read it once, in the
     # Python that runs the script, while discovery and the trials run.
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tftune-record")
@@ -186,6 +249,7 @@ def optimize(
     if obj is not Objective.THROUGHPUT and not gpu:
         note(f"--objective {obj.value} on a CPU-only machine: utilization is the step duty cycle")
 
+    injected_runner = runner
     if runner is None:
         spec = MeasureSpec()
         if window_s is not None:
@@ -193,7 +257,10 @@ def optimize(
         if repeats is not None:
             spec = replace(spec, repeats=repeats)
         runner = ScriptRunner(path, args, spec=spec, gpu_visible=gpu)
+    # The profile runs the real script: by default only when the trials do too.
+    do_profile = (injected_runner is None) if profile is None else profile
     ceiling = measure_ceiling(runner, note) if bounds else None
+    hint = profile_hint(path, args, note) if guided and do_profile else None
 
     settings = StudySettings(
         objective=obj,
@@ -205,6 +272,7 @@ def optimize(
         study_name=study_name or default_study_name(path),
         confirm=confirm,
         target=shlex.join([str(path), *args]),
+        hint=hint,
     )
     outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
     for n in outcome.notes:
@@ -279,7 +347,19 @@ def _write_html(report: dict[str, Any], html_file: str | os.PathLike[str] | None
         return None
     text = render(report)
     p = Path(html_file)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(str(text), encoding="utf-8")
-    os.replace(tmp, p)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(str(text))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return p

@@ -5,10 +5,16 @@ Kept out of cli.py so the command stays thin and ``--help`` imports nothing heav
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+from tftune.probes.errors import Terminated
 from tftune.tuner.study import TrialRecord
 
 
@@ -58,13 +64,78 @@ def _invocation() -> list[str] | None:
     return None
 
 
+def _where(script: str, opts: dict[str, Any]) -> tuple[str, str]:
+    from tftune._optimize import default_study_name
+    from tftune.tuner.study import DEFAULT_STORAGE_FILE
+
+    return (
+        opts.get("storage") or DEFAULT_STORAGE_FILE,
+        opts.get("study_name") or default_study_name(script),
+    )
+
+
+def resume_command(script: str, script_args: list[str], opts: dict[str, Any]) -> str:
+    """The ``tftune optimize`` line that resumes this study: same storage, study name and
+    everything that defines the study (its search space and what is measured)."""
+    import shlex
+
+    storage, name = _where(script, opts)
+    argv = ["tftune", "optimize", script, "--storage", storage, "--study-name", name]
+    flags = {
+        "trials": "--trials",
+        "objective": "--objective",
+        "space_file": "--space",
+        "batch_size": "--batch-size",
+        "window": "--window",
+        "repeats": "--repeats",
+        "json_file": "--json",
+    }
+    for key, flag in flags.items():
+        if opts.get(key) is not None:
+            argv += [flag, str(opts[key])]
+    if opts.get("seed"):
+        argv += ["--seed", str(opts["seed"])]
+    if opts.get("bounds") is False:
+        argv.append("--no-bounds")
+    if opts.get("guided") is False:
+        argv.append("--no-guided")
+    if script_args:
+        argv += ["--", *script_args]
+    return shlex.join(argv)
+
+
 def run_optimize_command(script: str, script_args: list[str], opts: dict[str, Any]) -> None:
     from rich.console import Console
 
-    import tftune
-
     console = Console(stderr=False, highlight=False)
     view = ProgressView(console)
+    with _sigterm_as_interrupt():
+        _run(script, script_args, opts, console, view)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (Slurm preemption, `scancel`, `kill`) unwinds like Ctrl-C, so the running
+    trial's processes are stopped and the trial is recorded as interrupted."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(
+    script: str, script_args: list[str], opts: dict[str, Any], console: Any, view: ProgressView
+) -> None:
+    import tftune
+
     if script_args and script_args[0] == "--":
         script_args = script_args[1:]
     try:
@@ -93,17 +164,19 @@ def run_optimize_command(script: str, script_args: list[str], opts: dict[str, An
         )
     except KeyboardInterrupt:
         view.stop()
-        from tftune._optimize import default_study_name
-        from tftune.tuner.study import DEFAULT_STORAGE_FILE
-
-        name = opts["study_name"] or default_study_name(script)
-        storage = opts["storage"] or DEFAULT_STORAGE_FILE
+        storage, name = _where(script, opts)
         console.print(
-            f"interrupted: finished trials are kept in {storage} (study {name!r}); the same "
-            f"command resumes, or: tftune optimize {script} --storage {storage} "
-            f"--study-name {name} ...",
+            f"interrupted: the finished trials are kept in {storage} (study {name!r}); "
+            "a trial stopped midway runs again. Resume with:",
             highlight=False,
             markup=False,
+            soft_wrap=True,
+        )
+        console.print(
+            f"  {resume_command(script, script_args, opts)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
         raise
     finally:

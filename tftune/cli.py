@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from tftune import __version__
-from tftune.probes.errors import UserError
+from tftune.probes.errors import Terminated, UserError
 
 
 class _Group(click.Group):
@@ -26,6 +26,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except UserError as exc:
             raise click.ClickException(str(exc)) from None
+        except Terminated:
+            click.echo("tftune: terminated", err=True)
+            sys.exit(143)
         except KeyboardInterrupt:
             click.echo("tftune: interrupted", err=True)
             sys.exit(130)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import asdict
 from typing import Any
@@ -29,6 +31,28 @@ from tftune.tuner.config import config_from_json
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 EXIT_DISCOVERY_DONE = 0
+# How often the child checks that the tftune process that started it is still there.
+PARENT_POLL_S = 0.5
+
+
+def _die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
+    """SIGKILL this trial's whole process group once the tftune process that started it
+    is gone (kill -9, preemption, OOM killer). The trial runs in its own session, so no
+    terminal signal reaches it and the parent can no longer stop it; without this, a
+    killed `tftune optimize` would leave the script training (and its forks) forever.
+
+    Only when this process leads its own group (the runner's launcher made it so):
+    otherwise the group is someone else's."""
+    if os.getpgrp() != os.getpid():
+        return
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="tftune-parent-watch", daemon=True).start()
 
 
 class _Discovery:
@@ -106,6 +130,7 @@ class _Profiler:
 
 
 def main() -> None:
+    _die_with_parent()
     spec_path = os.environ.pop(SPEC_ENV)
     with open(spec_path, encoding="utf-8") as fh:
         spec: dict[str, Any] = json.load(fh)
@@ -140,11 +165,14 @@ def main() -> None:
 
     sys.argv = [script, *spec.get("args", [])]
     sys.path[0] = script_dir
+    exit_code: object = 0
     try:
         runpy.run_path(script, run_name="__main__")
-    except SystemExit:
+    except SystemExit as exc:
+        exit_code = exc.code
         raise
     except BaseException as exc:
+        exit_code = 1
         if writer is not None:
             tb = traceback.extract_tb(exc.__traceback__)
             where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else None
@@ -164,6 +192,11 @@ def main() -> None:
             profiler._stop()  # the script ended early: keep the steps it ran
         if writer is not None and hooks.notes:
             writer.event("notes", notes=hooks.notes)
+        if writer is not None:
+            # The script is done; interpreter and TensorFlow teardown can take seconds,
+            # which the parent must not mistake for a stall.
+            code = exit_code if isinstance(exit_code, int) or exit_code is None else 1
+            writer.event("finished", code=code or 0)
 
 
 if __name__ == "__main__":

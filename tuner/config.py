@@ -209,6 +209,9 @@ def save_config(config: Config, path: str | os.PathLike[str]) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, p)
+    except OSError as exc:  # e.g. the target is a directory
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{p}: cannot write config ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

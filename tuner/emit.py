@@ -256,6 +256,9 @@ def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> 
             json.dump(data, fh, indent=2)
             fh.write("\n")
         os.replace(tmp, p)
+    except OSError as exc:  # e.g. the target is a directory
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

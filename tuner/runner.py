@@ -563,8 +563,9 @@ class _Trial:
                     if failure is not None or self._done():
                         break
                     if self._raised() and proc.poll() is None:
-                        # The script raised and is on its way out (traceback, TF teardown
-                        # can take seconds): not a stall. Let it print, then classify.
+                        # The script raised or returned and is on its way out (traceback,
+                        # TF teardown can take seconds): not a stall. Let it exit, then
+                        # classify.
                         _wait_exit(proc, EXIT_GRACE_S, deps.sleep)
                     if proc.poll() is not None:
                         self._consume(reader.poll())
@@ -699,7 +700,8 @@ class _Trial:
         return self.pruned_reason is not None or len(self.windows) >= self.spec.repeats
 
     def _raised(self) -> bool:
-        return any(e.kind == "exception" for e in self.events)
+        """The script raised or finished: the process is on its way out."""
+        return any(e.kind in ("exception", "finished") for e in self.events)
 
     def _event_failure(self) -> tuple[FailureKind, str] | None:
         for e in self.events:

@@ -24,6 +24,8 @@ import hashlib
 import json
 import math
 import os
+import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +62,19 @@ AS_WRITTEN_POLL_S = 2.0
 AS_WRITTEN_ATTEMPTS = 2
 DEFAULT_TRIALS = 20
 DEFAULT_SEED = 0
+# A running trial carries its worker (host, pid, process start time) and a heartbeat,
+# refreshed this often. A later run marks a RUNNING trial failed when its worker process
+# is gone (same host: at once) or its heartbeat is older than STALE_AFTER_S (another
+# host, e.g. a preempted Slurm job). Works on every storage, the journal file included,
+# where Optuna's own heartbeat (RDB only) does not.
+HEARTBEAT_S = 20.0
+STALE_AFTER_S = 120.0
+WORKER_ATTR = "tftune_worker"
+HEARTBEAT_ATTR = "tftune_heartbeat"
+# Set on a trial that was stopped (Ctrl-C, a dead worker) rather than finished; such a
+# trial is measured again once (`RETRY_OF_ATTR` on the copy) and uses no budget.
+INTERRUPTED_ATTR = "interrupted"
+RETRY_OF_ATTR = "retry_of"
 
 
 class Objective(str, enum.Enum):
@@ -170,6 +185,7 @@ class StudySettings:
     # What is tuned (script and its arguments): a study resumed for another target
     # would mix incomparable measurements, so it is refused.
     target: str = ""
+    hint: GuidedHint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +295,112 @@ def _enqueue_lock(url: str | None) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
+# --- dead workers ------------------------------------------------------------------
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), which tells a live
+    worker from a later process that reuses its pid; None where /proc has no answer."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def this_worker() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def worker_alive(worker: Mapping[str, Any]) -> bool | None:
+    """Whether the worker process that ran a trial is alive; None when it ran on another
+    host (only its heartbeat can tell)."""
+    if worker.get("host") != socket.gethostname():
+        return None
+    pid = worker.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, someone else's
+    start = worker.get("start")
+    return start is None or _process_start(pid) in (None, start)
+
+
+@contextlib.contextmanager
+def heartbeat(storage: Any, trial_id: int, every_s: float = HEARTBEAT_S) -> Any:
+    """Mark `trial_id` as this worker's and refresh its heartbeat until the block ends."""
+    storage.set_trial_user_attr(trial_id, WORKER_ATTR, this_worker())
+    storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(Exception):  # a storage hiccup must not end the trial
+                storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+
+    thread = threading.Thread(target=beat, name="tftune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def fail_stale_trials(study: optuna.Study, now: float | None = None) -> list[int]:
+    """Mark failed every RUNNING trial whose worker died (kill -9, preemption), and queue
+    it to be measured once more, as Optuna's `RetryFailedTrialCallback` does. Returns the
+    trial numbers marked."""
+    import optuna
+
+    now = time.time() if now is None else now
+    marked: list[int] = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        worker = t.user_attrs.get(WORKER_ATTR)
+        beat = t.user_attrs.get(HEARTBEAT_ATTR)
+        alive = worker_alive(worker) if isinstance(worker, dict) else None
+        if alive is None:
+            alive = not (isinstance(beat, (int, float)) and now - beat > STALE_AFTER_S)
+        if alive:
+            continue
+        who = f"pid {worker.get('pid')} on {worker.get('host')}" if isinstance(worker, dict) else ""
+        try:
+            study._storage.set_trial_user_attr(
+                t._trial_id, "reason", f"interrupted: its worker ({who}) died".replace(" ()", "")
+            )
+            study._storage.set_trial_user_attr(t._trial_id, INTERRUPTED_ATTR, True)
+            study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        except RuntimeError:  # another worker marked it first (UpdateFinishedTrialError)
+            continue
+        marked.append(t.number)
+    return marked
+
+
+def retry_interrupted(study: optuna.Study) -> list[int]:
+    """Queue each interrupted trial (Ctrl-C, dead worker) for one more measurement with
+    the same parameters and role, once. Returns the trial numbers queued again."""
+    import optuna
+
+    queued: list[int] = []
+    retried = {
+        t.user_attrs.get(RETRY_OF_ATTR)
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get(RETRY_OF_ATTR) is not None
+    }
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,)):
+        ua = t.user_attrs
+        if not ua.get(INTERRUPTED_ATTR) or t.number in retried or RETRY_OF_ATTR in ua:
+            continue
+        attrs = {RETRY_OF_ATTR: t.number, "role": ua.get("role", Role.SEARCH.value)}
+        study.enqueue_trial(dict(t.params), user_attrs=attrs, skip_if_exists=False)
+        queued.append(t.number)
+    return queued
+
+
 # --- guided guess -------------------------------------------------------------------
 
 
@@ -309,18 +431,38 @@ def baseline_params(space: SearchSpace, role: Role, cores: int) -> dict[str, Kno
     raise ValueError(role)
 
 
+@dataclass(frozen=True, slots=True)
+class GuidedHint:
+    """What a profile of the script as written says (`tftune analyze` on a short
+    `tftune profile`): the input share and the call sites of the bottleneck stages."""
+
+    input_share: float | None
+    bottleneck_sites: tuple[str, ...] = ()
+    source: str = "profile"
+
+
+def _site_matches(knob_site: str | None, hinted: Sequence[str]) -> bool:
+    if knob_site is None:
+        return False
+    return any(knob_site == h or knob_site.endswith("/" + h) for h in hinted)
+
+
 def guided_params(
-    space: SearchSpace, as_written: TrialRecord, cores: int
+    space: SearchSpace, as_written: TrialRecord, cores: int, hint: GuidedHint | None = None
 ) -> tuple[dict[str, KnobValue], str]:
-    """A first guess from the as-written trial's input-wait share.
+    """A first guess from the profile of the script as written (`hint`), or else from
+    the as-written trial's input-wait share.
 
     Input-bound (the consumer waits a share w of its time): the pipeline must deliver
     1/(1-w) times faster, so its parallelism is raised by that factor (power of two, at
     most 64), the private thread pool is sized to match (AUTOTUNE never exceeds the pool)
-    and every buffer is AUTOTUNE. Not input-bound: the pipeline is fine; keep AUTOTUNE and
-    try the platform's 16-bit policy, where one is in the space.
+    and every buffer is AUTOTUNE. With a profile, only the bottleneck's call sites get
+    that parallelism; the other parallel sites get AUTOTUNE. Not input-bound: the pipeline
+    is fine; keep AUTOTUNE and try the platform's 16-bit policy, where one is in the space.
     """
-    w = as_written.input_wait_share
+    from_profile = hint is not None and hint.input_share is not None
+    w = hint.input_share if hint is not None and from_profile else as_written.input_wait_share
+    source = "the profile" if from_profile else "the as-written trial"
     if w is None:
         return baseline_params(space, Role.AUTOTUNE, cores), "no input-wait share: AUTOTUNE"
     if w >= INPUT_BOUND_SHARE:
@@ -340,13 +482,25 @@ def guided_params(
             "final_prefetch": AUTOTUNE,
             "threadpool_size": max(par, cores),
         }
-        why = f"input-bound ({w:.0%} wait): parallelism {par}, thread pool {max(par, cores)}"
-        return space.params_for(want), why
+        params = space.params_for(want)
+        targets = hint.bottleneck_sites if hint is not None and from_profile else ()
+        if targets and any(_site_matches(k.site, targets) for k in space.knobs):
+            for k in space.knobs:
+                if k.field == "num_parallel_calls" and not _site_matches(k.site, targets):
+                    params[k.name] = space.nearest(k, AUTOTUNE)
+            where = f" at {', '.join(targets)}"
+        else:
+            where = ""
+        why = (
+            f"input-bound ({w:.0%} wait, from {source}): parallelism {par}{where}, "
+            f"thread pool {max(par, cores)}"
+        )
+        return params, why
     params = baseline_params(space, Role.AUTOTUNE, cores)
     for k in space.knobs:
         if k.field == "mixed_precision":
             params[k.name] = next(c for c in k.choices if c is not None)
-    return params, f"not input-bound ({w:.0%} wait): AUTOTUNE and 16-bit precision"
+    return params, f"not input-bound ({w:.0%} wait, from {source}): AUTOTUNE and 16-bit precision"
 
 
 # --- winner -------------------------------------------------------------------------
@@ -449,6 +603,12 @@ def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=done)
 
 
+def _used(study: optuna.Study) -> int:
+    """Finished trials that count against ``--trials``: an interrupted one does not (it
+    is measured again)."""
+    return sum(1 for t in _finished(study) if not t.user_attrs.get(INTERRUPTED_ATTR))
+
+
 def run_study(
     space: SearchSpace,
     runner: Runner,
@@ -497,6 +657,14 @@ def run_study(
     cores = space.cores
     ran = 0
     notes: list[str] = []
+    dead = fail_stale_trials(study)
+    if dead:
+        notes.append(
+            f"trial(s) {', '.join(map(str, dead))} of a worker that died were marked failed"
+        )
+    again = retry_interrupted(study)
+    if again:
+        notes.append(f"interrupted trial(s) {', '.join(map(str, again))} will run again")
 
     def best_so_far() -> TrialRecord | None:
         recs = [_record(t, space) for t in _finished(study)]
@@ -540,7 +708,15 @@ def run_study(
             )
             return False
 
-        m = runner.measure(config, on_repeat=on_repeat)
+        try:
+            with heartbeat(study._storage, trial._trial_id):
+                m = runner.measure(config, on_repeat=on_repeat)
+        except KeyboardInterrupt:
+            # Optuna records the trial as FAIL and re-raises; these say it was stopped,
+            # not broken, so that the next run measures it again.
+            trial.set_user_attr("reason", "interrupted (Ctrl-C)")
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
+            raise
         eps = m.examples_per_s
         ref = floor if floor is not None else (eps if role is Role.AS_WRITTEN else None)
         feasible = eps is not None and ref is not None and eps >= ref
@@ -582,6 +758,12 @@ def run_study(
         if deadline is not None and clock() >= deadline:
             _study.stop()
 
+    def stop_at_budget(_study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Like Optuna's MaxTrialsCallback over finished trials, but an interrupted trial
+        # uses no budget. Shared workers stop at N in total.
+        if _used(_study) >= settings.n_trials:
+            _study.stop()
+
     def run_some(n: int) -> None:
         if n <= 0 or (deadline is not None and clock() >= deadline):
             return
@@ -589,18 +771,7 @@ def run_study(
             objective,
             n_trials=n,
             catch=(_TrialFailed,),
-            callbacks=[
-                report,
-                stop_at_deadline,
-                optuna.study.MaxTrialsCallback(
-                    settings.n_trials,
-                    states=(
-                        optuna.trial.TrialState.COMPLETE,
-                        optuna.trial.TrialState.PRUNED,
-                        optuna.trial.TrialState.FAIL,
-                    ),
-                ),
-            ],
+            callbacks=[report, stop_at_deadline, stop_at_budget],
         )
 
     def has_role(role: Role) -> bool:
@@ -636,6 +807,8 @@ def run_study(
                 if running and waited < AS_WRITTEN_WAIT_S:
                     sleep(AS_WRITTEN_POLL_S)
                     waited += AS_WRITTEN_POLL_S
+                    if fail_stale_trials(study):  # its worker died: measure it here
+                        retry_interrupted(study)
                     continue
                 with enqueue_lock:
                     latest = [
@@ -653,7 +826,7 @@ def run_study(
             runs += 1
 
     if on_start is not None:
-        on_start(len(_finished(study)), settings.n_trials)
+        on_start(_used(study), settings.n_trials)
     ensure_as_written()
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
@@ -661,15 +834,15 @@ def run_study(
         failed = [r for r in recs if r.role is Role.AS_WRITTEN]
         why = failed[-1].reason if failed else "it was not measured (timeout?)"
         raise ScriptError(f"the script as written could not be measured: {why}")
-    guided, guided_why = guided_params(space, aw, cores)
+    guided, guided_why = guided_params(space, aw, cores, settings.hint)
     with enqueue_lock:
         enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
         enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
         if settings.guided:
             enqueue(Role.GUIDED, guided)
     if settings.guided:
-        notes.append(f"guided guess from the as-written trial: {guided_why}")
-    run_some(settings.n_trials - len(_finished(study)))
+        notes.append(f"guided guess: {guided_why}")
+    run_some(settings.n_trials - _used(study))
 
     recs = [_record(t, space) for t in _finished(study)]
     aw = _as_written(recs)
