@@ -50,6 +50,14 @@ def apply(config: str | os.PathLike[str] | Config) -> None:
     from tftune.tuner.config import Config, load_config
 
     loaded = config if isinstance(config, Config) else load_config(config)
+    if not isinstance(config, Config):
+        import warnings
+
+        from tftune.tuner.record import environment_differences, mismatch_warning
+
+        diffs = environment_differences(loaded.meta)
+        if diffs:
+            warnings.warn(mismatch_warning(str(config), diffs), RuntimeWarning, stacklevel=2)
     main = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else ""
     script_dir = os.path.dirname(os.path.abspath(main)) if main else os.getcwd()
     activate(loaded, script_dir)

@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.probes.environment import Environment, collect
 from tftune.probes.errors import ConfigError, ScriptError
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
+from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
+from tftune.tuner.record import api_call, build_record
 from tftune.tuner.space import SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
@@ -178,9 +183,15 @@ def optimize(
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    invocation: Sequence[str] | None = None,
+    environment: Callable[[], Environment] | None = None,
 ) -> OptimizeResult:
     """Tune the tf.data pipeline (and optionally batch size and precision) of an
-    unmodified training script. See ``tftune optimize --help`` for the options."""
+    unmodified training script. See ``tftune optimize --help`` for the options.
+
+    ``invocation`` is the command line as typed (the CLI passes it) for the
+    reproducibility record; from the API the record holds the ``tftune.optimize(...)``
+    call. ``environment`` replaces `probes.environment.collect` (tests)."""
     from tftune.tuner import emit, parallel
     from tftune.tuner.config import save_config
     from tftune.tuner.runner import MeasureSpec, check_script, discover
@@ -201,6 +212,11 @@ def optimize(
     for out_path, flag in ((best_file, "--best"), (json_file, "--json"), (html_file, "-o")):
         if out_path is not None:  # fail now, not after the whole study
             check_writable(out_path, flag)
+    # The machine record (TF build, NVML, pip freeze) takes seconds: read it once, in the
+    # Python that runs the script, while discovery and the trials run.
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tftune-record")
+    env_future = pool.submit(environment or (lambda: collect(sys.executable)))
+    pool.shutdown(wait=False)
     note = on_note or (lambda _s: None)
     bound = BatchBound.parse(batch_size) if batch_size else None
     if space_file is not None:  # a malformed file fails now, not after discovery
@@ -293,9 +309,33 @@ def optimize(
     for n in outcome.notes:
         note(n)
 
+    argv = (
+        list(invocation)
+        if invocation is not None
+        else [
+            api_call(
+                str(script),
+                args,
+                {"trials": trials, "seed": seed, "storage": storage, "study_name": study_name},
+            )
+        ]
+    )
+    record = build_record(
+        path, args, argv=argv, seed=seed, environment=env_future.result()
+    ).to_json()
+    # Mixed precision with a 16-bit output layer: recommended only with the fix.
+    runs = [*outcome.records, *([outcome.confirm] if outcome.confirm is not None else [])]
+    findings = sorted({f for r in runs for f in output_findings(r.notes)})
+    advice = recommendation(outcome.best_config.mixed_precision or "off", findings)
+    if advice is not None:
+        note(advice)
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
-    save_config(emit.best_config_with_metrics(outcome, command), best_path)
+    best = emit.best_config_with_metrics(outcome, command)
+    extra: dict[str, Any] = {"record": record, "findings": findings}
+    if advice is not None:
+        extra["notes"] = [advice]
+    save_config(replace(best, meta={**best.meta, **extra}), best_path)
     diff = emit.source_diff(path, outcome.best_config)
     snippet = emit.globals_snippet(outcome.best_config)
     report = emit.tuning_json(
@@ -311,6 +351,11 @@ def optimize(
         seed=seed,
     )
     report["wall_s"] = round(time.monotonic() - started, 2)
+    report["record"] = record
+    report["findings"] = findings
+    if advice is not None:
+        report["notes"] = [*report.get("notes", []), advice]
+        report["best"]["requires"] = [FLOAT32_OUTPUT_FIX]
     json_path = emit.write_json_atomic(report, json_file) if json_file is not None else None
     html_path = _write_html(report, html_file)
     return OptimizeResult(

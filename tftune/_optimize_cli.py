@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -51,6 +53,15 @@ class ProgressView:
 
     def stop(self) -> None:
         self.progress.stop()
+
+
+def _invocation() -> list[str] | None:
+    """The command line as typed, for the reproducibility record; None when the command
+    was invoked in-process (e.g. a test's CliRunner), where sys.argv is someone else's."""
+    name = Path(sys.argv[0]).name if sys.argv else ""
+    if name in ("tftune", "__main__.py"):
+        return ["tftune", *sys.argv[1:]]
+    return None
 
 
 def _where(script: str, opts: dict[str, Any]) -> tuple[str, str]:
@@ -152,6 +163,7 @@ def _run(
             on_trial=view.trial,
             on_start=view.start,
             on_note=view.note,
+            invocation=_invocation(),
         )
     except KeyboardInterrupt:
         view.stop()

@@ -55,10 +55,14 @@ def run(config_path: str, script: str, script_args: tuple[str, ...]) -> None:
     Arguments after `--` go to the script. Same as `tftune.apply(FILE)` in the script.
     """
     from tftune.tuner.config import load_config
+    from tftune.tuner.record import environment_differences, mismatch_warning
     from tftune.tuner.runner import check_script, run_script
 
     config = load_config(config_path)
     check_script(script)
+    diffs = environment_differences(config.meta)
+    if diffs:
+        click.echo(f"tftune: {mismatch_warning(config_path, diffs)}", err=True)
     sys.exit(run_script(script, script_args, config))
 
 

@@ -145,6 +145,7 @@ def main() -> None:
     if spec.get("clock_file"):
         writer = ClockWriter(spec["clock_file"])
         hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)
+        hooks.on_finding = lambda text: writer.event("notes", notes=[text])
     if mode == "discover":
         discovery = _Discovery(spec["discovery_file"])
         hooks.on_site = discovery.site

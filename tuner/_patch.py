@@ -96,6 +96,9 @@ class Hooks:
     # examples). This is the measuring clock; it runs no Python per step in graphs.
     on_records: Callable[[int, list[tuple[int, int, int]]], object] | None = None
     on_nan: Callable[[str, float], None] | None = None
+    # A finding about the script as it runs (e.g. a 16-bit output layer), reported at
+    # once: a measured trial is stopped by a signal, before any end-of-run hook.
+    on_finding: Callable[[str], None] | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -646,7 +649,11 @@ def activate(config: Config, script_dir: str) -> Patcher:
 
 def _nan_callback(base: type, hooks: Hooks) -> Any:
     class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
-        """Reports a NaN/inf loss to the trial runner (who stops the trial)."""
+        """Reports a NaN/inf loss to the trial runner (who stops the trial), and a model
+        output computed in 16 bits (tuner.precision) when training begins."""
+
+        def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+            _report_output_precision(getattr(self, "model", None), hooks)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
             if not logs or "loss" not in logs or hooks.on_nan is None:
@@ -659,6 +666,25 @@ def _nan_callback(base: type, hooks: Hooks) -> Any:
                 hooks.on_nan("loss", loss)
 
     return _TftuneNanCheck()
+
+
+def _report_output_precision(model: Any, hooks: Hooks) -> None:
+    """Check the output layer's precision once per model; never fail the user's fit."""
+    from tftune.tuner.precision import check_output_layer
+
+    if model is None or getattr(model, "_tftune_precision_checked", False):
+        return
+    try:
+        model._tftune_precision_checked = True
+        finding = check_output_layer(model)
+    except Exception:
+        return
+    if finding is None:
+        return
+    if hooks.on_finding is not None:
+        hooks.on_finding(finding.message())
+    else:  # tftune run / tftune.apply: tell the user directly
+        print(f"tftune: warning: {finding.message()}", file=sys.stderr)
 
 
 def _no_options() -> Any:

@@ -328,6 +328,7 @@ def tuning_json(
                 "spread": _round(r.spread, 4),
                 "reason": r.reason,
                 "wall_s": _round(r.wall_s),
+                "notes": list(r.notes),
             }
             for r in outcome.records
         ],

@@ -41,6 +41,7 @@ from tftune.probes.clock import (
 from tftune.probes.errors import ScriptError
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlReader, NvmlSampler, PynvmlReader
 from tftune.tuner.config import Config, SiteConfig
+from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 POLL_S = 0.05
@@ -705,7 +706,9 @@ class _Trial:
     def _event_failure(self) -> tuple[FailureKind, str] | None:
         for e in self.events:
             if e.kind == "nan":
-                return FailureKind.NAN, f"loss became {e.payload.get('value')} (NaN/inf)"
+                policy = self.config.mixed_precision
+                under = f" under the {policy} policy" if policy in SIXTEEN_BIT_POLICIES else ""
+                return FailureKind.NAN, f"loss became {e.payload.get('value')} (NaN/inf){under}"
         return None
 
     def _metrics(self, gpu: GpuFigures | NotMeasured, truncated: bool) -> TrialMetrics | None:

@@ -126,6 +126,7 @@ class Measurement:
     repeats: tuple[float, ...] = ()
     reason: str | None = None
     wall_s: float = 0.0
+    notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit output layer)
 
 
 RepeatCallback = Callable[[int, float], bool]
@@ -171,6 +172,7 @@ class TrialRecord:
     reason: str | None = None
     wall_s: float = 0.0
     feasible: bool = False
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,6 +577,7 @@ def _record(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         or ("interrupted (the worker died or was stopped)" if state is State.FAILED else None),
         wall_s=float(ua.get("wall_s", 0.0)),
         feasible=bool(ua.get("feasible", False)),
+        notes=tuple(str(n) for n in ua.get("notes", ())),
     )
 
 
@@ -724,6 +727,7 @@ def run_study(
             "reason": prune_why[-1] if m.state is State.PRUNED and prune_why else m.reason,
             "wall_s": m.wall_s,
             "feasible": feasible,
+            "notes": list(m.notes),
             "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
         }
         for key, value in attrs.items():
@@ -777,9 +781,14 @@ def run_study(
         return any(t.user_attrs.get("role") == role.value for t in study.get_trials(deepcopy=False))
 
     def enqueue(role: Role, params: Mapping[str, KnobValue]) -> None:
-        with study_lock(settings.storage, settings.study_name):  # one per study, any worker
-            if not has_role(role):
-                study.enqueue_trial(dict(params), user_attrs={"role": role.value})
+        if not has_role(role):
+            study.enqueue_trial(dict(params), user_attrs={"role": role.value})
+
+    # Check-then-enqueue must not interleave between workers, or two of them enqueue
+    # the same baseline and it runs twice.
+    # A lock file beside a journal (or SQLite) file, an advisory lock on PostgreSQL.
+    def enqueue_lock() -> contextlib.AbstractContextManager[None]:
+        return study_lock(settings.storage, settings.study_name)
 
     def ensure_as_written() -> None:
         """Measure the script as written unless the study has it. Another worker may be
@@ -787,33 +796,37 @@ def run_study(
         trial RUNNING in a journal file forever), and re-run it if it failed."""
         waited, runs = 0.0, 0
         while runs < AS_WRITTEN_ATTEMPTS:
-            # Decided under the study lock, so that two workers starting together
-            # enqueue the as-written trial once.
-            with study_lock(settings.storage, settings.study_name):
-                mine = [
-                    t
-                    for t in study.get_trials(deepcopy=False)
-                    if t.user_attrs.get("role") == Role.AS_WRITTEN.value
-                ]
-                states = {t.state for t in mine}
-                if optuna.trial.TrialState.COMPLETE in states:
-                    return
-                if deadline is not None and clock() >= deadline:
-                    return
-                running = optuna.trial.TrialState.RUNNING in states
-                wait = False
-                if optuna.trial.TrialState.WAITING not in states:
-                    wait = running and waited < AS_WRITTEN_WAIT_S
-                    if not wait:
+            mine = [
+                t
+                for t in study.get_trials(deepcopy=False)
+                if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+            ]
+            states = {t.state for t in mine}
+            seen = [(t.number, t.state) for t in mine]
+            if optuna.trial.TrialState.COMPLETE in states:
+                return
+            if deadline is not None and clock() >= deadline:
+                return
+            running = optuna.trial.TrialState.RUNNING in states
+            if optuna.trial.TrialState.WAITING not in states:
+                if running and waited < AS_WRITTEN_WAIT_S:
+                    sleep(AS_WRITTEN_POLL_S)
+                    waited += AS_WRITTEN_POLL_S
+                    if fail_stale_trials(study):  # its worker died: measure it here
+                        retry_interrupted(study)
+                    continue
+                with enqueue_lock():
+                    latest = [
+                        (t.number, t.state)
+                        for t in study.get_trials(deepcopy=False)
+                        if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+                    ]
+                    if latest == seen:  # no other worker enqueued or ran it meanwhile
                         study.enqueue_trial(
                             space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
                         )
-            if wait:
-                sleep(AS_WRITTEN_POLL_S)
-                waited += AS_WRITTEN_POLL_S
-                if fail_stale_trials(study):  # its worker died: measure it here
-                    retry_interrupted(study)
-                continue
+                if latest != seen:
+                    continue
             run_some(1)
             runs += 1
 
@@ -827,10 +840,12 @@ def run_study(
         why = failed[-1].reason if failed else "it was not measured (timeout?)"
         raise ScriptError(f"the script as written could not be measured: {why}")
     guided, guided_why = guided_params(space, aw, cores, settings.hint)
-    enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
-    enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
+    with enqueue_lock():
+        enqueue(Role.AUTOTUNE, baseline_params(space, Role.AUTOTUNE, cores))
+        enqueue(Role.HEURISTIC, baseline_params(space, Role.HEURISTIC, cores))
+        if settings.guided:
+            enqueue(Role.GUIDED, guided)
     if settings.guided:
-        enqueue(Role.GUIDED, guided)
         notes.append(f"guided guess: {guided_why}")
     run_some(settings.n_trials - booked(study.get_trials(deepcopy=False)))
     # Other workers' trials still running are part of the result every worker reports.
@@ -864,6 +879,7 @@ def run_study(
             repeats=m.repeats,
             reason=m.reason,
             wall_s=m.wall_s,
+            notes=m.notes,
             feasible=m.examples_per_s is not None
             and m.examples_per_s >= (aw.examples_per_s or 0.0),
         )
@@ -991,7 +1007,9 @@ class ScriptRunner(Runner):
             TrialState.PRUNED: State.PRUNED,
         }.get(r.state, State.FAILED)
         if m is None:
-            return Measurement(state=State.FAILED, reason=r.reason, wall_s=r.wall_s)
+            return Measurement(
+                state=State.FAILED, reason=r.reason, wall_s=r.wall_s, notes=tuple(r.notes)
+            )
         return Measurement(
             state=state,
             examples_per_s=m.examples_per_s,
@@ -1002,4 +1020,5 @@ class ScriptRunner(Runner):
             repeats=m.repeats,
             reason=r.reason or m.utilization_note,
             wall_s=r.wall_s,
+            notes=tuple(r.notes),
         )
