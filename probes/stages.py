@@ -326,6 +326,9 @@ def _as_bool(value: Any) -> bool | None:
     return None
 
 
+KNOB_EVENTS = 8  # latest events per stage read for knobs
+
+
 def _knobs(stats: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k in KNOBS_INT:
@@ -412,7 +415,10 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
     child_events = np.zeros(n_st, dtype=np.int64)
     child_nested = np.zeros(n_st, dtype=np.int64)
     first_start = np.full(n_st, np.iinfo(np.int64).max, dtype=np.int64)
-    last_event: dict[int, tuple[int, Line, int]] = {}
+    # The latest few events of each stage: TF writes a knob as "unavailable" when the iterator's
+    # lock was busy at trace time (ParallelMap's parallelism, for one), so one event
+    # may lack a knob that the one before it carries.
+    last_events: dict[int, list[tuple[int, Line, int]]] = {}
     inline_fn = np.zeros(n_st, dtype=np.int64)
     inline_calls = np.zeros(n_st, dtype=np.int64)
     fr_owner: dict[int, int] = {}
@@ -463,9 +469,11 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
             np.add.at(child_nested, pst[ok], 1)
             for u in np.unique(st).tolist():
                 k = ii[st == u]
-                j = int(k[np.argmax(starts[k])])
-                if u not in last_event or int(starts[j]) > last_event[u][0]:
-                    last_event[u] = (int(starts[j]), line, int(idx[j]))
+                latest = k[np.argsort(starts[k])[-KNOB_EVENTS:]]
+                found = last_events.setdefault(u, [])
+                found += [(int(starts[j]), line, int(idx[j])) for j in latest.tolist()]
+                found.sort(key=lambda t: t[0], reverse=True)
+                del found[KNOB_EVENTS:]
             # Runner threads: a top-level event that calls a stage's input belongs to the
             # stage whose input it calls.
             tops = top[ii]
@@ -560,10 +568,17 @@ def build_stage_tree(host: HostTrace, window: tuple[int, int] | None = None) -> 
         a.runner = int(runner[u])
         a.child_events, a.child_events_nested = int(child_events[u]), int(child_nested[u])
         a.first_seen = int(first_start[u])
-        if u in last_event:
-            _, ln, raw = last_event[u]
-            stats = plane.event_stats(ln, raw)
-            a.knobs = _knobs(stats)
+        if u in last_events:
+            newest: dict[str, Any] = {}
+            knobs: dict[str, Any] = {}
+            for _, ln, raw in last_events[u]:  # newest first
+                event_stats = plane.event_stats(ln, raw)
+                for key, value in _knobs(event_stats).items():
+                    knobs.setdefault(key, value)
+                for key, value in event_stats.items():
+                    newest.setdefault(key, value)
+            stats = newest
+            a.knobs = knobs
             a.id = _as_int(stats.get("id"))
             a.parent_id = _as_int(stats.get("parent_id"))
             op = stats.get("name")

@@ -92,3 +92,18 @@ def test_older_tensorflow_root_name_is_a_root_too(tmp_path: Path) -> None:
     bn = tree.bottleneck
     assert bn is not None and bn.name == "Iterator::Model::Prefetch::Map"
     assert tree.root_knobs["cpu_budget"] == 2
+
+
+def test_a_knob_written_unavailable_is_read_from_an_earlier_event(tmp_path: Path) -> None:
+    """TF writes `parallelism: unavailable` when the iterator's lock was busy at trace
+    time; the value AUTOTUNE chose is then taken from the stage's previous event."""
+    b = _pipeline(n=3)
+    host_plane = b.plane("/host:CPU")
+    pmap = "Iterator::Root::Prefetch::ParallelMapV2"
+    r = "tf_data_iterator_resource/9"
+    host_plane.event(r, pmap, 31 * MS, MS, id=7, parent_id=2, parallelism=8, autotune=1)
+    host_plane.event(r, pmap, 33 * MS, MS, id=7, parent_id=2, parallelism="unavailable")
+    host = trace.load_host(b.write(tmp_path / "run", host="vm"))
+    stage = build_stage_tree(host, (0, 40 * MS)).by_name(pmap)
+    assert stage is not None
+    assert stage.knob("parallelism") == 8 and stage.knob("autotune") is True
