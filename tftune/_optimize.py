@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.probes.atomic import write_text_atomic
 from tftune.probes.environment import Environment, collect
 from tftune.probes.errors import ConfigError, ScriptError
 from tftune.tuner.bounds import Ceiling
@@ -122,7 +123,6 @@ def profile_hint(
     """A short profile of the script as written, analyzed (`tftune analyze`): its input
     share and the bottleneck call sites. None (and a note) when no profile could be
     taken or read; the guided guess then uses the as-written trial's own measurement."""
-    import tempfile
 
     from tftune.probes.analysis import analyze
     from tftune.probes.errors import UserError
@@ -377,20 +377,5 @@ def _write_html(report: dict[str, Any], html_file: str | os.PathLike[str] | None
     if render is None:
         return None
     text = render(report)
-    p = Path(html_file)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(str(text))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    p = write_text_atomic(html_file, str(text), ConfigError)
     return p

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tftune import __version__
+from tftune.probes.atomic import write_text_atomic
 from tftune.probes.errors import Terminated, UserError
 
 
@@ -253,28 +254,6 @@ def read_json_file(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file and `os.replace`, so a reader never sees half a file."""
-    import os
-    import tempfile
-
-    target = path.resolve()
-    if target.is_dir():
-        raise UserError(f"{path}: is a directory, expected a file name")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 # --------------------------------------------------------------------------- commands

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.probes.atomic import write_text_atomic
 from tftune.probes.errors import ConfigError
 
 SCHEMA = 1
@@ -198,24 +198,9 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 
 def save_config(config: Config, path: str | os.PathLike[str]) -> Path:
-    """Write `config` atomically: a temp file in the same folder, then `os.replace`."""
-    p = Path(path)
+    """Write `config` atomically (see `tftune.probes.atomic`)."""
     text = json.dumps(config.to_json(), indent=2) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot write config ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except OSError as exc:  # e.g. the target is a directory
-        Path(tmp).unlink(missing_ok=True)
-        raise ConfigError(f"{p}: cannot write config ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_text_atomic(path, text, ConfigError)
 
 
 def unknown_sites(config: Config, known: set[str] | frozenset[str]) -> list[str]:

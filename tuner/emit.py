@@ -17,12 +17,12 @@ import json
 import os
 import platform
 import shlex
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.probes.atomic import write_text_atomic
 from tftune.probes.errors import ConfigError
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
@@ -245,24 +245,8 @@ def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
 
 
 def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write JSON atomically (temp file in the same folder, then `os.replace`)."""
-    p = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
-    except OSError as exc:
-        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, p)
-    except OSError as exc:  # e.g. the target is a directory
-        Path(tmp).unlink(missing_ok=True)
-        raise ConfigError(f"{p}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    """Write JSON atomically (see `tftune.probes.atomic`)."""
+    return write_text_atomic(path, json.dumps(data, indent=2) + "\n", ConfigError)
 
 
 def tuning_json(
