@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.atomic import write_text_atomic
 from tftune.probes.environment import Environment, collect
 from tftune.probes.errors import ConfigError, ScriptError
+from tftune.probes.userfiles import write_text_atomic
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation

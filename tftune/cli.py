@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from tftune import __version__
-from tftune.probes.atomic import write_text_atomic
 from tftune.probes.errors import Terminated, UserError
+from tftune.probes.userfiles import write_text_atomic
 
 
 class _Group(click.Group):
@@ -240,20 +240,9 @@ def generated_at() -> str:
 
 def read_json_file(path: Path) -> Any:
     """Parse a JSON file, or fail with one line naming it."""
-    import json
+    from tftune.probes.userfiles import read_json
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a JSON file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
+    return read_json(path)
 
 
 # --------------------------------------------------------------------------- commands

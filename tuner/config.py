@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.atomic import write_text_atomic
 from tftune.probes.errors import ConfigError
+from tftune.probes.userfiles import read_json, write_text_atomic
 
 SCHEMA = 1
 AUTOTUNE = -1
@@ -182,23 +182,12 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a config file. Raises `ConfigError` (one line) when malformed."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: config file does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a directory, not a config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read config ({exc.__class__.__name__})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json(p, ConfigError, "config file")
     return config_from_json(data, str(p))
 
 
 def save_config(config: Config, path: str | os.PathLike[str]) -> Path:
-    """Write `config` atomically (see `tftune.probes.atomic`)."""
+    """Write `config` atomically (see `tftune.probes.userfiles`)."""
     text = json.dumps(config.to_json(), indent=2) + "\n"
     return write_text_atomic(path, text, ConfigError)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.atomic import write_text_atomic
 from tftune.probes.errors import ConfigError
+from tftune.probes.userfiles import write_text_atomic
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.space import SearchSpace, format_value
@@ -245,7 +245,7 @@ def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
 
 
 def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write JSON atomically (see `tftune.probes.atomic`)."""
+    """Write JSON atomically (see `tftune.probes.userfiles`)."""
     return write_text_atomic(path, json.dumps(data, indent=2) + "\n", ConfigError)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import itertools
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tftune.probes.errors import ConfigError
+from tftune.probes.userfiles import read_json
 from tftune.tuner.config import AUTOTUNE, AUTOTUNE_JSON, MAX_KNOB, Config, SiteConfig
 
 KnobValue = int | str | bool | None
@@ -476,14 +476,7 @@ def apply_space_file(
     check that call sites exist (to validate the file before discovery has run).
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: space file does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read space file ({exc.__class__.__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{p}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json(p, ConfigError, "space file")
     if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
         raise ConfigError(f'{p}: expected {{"knobs": {{name: choices}}}}')
     unknown_top = sorted(set(data) - {"knobs", "schema"})

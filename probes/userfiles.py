@@ -1,15 +1,19 @@
-"""Atomic file writes: every report, config and JSON that tftune writes goes through here.
+"""The files users hand tftune and the files it writes for them.
 
-The text goes to a temporary file in the target's folder, then `os.replace` puts it in
+`read_json` reads a JSON file (a saved analysis or tuning JSON, a config, a space file)
+and fails with one line naming the file. `write_text_atomic` writes every report, config
+and JSON: the text goes to a temporary file in the target's folder, then `os.replace` puts it in
 place, so a reader (or a crash) never sees half a file and a failed write leaves the old
 file whole and no temporary file behind. Failures are one-line user errors naming the path.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tftune.probes.errors import UserError
 
@@ -41,3 +45,23 @@ def write_text_atomic(
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+def read_json(
+    path: str | os.PathLike[str], error: type[UserError] = UserError, what: str | None = None
+) -> Any:
+    """Parse the JSON file at `path`; raise `error` (one line naming it) on failure.
+    `what` names the kind of file a missing one should have been ("config file")."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{p}: {what} does not exist" if what else f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a directory, expected a JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{p}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno})") from None
