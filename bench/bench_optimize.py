@@ -141,10 +141,21 @@ def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     final: dict[str, list[float]] = {k: [] for k in contenders}
     final_spec = replace(spec, repeats=max(spec.repeats, 2))
     final_runner = ScriptRunner(path, FOREVER, spec=final_spec)
+    # Contenders with the same config are one measurement (tftune's winner often *is* the
+    # grid's best): measuring it twice would turn the noise between two runs of one
+    # config into a ratio.
+    distinct: dict[str, str] = {}
+    for key, config in contenders.items():
+        distinct[key] = next(k for k, c in contenders.items() if c == config)
     for _ in range(args.final_repeats):
         for key, config in contenders.items():
+            if distinct[key] != key:
+                continue
             m = final_runner.measure(config)
             final[key].append(m.examples_per_s or 0.0)
+    for key, same in distinct.items():
+        if same != key:
+            final[key] = final[same]
     med = {k: statistics.median(v) for k, v in final.items()}
 
     def ratio(a: str, b: str) -> float:
@@ -158,6 +169,7 @@ def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
         "tune_wall_s": round(tune_s, 1),
         "grid_wall_s": round(grid_s, 1),
         "tftune_winner": outcome.best.description,
+        "same_config": sorted(k for k, same in distinct.items() if same != k),
         "grid_best": space.describe(grid_best),
         "examples_per_s": {k: round(v, 1) for k, v in med.items()},
         "final_samples": {k: [round(x, 1) for x in v] for k, v in final.items()},

@@ -494,14 +494,19 @@ def test_two_optimize_processes_share_one_study(kind: str, tmp_path: Path, reque
         assert data["trials"]["complete"] + data["trials"]["pruned"] + data["trials"][
             "failed"
         ] == len(trials)
-        # Each process reports the combined best (or, if its confirmation run did not
-        # hold up, the script as written, with that confirmation shown).
+        # Each process chose its winner in its own final round over the combined trials:
+        # one of the study's trials, re-measured and not slower than the script as written
+        # in that round (or the script as written itself, saying why).
         b = data["best"]
+        assert b["trial"] in {t.number for t in complete}
         if b["role"] == "as_written":
-            assert b["trial"] == aw.number and data["best"]["confirmed"] is not None
+            assert b["trial"] == aw.number
+            assert any("did not hold up" in n for n in data["notes"]), data["notes"]
         else:
-            assert b["trial"] == best.number, (b, best.number)
-            assert f"(trial {best.number}," in out
+            c = b["confirmed"]
+            floor = data["baselines"]["as_written"]["confirmed"] or data["baselines"]["as_written"]
+            assert c["trial"] == b["trial"] and c["examples_per_s"] >= floor["examples_per_s"]
+            assert f"(trial {b['trial']}," in out
     ran = [int(m) for out, _ in results for m in re.findall(r"(\d+) ran now", out)]
     assert sum(ran) == len(trials) and all(r >= 1 for r in ran), ran  # both worked
 

@@ -302,10 +302,19 @@ def optimize(
     )
     if len(runners) > 1:
         outcome = parallel.run_parallel(
-            space, runners, settings, on_trial=on_trial, on_start=on_start, stop=stop, reap=reap
+            space,
+            runners,
+            settings,
+            on_trial=on_trial,
+            on_start=on_start,
+            on_note=note,
+            stop=stop,
+            reap=reap,
         )
     else:
-        outcome = run_study(space, runner, settings, on_trial=on_trial, on_start=on_start)
+        outcome = run_study(
+            space, runner, settings, on_trial=on_trial, on_start=on_start, on_note=note
+        )
     for n in outcome.notes:
         note(n)
 

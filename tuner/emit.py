@@ -216,6 +216,15 @@ def _metrics(r: TrialRecord | None) -> dict[str, Any] | None:
     }
 
 
+def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> dict[str, Any] | None:
+    """A baseline's trial figures, with its final-round figure as ``confirmed``."""
+    out = _metrics(r)
+    if out is not None:
+        again = outcome.remeasured(r)
+        out["confirmed"] = _metrics(again) if again is not r else None
+    return out
+
+
 def _round(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(float(x), nd)
 
@@ -232,7 +241,7 @@ def best_config_with_metrics(outcome: StudyOutcome, command: str) -> Config:
         "measured": _metrics(outcome.best),
         "confirmed": _metrics(outcome.confirm),
         "as_written": _metrics(aw),
-        "speedup_vs_as_written": _speedup(outcome.best, aw),
+        "speedup_vs_as_written": _speedup(tuned_record(outcome), outcome.remeasured(aw)),
         "noise": "spread = (max - min) / median of the repeat windows' examples/s",
     }
     return replace(outcome.best_config, meta=meta)
@@ -274,10 +283,13 @@ def tuning_json(
         "wall_s": round(outcome.wall_s, 2),
         "ceiling": ceiling.to_json() if ceiling is not None else None,
         "baselines": {
-            "as_written": _metrics(b.get(Role.AS_WRITTEN)),
-            "autotune": _metrics(b.get(Role.AUTOTUNE)),
-            "heuristic": _metrics(b.get(Role.HEURISTIC)),
-            "guided": _metrics(b.get(Role.GUIDED)),
+            key: _baseline(outcome, b.get(role))
+            for key, role in (
+                ("as_written", Role.AS_WRITTEN),
+                ("autotune", Role.AUTOTUNE),
+                ("heuristic", Role.HEURISTIC),
+                ("guided", Role.GUIDED),
+            )
         },
         "best": {
             **(_metrics(outcome.best) or {}),
@@ -286,7 +298,9 @@ def tuning_json(
             "description": outcome.best.description,
             "role": outcome.best.role.value,
             "confirmed": _metrics(outcome.confirm),
-            "speedup_vs_as_written": _speedup(outcome.best, b.get(Role.AS_WRITTEN)),
+            "speedup_vs_as_written": _speedup(
+                tuned_record(outcome), outcome.remeasured(b.get(Role.AS_WRITTEN))
+            ),
         },
         "pareto": [_metrics(r) for r in outcome.pareto]
         if outcome.objective.value == "both"
@@ -337,17 +351,22 @@ def _fmt_util(x: float | None) -> str:
     return "not measured" if x is None else f"{x:.0%}"
 
 
+def tuned_record(outcome: StudyOutcome) -> TrialRecord:
+    """The winner's honest figure: from the final round, else from its trial."""
+    c = outcome.confirm
+    return c if c is not None and c.feasible else outcome.remeasured(outcome.best) or outcome.best
+
+
 def table_rows(outcome: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
     """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
     b = outcome.baselines
-    aw = b.get(Role.AS_WRITTEN)
-    shown = outcome.confirm if outcome.confirm is not None and outcome.confirm.feasible else None
-    tuned = shown or outcome.best
+    # Final-round figures where there are some: measured side by side with the winner's.
+    aw = outcome.remeasured(b.get(Role.AS_WRITTEN))
     rows: list[tuple[str, TrialRecord | None]] = [
         ("as written", aw),
-        ("AUTOTUNE everywhere", b.get(Role.AUTOTUNE)),
-        ("#cores heuristic", b.get(Role.HEURISTIC)),
-        ("tuned", tuned),
+        ("AUTOTUNE everywhere", outcome.remeasured(b.get(Role.AUTOTUNE))),
+        ("#cores heuristic", outcome.remeasured(b.get(Role.HEURISTIC))),
+        ("tuned", tuned_record(outcome)),
     ]
     out = []
     for label, r in rows:
@@ -393,8 +412,8 @@ def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
 def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
     p = _fmt_eps(ceiling.pipeline_only_examples_per_s)
     m = _fmt_eps(ceiling.model_only_examples_per_s)
-    aw = outcome.baselines.get(Role.AS_WRITTEN)
-    tuned = outcome.best.examples_per_s
+    aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
+    tuned = tuned_record(outcome).examples_per_s
     parts = [f"pipeline alone {p} ex/s, model alone on cached data {m} ex/s"]
     model = ceiling.model_only_examples_per_s
     if model and aw is not None and aw.examples_per_s and tuned:

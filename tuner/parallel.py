@@ -351,6 +351,7 @@ def run_parallel(
     *,
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
     stop: threading.Event | None = None,
     reap: Sequence[Callable[[], None]] = (),
 ) -> StudyOutcome:
@@ -406,7 +407,7 @@ def run_parallel(
     real = [e for e in errors if not isinstance(e, WorkerStopped)]
     if real:
         raise real[0]
-    final = run_study(space, runners[0], settings)
+    final = run_study(space, runners[0], settings, on_note=on_note)
     return replace(final, ran_this_session=sum(ran), wall_s=time.monotonic() - started)
 
 

@@ -11,9 +11,12 @@ measured trial runner; tests inject a fake one). Its order is fixed:
 shared study (several workers on one storage) stops at N in total and never reruns a
 finished trial. Trials that are clearly worse are pruned from the runner's per-repeat
 throughput reports. The winner is the best *feasible* trial: one with at least the
-as-written examples/s (TPE's constraint, and `choose_winner`'s guard), re-measured once
-before it is emitted. If nothing beats the script as written, the winner is the script
-as written: tftune never ends below it.
+as-written examples/s (TPE's constraint, and `choose_winner`'s guard). The search's
+best figures are best-of-N and biased upwards, so a final round re-measures the few best
+distinct trials beside the as-written, AUTOTUNE and heuristic baselines, one after the
+other, and the winner is chosen from that round alone (`choose_final`). If nothing beats
+the script as written in it, the winner is the script as written: tftune never ends
+below it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +64,9 @@ AS_WRITTEN_POLL_S = 2.0
 # A failing as-written trial is retried this often before the script is declared broken
 # (the first may fail for a transient reason, e.g. an OOM caused by another job).
 AS_WRITTEN_ATTEMPTS = 2
+# The final round re-measures this many of the best distinct trials, beside the
+# as-written, AUTOTUNE and #cores-heuristic baselines, and picks the winner from it.
+FINAL_CANDIDATES = 3
 # Opening an RDB storage is retried this often (see `open_storage`).
 RDB_CREATE_ATTEMPTS = 4
 DEFAULT_TRIALS = 20
@@ -185,6 +191,9 @@ class StudySettings:
     storage: str | None = None
     study_name: str = "tftune"
     confirm: bool = True
+    # How many of the best distinct trials the final round re-measures beside the
+    # baselines (see `final_candidates`).
+    final_candidates: int = FINAL_CANDIDATES
     # What is tuned (script and its arguments): a study resumed for another target
     # would mix incomparable measurements, so it is refused.
     target: str = ""
@@ -203,12 +212,22 @@ class StudyOutcome:
     baselines: Mapping[Role, TrialRecord]
     best: TrialRecord
     best_config: Config
-    confirm: TrialRecord | None
+    confirm: TrialRecord | None  # the winner's figure from the final round
     pareto: tuple[TrialRecord, ...]
     importances: Mapping[str, float]
     wall_s: float
     ran_this_session: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The final round: role CONFIRM, `number` the trial each one re-measures.
+    final: tuple[TrialRecord, ...] = ()
+
+    def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
+        """`r`'s figure from the final round where it has one (side by side with the
+        winner's), else `r` itself."""
+        if r is None:
+            return None
+        again = next((f for f in self.final if f.number == r.number), None)
+        return again if again is not None and again.state is State.COMPLETE else r
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in State}
@@ -542,6 +561,122 @@ def choose_winner(
     return max(feasible, key=lambda r: _score(r, objective))
 
 
+def final_candidates(
+    records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective, k: int
+) -> list[TrialRecord]:
+    """What the final round re-measures: the script as written, AUTOTUNE everywhere and
+    the #cores heuristic (those that completed), then the `k` best feasible trials whose
+    params differ from everything already listed."""
+    out: list[TrialRecord] = [as_written]
+    for role in (Role.AUTOTUNE, Role.HEURISTIC):
+        r = next((x for x in records if x.role is role and x.state is State.COMPLETE), None)
+        if r is not None:
+            out.append(r)
+    floor = as_written.examples_per_s or 0.0
+    ranked = sorted(
+        (
+            r
+            for r in records
+            if r.state is State.COMPLETE
+            and r.role is not Role.CONFIRM
+            and (r.examples_per_s or 0.0) >= floor
+        ),
+        key=lambda r: _score(r, objective),
+        reverse=True,
+    )
+    seen = [dict(r.params) for r in out]
+    added = 0
+    for r in ranked:
+        if added >= k:
+            break
+        if dict(r.params) in seen:
+            continue
+        seen.append(dict(r.params))
+        out.append(r)
+        added += 1
+    return out
+
+
+def final_round(
+    candidates: Sequence[TrialRecord],
+    runner: Runner,
+    space: SearchSpace,
+    on_note: Callable[[str], None] | None = None,
+) -> tuple[TrialRecord, ...]:
+    """Each candidate measured once more, one after the other, as role CONFIRM."""
+    out: list[TrialRecord] = []
+    for c in candidates:
+        m = runner.measure(space.config(c.params, apply_fixed=c.role is not Role.AS_WRITTEN))
+        if on_note is not None:
+            figure = (
+                f"{m.examples_per_s:,.1f} ex/s"
+                if m.state is State.COMPLETE and m.examples_per_s is not None
+                else f"{m.state.value}: {m.reason or ''}".strip()
+            )
+            on_note(f"  trial {c.number} ({c.role.value}) again: {figure}  [{c.description}]")
+        out.append(
+            TrialRecord(
+                number=c.number,
+                role=Role.CONFIRM,
+                state=m.state,
+                params=c.params,
+                description=c.description,
+                examples_per_s=m.examples_per_s,
+                utilization=m.utilization,
+                spread=m.spread,
+                input_wait_share=m.input_wait_share,
+                repeats=m.repeats,
+                reason=m.reason,
+                wall_s=m.wall_s,
+                notes=m.notes,
+            )
+        )
+    return tuple(out)
+
+
+def choose_final(
+    records: Sequence[TrialRecord],
+    as_written: TrialRecord,
+    final: Sequence[TrialRecord],
+    objective: Objective,
+) -> tuple[TrialRecord, TrialRecord | None, str | None]:
+    """(winner's trial, winner's final-round record, a note): the best final-round
+    figure that does not lose examples/s against the script as written *in the same
+    round*. The script as written when nothing does."""
+    by_number = {r.number: r for r in records}
+    aw_again = next((f for f in final if f.number == as_written.number), None)
+    aw_ok = aw_again is not None and aw_again.state is State.COMPLETE
+    floor = (aw_again if aw_ok else as_written).examples_per_s or 0.0  # type: ignore[union-attr]
+    scored = [
+        replace(f, feasible=f.examples_per_s is not None and f.examples_per_s >= floor)
+        for f in final
+        if f.state is State.COMPLETE
+    ]
+    feasible = [f for f in scored if f.feasible and f.number != as_written.number]
+    trial_best = choose_winner(records, as_written, objective)
+    if not feasible:
+        again = next((f for f in scored if f.number == trial_best.number), None)
+        shown = f"{again.examples_per_s or 0:.1f}" if again is not None else "not measured"
+        return (
+            as_written,
+            None,
+            f"trial {trial_best.number} ({trial_best.description}) did not hold up when "
+            f"re-measured beside the script as written ({shown} examples/s vs {floor:.1f}): "
+            "keeping the script as written",
+        )
+    if objective is Objective.BOTH:
+        pick = pareto_front(feasible)[0]
+    else:
+        pick = max(feasible, key=lambda f: _score(f, objective))
+    note = None
+    if pick.number != trial_best.number:
+        note = (
+            f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
+            f"trial {trial_best.number}, when both were re-measured side by side"
+        )
+    return by_number[pick.number], pick, note
+
+
 # --- the study ----------------------------------------------------------------------
 
 
@@ -605,6 +740,7 @@ def run_study(
     *,
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StudyOutcome:
@@ -862,34 +998,18 @@ def run_study(
     assert aw is not None
     best = choose_winner(recs, aw, settings.objective)
     confirm: TrialRecord | None = None
+    final: tuple[TrialRecord, ...] = ()
     if settings.confirm and best.role is not Role.AS_WRITTEN:
-        # The best of N noisy trials is biased upwards: measure it once more, and keep it
-        # only if it still does not lose against the script as written.
-        m = runner.measure(space.config(best.params))
-        confirm = TrialRecord(
-            number=-1,
-            role=Role.CONFIRM,
-            state=m.state,
-            params=best.params,
-            description=best.description,
-            examples_per_s=m.examples_per_s,
-            utilization=m.utilization,
-            spread=m.spread,
-            input_wait_share=m.input_wait_share,
-            repeats=m.repeats,
-            reason=m.reason,
-            wall_s=m.wall_s,
-            notes=m.notes,
-            feasible=m.examples_per_s is not None
-            and m.examples_per_s >= (aw.examples_per_s or 0.0),
-        )
-        if not confirm.feasible:
-            notes.append(
-                f"trial {best.number} ({best.description}) did not hold up when re-measured "
-                f"({confirm.examples_per_s or 0:.1f} examples/s vs "
-                f"{aw.examples_per_s or 0:.1f} as written): keeping the script as written"
-            )
-            best = aw
+        # The best of N noisy trials is biased upwards, and the baselines were measured
+        # minutes apart from it: measure the leaders and the baselines once more, side
+        # by side, and choose the winner from that round alone.
+        leaders = final_candidates(recs, aw, settings.objective, settings.final_candidates)
+        if on_note is not None:
+            on_note(f"final round: re-measuring {len(leaders)} configs side by side ...")
+        final = final_round(leaders, runner, space, on_note)
+        best, confirm, note = choose_final(recs, aw, final, settings.objective)
+        if note:
+            notes.append(note)
     best_config = space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
     kind = next(
         (
@@ -909,6 +1029,7 @@ def run_study(
         best=best,
         best_config=best_config,
         confirm=confirm,
+        final=final,
         pareto=pareto_front([r for r in recs if r.state is State.COMPLETE and r.feasible]),
         importances=_importances(study, settings.objective),
         wall_s=clock() - t0,
