@@ -1,11 +1,11 @@
 """The live step clock of a trial, both sides of it.
 
-Child side (`ClockWriter`): the tftune bootstrap appends two tiny stages to the dataset that
-training iterates. The first runs when the consumer *requests* the next element, the last
-when the element is *delivered*. Each delivery becomes one line in a file, so the clock
-works for every loop style (Keras ``fit``, eager ``for``, ``iter``/``next``, loops inside a
-``tf.function``): it lives in the pipeline, not in Python's ``next``. To stay under 2% of
-throughput the stages take timestamps in-graph and hand them to Python in batches
+Child side (`ClockWriter`): the tftune bootstrap (`tuner/_patch.py`) times when the
+consumer *requests* each element and when it is *delivered*: around the iterator's
+get-next (Keras ``fit``, eager ``for``, ``iter``/``next``, ``next`` inside a
+``tf.function``), or around the loop body of autograph's ``for x in ds`` inside a
+``tf.function``. Each delivery becomes one line in a file. To stay under 2% of throughput
+graphs take timestamps in-graph and Python receives them in batches
 (`ClockWriter.records`), at most every ``CLOCK_FLUSH_S`` or every ``CLOCK_BUFFER_STEPS``.
 
 Line format (text, one record per line)::

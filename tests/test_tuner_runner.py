@@ -176,6 +176,53 @@ def test_each_loop_style_is_measured(example: str) -> None:
     assert 0.0 <= m.input_wait_share <= 1.0
 
 
+@pytest.mark.parametrize(("input_ms", "step_ms"), [(30, 2), (2, 30)], ids=["input", "compute"])
+def test_a_loop_inside_a_tf_function_is_timed_per_step(
+    tmp_path: Path, input_ms: int, step_ms: int
+) -> None:
+    """`for x in ds` in a tf.function (no iterator): the clock around the loop body
+    tells a slow input (the body waits) from a slow step (the input is ready)."""
+    script = _script(
+        tmp_path,
+        f"""
+        import time
+        import numpy as np
+        import tensorflow as tf
+
+        def slow(i):
+            time.sleep({input_ms} / 1000)
+            return np.float32(i)
+
+        def work(x):
+            time.sleep({step_ms} / 1000)
+            return x
+
+        ds = tf.data.Dataset.range(10**9).map(
+            lambda i: tf.numpy_function(slow, [i], tf.float32)).batch(2)
+
+        @tf.function
+        def train(dataset):
+            total = tf.constant(0.0)
+            for x in dataset:
+                total += tf.reduce_sum(tf.numpy_function(work, [x], tf.float32))
+            return total
+
+        train(ds)
+        """,
+    )
+    result = run_trial(script, [], None, QUICK)
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    m = result.metrics
+    assert m is not None and m.examples == 2 * m.steps
+    # a step takes at least its two inputs (sequential map) or its own work
+    slowest_ms = max(2 * input_ms, step_ms)
+    assert m.step_p50_ms >= 0.8 * slowest_ms
+    if input_ms > step_ms:
+        assert m.input_wait_share > 0.6
+    else:
+        assert m.input_wait_share < 0.4
+
+
 def test_script_that_ends_early_is_measured_over_what_it_ran() -> None:
     result = run_trial(EXAMPLES / "iter_next.py", ["--steps", "40"], None, MeasureSpec(window_s=30))
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)

@@ -214,7 +214,11 @@ class Patcher:
 
         @functools.wraps(original_scan)
         def _general_purpose_scan(ds: Any, init_state: Any, body: Any) -> Any:
-            return original_scan(patcher.prepare(ds, dataset_clock=True), init_state, body)
+            prepared = patcher.prepare(ds, dataset_clock=True)
+            stream = getattr(prepared, "_tftune_stream", None)
+            if stream is not None and patcher.hooks.on_request is None:
+                init_state, body = patcher._clocked_scan(int(stream), init_state, body)
+            return original_scan(prepared, init_state, body)
 
         _general_purpose_scan.__tftune_original__ = original_scan  # type: ignore[attr-defined]
         dataset_autograph._general_purpose_scan = _general_purpose_scan
@@ -311,12 +315,11 @@ class Patcher:
             stream = self._new_stream()
             self.last_stream = stream
             self._batched[stream] = info.batched
-            if dataset_clock:
+            if dataset_clock and self.hooks.on_request is not None:
+                # Profile markers: a Python call per request, from a stage of the dataset.
+                # (The measuring clock for such loops is in the loop body: `_clocked_scan`.)
                 out = _emulate_injected_prefetch(out)
-                if self.hooks.on_request is None:
-                    out = self._with_batched_clock(out, stream, info.batched)
-                else:
-                    out = self._with_request_marks(out, stream)
+                out = self._with_request_marks(out, stream)
         if out is not ds or stream is not None:
             with contextlib.suppress(AttributeError):
                 if out is ds:
@@ -492,9 +495,15 @@ class Patcher:
     def _graph_examples(self, stream: int, leaves: list[Any]) -> Any:
         import tensorflow as tf
 
-        if self._batched.get(stream, False) and leaves and (leaves[0].shape.rank or 0) > 0:
-            return tf.cast(tf.shape(leaves[0])[0], tf.float64)
-        return tf.constant(1.0, tf.float64)
+        if not self._batched.get(stream, False) or not leaves:
+            return tf.constant(1.0, tf.float64)
+        rank = leaves[0].shape.rank
+        if rank == 0:
+            return tf.constant(1.0, tf.float64)
+        # The leading dimension; for an unknown rank (e.g. a numpy_function's output
+        # without set_shape) the product of the first dimension, which is 1 for a scalar.
+        lead = tf.shape(leaves[0], out_type=tf.int64)[:1]
+        return tf.cast(tf.reduce_prod(lead), tf.float64)
 
     def _ring(self, stream: int) -> _Ring:
         with self._lock:
@@ -527,36 +536,29 @@ class Patcher:
             self.hooks.notes.append(message)
             print(f"tftune: warning: {message}", file=sys.stderr, flush=True)
 
-    def _with_batched_clock(self, ds: Any, stream: int, batched: bool) -> Any:
-        """The measuring clock inside the dataset, for loops without an iterator: the
-        request is timed by a stage the consumer's get-next reaches first (a zip input),
-        the delivery by a last stage; both only write to the in-graph ring."""
+    def _clocked_scan(self, stream: int, init_state: Any, body: Any) -> tuple[Any, Any]:
+        """The measuring clock for a loop that runs inside the dataset (autograph's
+        ``for x in ds`` in a ``tf.function`` becomes a scan whose body is the training
+        step). The body is timed where it starts (the element was delivered) and ends
+        (the loop asks for the next one), with the end time carried in the scan state;
+        each step only writes to the in-graph ring. No extra tf.data stage is added."""
         import tensorflow as tf
-        from tensorflow.python.data.ops import dataset_ops
 
-        base_map = getattr(dataset_ops.DatasetV2.map, "__tftune_original__", None)
-        assert base_map is not None
         ring = self._ring(stream)
-        self._batched[stream] = batched
 
-        def deliver(requested: Any, element: Any) -> Any:
+        def timed(state: Any, element: Any) -> Any:
+            inner, requested = state
             leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
             with tf.control_dependencies(leaves):
                 delivered = tf.timestamp()
+            new_inner, outputs = body(inner, element)
             token = ring.record(requested, delivered, self._graph_examples(stream, leaves))
-            with tf.control_dependencies([token]):
-                return tf.nest.map_structure(
-                    lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, element
-                )
+            after = [t for t in tf.nest.flatten((new_inner, outputs)) if isinstance(t, tf.Tensor)]
+            with tf.control_dependencies([*after, token]):
+                finished = tf.timestamp()
+            return (new_inner, finished), outputs
 
-        requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), lambda _: tf.timestamp())
-        zipped = tf.data.Dataset.zip((requests, ds))
-        options = tf.data.Options()
-        # TF would inject a prefetch after the delivery stage, which then would time the
-        # prefetch thread, not the consumer. `_emulate_injected_prefetch` has already put
-        # that prefetch where TF would have put it without us.
-        options.experimental_optimization.inject_prefetch = False
-        return base_map(zipped, deliver).with_options(options)
+        return (init_state, tf.timestamp()), timed
 
     def _with_request_marks(self, ds: Any, stream: int) -> Any:
         """Profile mode, for loops without an iterator: call `hooks.on_request` when the
@@ -586,7 +588,10 @@ class Patcher:
         requests = base_map(tf.data.Dataset.range(_STREAM_LIMIT), mark_request)
         zipped = tf.data.Dataset.zip((requests, ds))
         options = tf.data.Options()
-        options.experimental_optimization.inject_prefetch = False  # see _with_batched_clock
+        # TF would inject a prefetch after the marking stage, which then would mark the
+        # prefetch thread's requests, not the consumer's. `_emulate_injected_prefetch` has
+        # already put that prefetch where TF would have put it without us.
+        options.experimental_optimization.inject_prefetch = False
         return base_map(zipped, drop_mark).with_options(options)
 
     # ---- keras ----------------------------------------------------------------------
