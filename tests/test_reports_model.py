@@ -190,6 +190,20 @@ def test_tuning_model() -> None:
     assert m.diff is not None and m.diff.startswith("--- train.py")
 
 
+def test_tuning_rows_prefer_the_final_rounds_side_by_side_figures() -> None:
+    data = load(TUNING)
+    data["baselines"]["as_written"]["confirmed"] = {"examples_per_s": 365.5, "spread": 0.1}
+    data["baselines"]["autotune"]["confirmed"] = {"examples_per_s": 731.0}
+    m = build_tuning_model(data, generated_at=WHEN, source=TUNING)
+    rows = {r.key: r for r in m.rows}
+    assert rows["as_written"].measurement is not None
+    assert rows["as_written"].measurement.examples_per_s == 365.5
+    assert rows["autotune"].speedup == pytest.approx(2.0)
+    assert rows["tuned"].speedup == pytest.approx(7310 / 365.5)  # both from the final round
+    guided = data["baselines"]["guided"]["examples_per_s"]
+    assert rows["guided"].measurement.examples_per_s == guided  # type: ignore[union-attr]
+
+
 def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
     data = load(TUNING)
     for key in ("trials_detail", "importances", "diff", "command", "ceiling", "notes"):
