@@ -502,8 +502,9 @@ class Patcher:
             return tf.constant(1.0, tf.float64)
         # The leading dimension; for an unknown rank (e.g. a numpy_function's output
         # without set_shape) the product of the first dimension, which is 1 for a scalar.
-        lead = tf.shape(leaves[0], out_type=tf.int64)[:1]
-        return tf.cast(tf.reduce_prod(lead), tf.float64)
+        with tf.device("/CPU:0"):  # the shape lives on the host even for a GPU tensor
+            lead = tf.shape(leaves[0], out_type=tf.int64)[:1]
+            return tf.cast(tf.reduce_prod(lead), tf.float64)
 
     def _ring(self, stream: int) -> _Ring:
         with self._lock:
@@ -880,7 +881,9 @@ class _Ring:
         import tensorflow as tf
 
         self.stream = stream
-        with tf.init_scope():
+        # On the host, like the timestamps: on a GPU machine a ring on the device would
+        # add a small host-to-device copy to every step (and to the user's traces).
+        with tf.init_scope(), tf.device("/CPU:0"):
             self.buffer = tf.Variable(tf.zeros([RING_STEPS, 3], tf.float64), trainable=False)
             self.count = tf.Variable(tf.zeros([], tf.int64), trainable=False)
         self.read = 0
@@ -888,13 +891,14 @@ class _Ring:
     def record(self, requested: Any, delivered: Any, examples: Any) -> Any:
         import tensorflow as tf
 
-        index = tf.math.floormod(self.count.read_value(), RING_STEPS)
-        write = self.buffer.scatter_nd_update(
-            [[index]], [tf.stack([requested, delivered, examples])]
-        )
-        # The count moves only once the row is written: a poll never reads a torn row.
-        with tf.control_dependencies([write]):
-            return self.count.assign_add(1)
+        with tf.device("/CPU:0"):
+            index = tf.math.floormod(self.count.read_value(), RING_STEPS)
+            write = self.buffer.scatter_nd_update(
+                [[index]], [tf.stack([requested, delivered, examples])]
+            )
+            # The count moves only once the row is written: a poll never reads a torn row.
+            with tf.control_dependencies([write]):
+                return self.count.assign_add(1)
 
     def poll(self) -> list[tuple[int, int, int]]:
         written = int(self.count.numpy())
