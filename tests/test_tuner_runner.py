@@ -223,6 +223,47 @@ def test_a_loop_inside_a_tf_function_is_timed_per_step(
         assert m.input_wait_share < 0.4
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["keras_fit", "custom_loop"])
+def test_tf_distribute_loops_are_measured(tmp_path: Path, loop: str) -> None:
+    """MirroredStrategy (one CPU replica here): Keras takes an element of another dataset
+    before training, and a custom loop iterates a distributed dataset."""
+    common = """
+        import numpy as np
+        import tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy()
+        x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
+        ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(64)
+    """
+    body = {
+        "keras_fit": """
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.Input((32,)), tf.keras.layers.Dense(1)])
+            model.compile("sgd", "mse")
+        model.fit(ds, steps_per_epoch=100000, epochs=1, verbose=0)
+        """,
+        "custom_loop": """
+        with strategy.scope():
+            w = tf.Variable(tf.zeros([32, 1]))
+
+        @tf.function
+        def step(it):
+            def fn(a, b):
+                w.assign_sub(1e-3 * tf.matmul(a, a @ w - b, transpose_a=True))
+            strategy.run(fn, args=next(it))
+
+        it = iter(strategy.experimental_distribute_dataset(ds))
+        for _ in range(100000):
+            step(it)
+        """,
+    }[loop]
+    script = _script(tmp_path, common + body)
+    result = run_trial(script, [], None, QUICK)
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    m = result.metrics
+    assert m is not None and m.steps > 10 and m.examples == 64 * m.steps
+
+
 def test_script_that_ends_early_is_measured_over_what_it_ran() -> None:
     result = run_trial(EXAMPLES / "iter_next.py", ["--steps", "40"], None, MeasureSpec(window_s=30))
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)

@@ -29,6 +29,8 @@ FAKE_CHILD = textwrap.dedent(
     spec = json.load(open(os.environ["TFTUNE_CHILD_SPEC"]))
     steps, step_s, examples, then = int(sys.argv[1]), float(sys.argv[2]), 8, sys.argv[3]
     with open(spec["clock_file"], "a", buffering=1) as fh:
+        if then == "peek":  # one element taken from another dataset first (a setup peek)
+            fh.write(f"S 7 {time.time_ns()} {time.time_ns()} 1\\n")
         for i in range(steps):
             t0 = time.time_ns()
             time.sleep(step_s / 4)          # the consumer waits a quarter of each step
@@ -154,3 +156,13 @@ def test_no_steps_at_all_is_a_failure_with_a_reason(script: Path) -> None:
     result = run_trial(script, (), None, SPEC, deps=deps)
     assert result.failure is FailureKind.NO_STEPS and result.reason
     assert json.dumps(result.reason)
+
+
+def test_training_is_the_stream_that_delivers_the_most_not_the_first(script: Path) -> None:
+    """tf.distribute and Keras' setup may take one element of another dataset before
+    training starts: that stream must not become the one measured."""
+    result = run_trial(
+        script, [], None, SPEC, deps=RunnerDeps(launcher=_launcher("60", "0.02", "peek"))
+    )
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    assert result.metrics is not None and result.metrics.examples == 8 * result.metrics.steps

@@ -734,15 +734,22 @@ def _unwrap_options(ds: Any) -> Any:
     return ds
 
 
+# Datasets whose lineage cannot be walked: one passed into a tf.function as an argument,
+# and tf.distribute's per-replica datasets (fed by a multi-device iterator).
+_OPAQUE_DATASETS = frozenset(
+    {"_VariantDataset", "_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"}
+)
+
+
 def _is_batched(ds: Any, depth: int = 0) -> bool | None:
     """Whether the dataset's lineage batches (and does not unbatch after); None when the
-    lineage is opaque, as for a dataset passed into a ``tf.function`` as an argument."""
+    lineage is opaque (`_OPAQUE_DATASETS`)."""
     name = type(ds).__name__
     if "Unbatch" in name or depth > 64:
         return False
     if any(name.endswith(c) for c in _BATCHING_CLASSES):
         return True
-    if name == "_VariantDataset":
+    if name in _OPAQUE_DATASETS:
         return None
     answers = [_is_batched(i, depth + 1) for i in _inputs(ds)]
     if any(a is True for a in answers):

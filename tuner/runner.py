@@ -530,6 +530,7 @@ class _Trial:
         self.deps, self.spec, self.config, self.on_report = deps, spec, config, on_report
         self.records: list[StepRecord] = []
         self.main_stream: int | None = None
+        self.early: dict[int, list[StepRecord]] = {}  # other streams' steps before the window
         self.events: list[ClockEvent] = []
         self.window_start_ns: int | None = None
         self.windows: list[tuple[int, list[StepRecord]]] = []
@@ -658,8 +659,18 @@ class _Trial:
             if isinstance(item, ClockEvent):
                 self.events.append(item)
                 continue
-            if self.main_stream is None:
+            if self.window_start_ns is None and item.stream != self.main_stream:
+                # Until the window starts, training is the stream that delivers the most:
+                # not one peeked at once (tf.distribute, Keras' setup) nor a short
+                # validation pass. The warm-up restarts on the new stream.
+                seen = self.early.setdefault(item.stream, [])
+                seen.append(item)
+                if len(seen) <= len(self.records):
+                    continue
+                if self.main_stream is not None:
+                    self.early[self.main_stream] = self.records
                 self.main_stream = item.stream
+                self.records = self.early.pop(item.stream)[:-1]
             if item.stream != self.main_stream:
                 continue  # validation or another pipeline: not training throughput
             progressed = True
