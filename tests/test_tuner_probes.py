@@ -137,3 +137,21 @@ def test_real_reader_on_this_machine_never_reports_zero_for_unknown() -> None:
         result.sample_once()
         figures = result.stop()
         assert isinstance(figures, GpuFigures | NotMeasured)
+
+
+def test_first_leaf_is_the_first_leaf_tf_nest_flattens() -> None:
+    """The eager clock reads the batch size off the first leaf without flattening."""
+    import collections
+
+    tf = pytest.importorskip("tensorflow")
+    from tftune.tuner._patch import _first_leaf
+
+    pair = collections.namedtuple("pair", "b a")
+    for element in (
+        tf.zeros([3]),
+        (tf.zeros([4]), tf.zeros([5])),
+        {"z": tf.zeros([6]), "a": (tf.zeros([7]),)},
+        pair(tf.zeros([8]), tf.zeros([9])),
+        [{"b": 1, "a": tf.zeros([2])}],
+    ):
+        assert _first_leaf(element) is tf.nest.flatten(element)[0]

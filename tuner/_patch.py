@@ -421,11 +421,9 @@ class Patcher:
     def _examples_eager(self, stream: int, element: Any) -> int:
         if not self._batched.get(stream, False):
             return 1
-        for leaf in _flatten(element):
-            shape = getattr(leaf, "shape", None)
-            if shape is not None and len(shape) > 0 and shape[0] is not None:
-                return int(shape[0])
-            break
+        shape = getattr(_first_leaf(element), "shape", None)
+        if shape is not None and len(shape) > 0 and shape[0] is not None:
+            return int(shape[0])
         return 1
 
     def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
@@ -699,10 +697,17 @@ def _no_options() -> Any:
     return tf.data.Options()
 
 
-def _flatten(element: Any) -> list[Any]:
-    import tensorflow as tf
-
-    return list(tf.nest.flatten(element))
+def _first_leaf(element: Any) -> Any:
+    """The first leaf in `tf.nest.flatten` order (dict keys sorted), without flattening
+    the whole element: this runs on every eager step."""
+    for _ in range(64):
+        if isinstance(element, (tuple, list)) and element:
+            element = element[0]
+        elif isinstance(element, dict) and element:
+            element = element[min(element)]
+        else:
+            break
+    return element
 
 
 def _original_iter() -> Callable[[Any], Any]:
