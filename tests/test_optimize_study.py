@@ -379,3 +379,26 @@ def test_guided_guess_from_a_profile_targets_the_bottleneck_site() -> None:
     # without a usable profile, the as-written trial's own share decides
     params, why = guided_params(two, aw, CORES, GuidedHint(None))
     assert "from the as-written trial" in why
+
+
+def test_a_gain_within_the_noise_keeps_the_script_as_written(tmp_path: Path) -> None:
+    """Nothing matters (a GIL-bound map): +1% in the final round is noise, not a reason
+    to change the user's pipeline."""
+
+    def flat(config: Config) -> tuple[float, float]:
+        return (1000.0 if config.is_as_written() else 1010.0), 0.5
+
+    out = run_study(space(), FakeRunner(flat), settings(tmp_path, n_trials=6))
+    assert out.best.role is Role.AS_WRITTEN and out.best_config == Config()
+    assert out.confirm is None
+    assert any("more than the noise" in n and "+1.0%" in n for n in out.notes), out.notes
+
+
+def test_required_gain_grows_with_the_noise() -> None:
+    from tftune.tuner.study import MIN_GAIN, required_gain
+
+    def rec(spread: float | None) -> TrialRecord:
+        return TrialRecord(0, Role.SEARCH, State.COMPLETE, {}, "", 100.0, spread=spread)
+
+    assert required_gain(rec(None), rec(0.01)) == MIN_GAIN
+    assert required_gain(rec(0.2), rec(0.2)) == pytest.approx(0.1)

@@ -15,8 +15,9 @@ as-written examples/s (TPE's constraint, and `choose_winner`'s guard). The searc
 best figures are best-of-N and biased upwards, so a final round re-measures the few best
 distinct trials beside the as-written, AUTOTUNE and heuristic baselines, one after the
 other, and the winner is chosen from that round alone (`choose_final`). If nothing beats
-the script as written in it, the winner is the script as written: tftune never ends
-below it.
+the script as written in it by more than the noise (`required_gain`), the winner is the
+script as written: tftune never ends below it, and never recommends a change that does
+not pay for itself.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ AS_WRITTEN_ATTEMPTS = 2
 # The final round re-measures this many of the best distinct trials, beside the
 # as-written, AUTOTUNE and #cores-heuristic baselines, and picks the winner from it.
 FINAL_CANDIDATES = 3
+# ... and recommends a change only if it gains at least this much over the script as
+# written in that round (more where the measurements are noisier: `required_gain`).
+MIN_GAIN = 0.03
 # Opening an RDB storage is retried this often (see `open_storage`).
 RDB_CREATE_ATTEMPTS = 4
 DEFAULT_TRIALS = 20
@@ -561,6 +565,22 @@ def choose_winner(
     return max(feasible, key=lambda r: _score(r, objective))
 
 
+def _gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
+    """`r`'s relative gain over `base` in the objective's primary figure."""
+    if objective is Objective.GPU_UTIL and r.utilization and base.utilization:
+        return r.utilization / base.utilization - 1.0
+    if r.examples_per_s is None or not base.examples_per_s:
+        return None
+    return r.examples_per_s / base.examples_per_s - 1.0
+
+
+def required_gain(r: TrialRecord, base: TrialRecord) -> float:
+    """What a config must gain over the script as written to be recommended: more than
+    `MIN_GAIN`, and more than the two measurements' noise (half their average spread
+    between windows). A change that does not pay for itself is not worth making."""
+    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4)
+
+
 def final_candidates(
     records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective, k: int
 ) -> list[TrialRecord]:
@@ -668,6 +688,17 @@ def choose_final(
         pick = pareto_front(feasible)[0]
     else:
         pick = max(feasible, key=lambda f: _score(f, objective))
+    base = aw_again if aw_ok else as_written
+    assert base is not None
+    gain, needed = _gain(pick, base, objective), required_gain(pick, base)
+    if gain is not None and gain < needed:
+        return (
+            as_written,
+            None,
+            f"no config beat the script as written by more than the noise in the final "
+            f"round (best: trial {pick.number}, {pick.description}, {gain:+.1%}; a change "
+            f"must gain {needed:.0%}): keeping the script as written",
+        )
     note = None
     if pick.number != trial_best.number:
         note = (
