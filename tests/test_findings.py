@@ -40,6 +40,9 @@ def test_latency_bound_reads_are_io_and_need_a_bigger_threadpool(trace_case) -> 
     rec = top.recommendation
     assert rec is not None and "private_threadpool_size" in rec.code
     assert "num_parallel_calls" in rec.code
+    # the reads go through tf.py_function: its per-call cost is worth a second fix
+    mine = [r for r in a.findings.recommendations if r.stage == top.stage]
+    assert any("tf.numpy_function(" in r.code for r in mine[1:])
 
 
 def test_tfrecord_reading_and_parsing(trace_case) -> None:  # type: ignore[no-untyped-def]
@@ -126,3 +129,5 @@ def test_from_generator_is_python_with_a_generator_fix(trace_case) -> None:  # t
     top = _top(a)
     assert top.category == "python" and top.stage is not None and "Generator" in top.stage
     assert top.recommendation is not None and "from_generator" in top.recommendation.summary
+    # a generator runs through PyFunc, not py_function: no numpy_function advice
+    assert not any("numpy_function" in r.summary for r in a.findings.recommendations)
