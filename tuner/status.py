@@ -115,7 +115,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
     import optuna
 
     from tftune.tuner.parallel import describe_storage_path
-    from tftune.tuner.study import WORKER_ATTR, StorageError, open_storage
+    from tftune.tuner.study import FAILED_ATTR, WORKER_ATTR, StorageError, open_storage
 
     journal = describe_storage_path(storage)
     if journal is not None and not journal.is_file():
@@ -152,7 +152,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
         ts.WAITING: "waiting",
     }
     for t in trials:
-        counts[key[t.state]] += 1
+        counts["failed" if t.user_attrs.get(FAILED_ATTR) else key[t.state]] += 1
     running = tuple(
         RunningTrial(
             t.number,

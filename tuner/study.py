@@ -87,6 +87,9 @@ HEARTBEAT_ATTR = "tftune_heartbeat"
 # Set on a trial that was stopped (Ctrl-C, a dead worker) rather than finished; such a
 # trial is measured again once (`RETRY_OF_ATTR` on the copy) and uses no budget.
 INTERRUPTED_ATTR = "interrupted"
+# A trial whose script failed (crash, OOM, stall, NaN) is stored as PRUNED with this set:
+# see the objective in `run_study`.
+FAILED_ATTR = "failed"
 RETRY_OF_ATTR = "retry_of"
 
 
@@ -242,10 +245,6 @@ class StudyOutcome:
 
 class StorageError(UserError):
     """An Optuna storage URL that cannot be opened."""
-
-
-class _TrialFailed(Exception):
-    """Raised inside the objective so that Optuna records a FAIL with our reason."""
 
 
 # --- storage ------------------------------------------------------------------------
@@ -728,6 +727,8 @@ def _record(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         optuna.trial.TrialState.COMPLETE: State.COMPLETE,
         optuna.trial.TrialState.PRUNED: State.PRUNED,
     }.get(t.state, State.FAILED)
+    if ua.get(FAILED_ATTR):
+        state = State.FAILED
     return TrialRecord(
         number=t.number,
         role=Role(ua.get("role", Role.SEARCH.value)),
@@ -904,7 +905,14 @@ def run_study(
         if m.state is State.PRUNED:
             raise optuna.TrialPruned(m.reason or "clearly slower than the best so far")
         if m.state is State.FAILED or eps is None:
-            raise _TrialFailed(m.reason or "no examples were measured")
+            # Stored as PRUNED and infeasible (its constraint is > 0), flagged FAILED_ATTR:
+            # TPE learns from pruned and infeasible trials but ignores FAIL ones, and would
+            # keep sampling a config that crashes (e.g. a 16-bit policy the loss code
+            # cannot take).
+            trial.set_user_attr(FAILED_ATTR, True)
+            if not trial.user_attrs.get("reason"):
+                trial.set_user_attr("reason", "no examples were measured")
+            raise optuna.TrialPruned(m.reason or "no examples were measured")
         util = m.utilization if m.utilization is not None else 0.0
         if settings.objective is Objective.THROUGHPUT:
             return eps
@@ -940,7 +948,6 @@ def run_study(
         study.optimize(
             objective,
             n_trials=n,
-            catch=(_TrialFailed,),
             callbacks=[report, stop_at_deadline, stop_at_budget, stop_when_booked],
         )
 
