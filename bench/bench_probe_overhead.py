@@ -247,8 +247,11 @@ def _paired_loops(patcher: Any) -> dict[str, Any]:
     return {"keras_fit": keras_fit, "eager_for": eager_for, "tf_function_loop": function_loop}
 
 
-def paired_overhead(pairs: int, steps: int) -> dict[str, list[float]]:
-    """name -> per-pair ratios (clocked rate / plain rate), blocks alternating."""
+def paired_overhead(
+    pairs: int, steps: int, only: str | None = None
+) -> dict[str, tuple[list[float], float]]:
+    """name -> (per-pair ratios of clocked rate / plain rate, the plain step in ms),
+    blocks alternating."""
     import tensorflow as tf  # noqa: F401  (patched below, before any dataset exists)
 
     from tftune.tuner._patch import Hooks, Patcher
@@ -257,11 +260,14 @@ def paired_overhead(pairs: int, steps: int) -> dict[str, list[float]]:
     delivered: list[int] = []
     patcher = Patcher(Config(), ".", Hooks(on_records=lambda _s, rows: delivered.append(len(rows))))
     patcher.install()
-    out: dict[str, list[float]] = {}
+    out: dict[str, tuple[list[float], float]] = {}
     for name, make in _paired_loops(patcher).items():
+        if only is not None and name != only:
+            continue
         clocked, plain = make(True), make(False)
         before = sum(delivered)
         ratios: list[float] = []
+        plain_s: list[float] = []
         for i in range(pairs):
             times = {}
             order = (("clocked", clocked), ("plain", plain))
@@ -270,10 +276,11 @@ def paired_overhead(pairs: int, steps: int) -> dict[str, list[float]]:
                 run(steps)
                 times[label] = time.perf_counter() - t
             ratios.append(times["plain"] / times["clocked"])
+            plain_s.append(times["plain"])
         patcher.flush()
         timed = sum(delivered) - before
         assert timed >= pairs * steps * 0.9, f"{name}: the clock saw {timed} steps"
-        out[name] = ratios
+        out[name] = (ratios, statistics.median(plain_s) / steps * 1000)
     return out
 
 
@@ -285,9 +292,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1500, help="part 3: steps per run")
     parser.add_argument("--only", choices=sorted(WORKLOADS), default=None)
     parser.add_argument("--subprocess", action="store_true", help="also run part 3")
+    parser.add_argument("--skip-part1", action="store_true")
+    parser.add_argument("--loop", choices=("keras_fit", "eager_for", "tf_function_loop"))
     args = parser.parse_args()
-    print("Part 1: the clock alone, per next() call, no training (in-process, alternating)")
-    costs = clock_cost_us(rounds=max(9, args.rounds), calls=1000)
+    costs = {} if args.skip_part1 else clock_cost_us(rounds=max(9, args.rounds), calls=1000)
+    if costs:
+        print("Part 1: the clock alone, per next() call, no training (in-process, alternating)")
     for name, (plain_us, clocked_us) in costs.items():
         extra = clocked_us - plain_us
         at = {ms: extra / (ms * 1000) for ms in (1, 10, 50)}
@@ -300,13 +310,16 @@ def main() -> None:
         f"Part 2: real training loops, clocked vs plain in alternating blocks of {args.block} "
         f"steps, {args.pairs} pairs ({PAIRED_STEP_MS})"
     )
-    print(f"  {'loop':<17} {'median ratio':>12} {'overhead':>9} {'pairs: min .. max':>20}")
-    for name, ratios in paired_overhead(args.pairs, args.block).items():
+    print(
+        f"  {'loop':<17} {'step ms':>8} {'median ratio':>12} {'overhead':>9} "
+        f"{'pairs: min .. max':>20}"
+    )
+    for name, (ratios, step_ms) in paired_overhead(args.pairs, args.block, args.loop).items():
         med = statistics.median(ratios)
         overhead = 1 - med
         verdict = "ok" if overhead <= TARGET_OVERHEAD else "OVER TARGET"
         print(
-            f"  {name:<17} {med:>12.3f} {overhead:>8.1%} "
+            f"  {name:<17} {step_ms:>8.2f} {med:>12.3f} {overhead:>8.1%} "
             f"{min(ratios):>9.3f} .. {max(ratios):.3f}  {verdict}"
         )
     if not args.subprocess:

@@ -14,8 +14,9 @@ throughput reports. The winner is the best *feasible* trial: one with at least t
 as-written examples/s (TPE's constraint, and `choose_winner`'s guard). The search's
 best figures are best-of-N and biased upwards, so a final round re-measures the few best
 distinct trials beside the as-written, AUTOTUNE and heuristic baselines, one after the
-other, and the winner is chosen from that round alone (`choose_final`). If nothing beats
-the script as written in it by more than the noise (`required_gain`), the winner is the
+other (the script as written both first and last, to see the run-to-run noise), and the
+winner is chosen from that round alone (`choose_final`). If nothing beats the script as
+written in it by more than the noise (`required_gain`), the winner is the
 script as written: tftune never ends below it, and never recommends a change that does
 not pay for itself.
 """
@@ -573,11 +574,13 @@ def _gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | No
     return r.examples_per_s / base.examples_per_s - 1.0
 
 
-def required_gain(r: TrialRecord, base: TrialRecord) -> float:
+def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> float:
     """What a config must gain over the script as written to be recommended: more than
-    `MIN_GAIN`, and more than the two measurements' noise (half their average spread
-    between windows). A change that does not pay for itself is not worth making."""
-    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4)
+    `MIN_GAIN`, more than the two measurements' noise (half their average spread between
+    windows), and more than `run_noise`, the difference between two runs of the script
+    as written in the same round. A change that does not pay for itself is not worth
+    making."""
+    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4, run_noise)
 
 
 def final_candidates(
@@ -653,11 +656,37 @@ def final_round(
     return tuple(out)
 
 
+def merge_as_written(
+    final: Sequence[TrialRecord], as_written: TrialRecord
+) -> tuple[tuple[TrialRecord, ...], float]:
+    """(the final round with the as-written runs, at its start and end, merged into one
+    record with their mean; the run-to-run noise: the two runs' difference relative to
+    their mean, 0 when fewer than two completed)."""
+    runs = [f for f in final if f.number == as_written.number]
+    done = [r for r in runs if r.state is State.COMPLETE and r.examples_per_s]
+    rest = tuple(f for f in final if f.number != as_written.number)
+    if not runs:
+        return rest, 0.0
+    if len(done) < 2:
+        return (done[0] if done else runs[0], *rest), 0.0
+    rates = [float(r.examples_per_s or 0.0) for r in done]
+    mean = sum(rates) / len(rates)
+    merged = replace(
+        done[0],
+        examples_per_s=mean,
+        spread=max(r.spread or 0.0 for r in done),
+        repeats=tuple(x for r in done for x in r.repeats),
+        wall_s=sum(r.wall_s for r in done),
+    )
+    return (merged, *rest), (max(rates) - min(rates)) / mean
+
+
 def choose_final(
     records: Sequence[TrialRecord],
     as_written: TrialRecord,
     final: Sequence[TrialRecord],
     objective: Objective,
+    run_noise: float = 0.0,
 ) -> tuple[TrialRecord, TrialRecord | None, str | None]:
     """(winner's trial, winner's final-round record, a note): the best final-round
     figure that does not lose examples/s against the script as written *in the same
@@ -689,7 +718,7 @@ def choose_final(
         pick = max(feasible, key=lambda f: _score(f, objective))
     base = aw_again if aw_ok else as_written
     assert base is not None
-    gain, needed = _gain(pick, base, objective), required_gain(pick, base)
+    gain, needed = _gain(pick, base, objective), required_gain(pick, base, run_noise)
     if gain is not None and gain < needed:
         return (
             as_written,
@@ -1044,8 +1073,10 @@ def run_study(
         leaders = final_candidates(recs, aw, settings.objective, settings.final_candidates)
         if on_note is not None:
             on_note(f"final round: re-measuring {len(leaders)} configs side by side ...")
-        final = final_round(leaders, runner, space, on_note)
-        best, confirm, note = choose_final(recs, aw, final, settings.objective)
+        # The script as written opens and closes the round: the two runs of one config
+        # show how much this machine moves from run to run (`merge_as_written`).
+        final, noise = merge_as_written(final_round([*leaders, aw], runner, space, on_note), aw)
+        best, confirm, note = choose_final(recs, aw, final, settings.objective, noise)
         if note:
             notes.append(note)
     best_config = space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
