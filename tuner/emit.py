@@ -352,9 +352,8 @@ def _fmt_util(x: float | None) -> str:
 
 
 def tuned_record(outcome: StudyOutcome) -> TrialRecord:
-    """The winner's honest figure: from the final round, else from its trial."""
-    c = outcome.confirm
-    return c if c is not None and c.feasible else outcome.remeasured(outcome.best) or outcome.best
+    """The winner's honest figure: from the final round where it ran, else its trial's."""
+    return outcome.remeasured(outcome.best) or outcome.best
 
 
 def table_rows(outcome: StudyOutcome) -> list[tuple[str, str, str, str, str]]:

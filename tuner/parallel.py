@@ -283,19 +283,11 @@ def _held(lock: Any) -> Iterator[None]:
 
 
 def _alive(t: Any, now: float) -> bool:
-    """Whether a RUNNING trial will still finish, as `tuner.study.fail_stale_trials`
-    judges it: its worker process is alive (same host), or its heartbeat is recent."""
-    from tftune.tuner.study import HEARTBEAT_ATTR, STALE_AFTER_S, WORKER_ATTR, worker_alive
+    """Whether a RUNNING trial will still finish (`tuner.study.trial_alive`); one with
+    no worker or heartbeat to go by counts only while younger than STALE_RUNNING_S."""
+    from tftune.tuner.study import trial_alive
 
-    worker = t.user_attrs.get(WORKER_ATTR)
-    alive = worker_alive(worker) if isinstance(worker, dict) else None
-    if alive is not None:
-        return alive
-    beat = t.user_attrs.get(HEARTBEAT_ATTR)
-    if isinstance(beat, (int, float)):
-        return now - beat <= STALE_AFTER_S
-    # No heartbeat yet (a trial being set up): trust it unless it is old.
-    return t.datetime_start is not None and now - t.datetime_start.timestamp() < STALE_RUNNING_S
+    return trial_alive(t, now, STALE_RUNNING_S)
 
 
 def booked(trials: Sequence[Any], now: float | None = None) -> int:

@@ -342,6 +342,22 @@ def worker_alive(worker: Mapping[str, Any]) -> bool | None:
     return start is None or _process_start(pid) in (None, start)
 
 
+def trial_alive(t: Any, now: float, unknown_after_s: float | None = None) -> bool:
+    """Whether a RUNNING trial's worker is still at it: its process is alive (same host)
+    or its heartbeat is recent. With neither to go by (a trial being set up, or one from
+    before heartbeats), alive; or, given `unknown_after_s`, alive only while younger."""
+    worker = t.user_attrs.get(WORKER_ATTR)
+    alive = worker_alive(worker) if isinstance(worker, dict) else None
+    if alive is not None:
+        return alive
+    beat = t.user_attrs.get(HEARTBEAT_ATTR)
+    if isinstance(beat, (int, float)):
+        return bool(now - beat <= STALE_AFTER_S)
+    if unknown_after_s is None:
+        return True
+    return t.datetime_start is not None and now - t.datetime_start.timestamp() < unknown_after_s
+
+
 @contextlib.contextmanager
 def heartbeat(storage: Any, trial_id: int, every_s: float = HEARTBEAT_S) -> Any:
     """Mark `trial_id` as this worker's and refresh its heartbeat until the block ends."""
@@ -372,13 +388,9 @@ def fail_stale_trials(study: optuna.Study, now: float | None = None) -> list[int
     now = time.time() if now is None else now
     marked: list[int] = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        worker = t.user_attrs.get(WORKER_ATTR)
-        beat = t.user_attrs.get(HEARTBEAT_ATTR)
-        alive = worker_alive(worker) if isinstance(worker, dict) else None
-        if alive is None:
-            alive = not (isinstance(beat, (int, float)) and now - beat > STALE_AFTER_S)
-        if alive:
+        if trial_alive(t, now):
             continue
+        worker = t.user_attrs.get(WORKER_ATTR)
         who = f"pid {worker.get('pid')} on {worker.get('host')}" if isinstance(worker, dict) else ""
         try:
             study._storage.set_trial_user_attr(
@@ -684,24 +696,25 @@ def merge_as_written(
 def choose_final(
     records: Sequence[TrialRecord],
     as_written: TrialRecord,
+    trial_best: TrialRecord,
     final: Sequence[TrialRecord],
     objective: Objective,
     run_noise: float = 0.0,
 ) -> tuple[TrialRecord, TrialRecord | None, str | None]:
     """(winner's trial, winner's final-round record, a note): the best final-round
     figure that does not lose examples/s against the script as written *in the same
-    round*. The script as written when nothing does."""
+    round*. The script as written when nothing does. `trial_best` is the search's own
+    winner (`choose_winner`), named in the notes."""
     by_number = {r.number: r for r in records}
     aw_again = next((f for f in final if f.number == as_written.number), None)
-    aw_ok = aw_again is not None and aw_again.state is State.COMPLETE
-    floor = (aw_again if aw_ok else as_written).examples_per_s or 0.0  # type: ignore[union-attr]
+    base = aw_again if aw_again is not None and aw_again.state is State.COMPLETE else as_written
+    floor = base.examples_per_s or 0.0
     scored = [
         replace(f, feasible=f.examples_per_s is not None and f.examples_per_s >= floor)
         for f in final
         if f.state is State.COMPLETE
     ]
     feasible = [f for f in scored if f.feasible and f.number != as_written.number]
-    trial_best = choose_winner(records, as_written, objective)
     if not feasible:
         again = next((f for f in scored if f.number == trial_best.number), None)
         shown = f"{again.examples_per_s or 0:.1f}" if again is not None else "not measured"
@@ -716,8 +729,6 @@ def choose_final(
         pick = pareto_front(feasible)[0]
     else:
         pick = max(feasible, key=lambda f: _score(f, objective))
-    base = aw_again if aw_ok else as_written
-    assert base is not None
     gain, needed = _gain(pick, base, objective), required_gain(pick, base, run_noise)
     if gain is not None and gain < needed:
         return (
@@ -1076,7 +1087,7 @@ def run_study(
         # The script as written opens and closes the round: the two runs of one config
         # show how much this machine moves from run to run (`merge_as_written`).
         final, noise = merge_as_written(final_round([*leaders, aw], runner, space, on_note), aw)
-        best, confirm, note = choose_final(recs, aw, final, settings.objective, noise)
+        best, confirm, note = choose_final(recs, aw, best, final, settings.objective, noise)
         if note:
             notes.append(note)
     best_config = space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
