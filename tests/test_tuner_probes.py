@@ -155,3 +155,43 @@ def test_first_leaf_is_the_first_leaf_tf_nest_flattens() -> None:
         [{"b": 1, "a": tf.zeros([2])}],
     ):
         assert _first_leaf(element) is tf.nest.flatten(element)[0]
+
+
+def test_in_graph_clock_queue_counts_examples_of_any_shape() -> None:
+    """The in-graph step log: one enqueue per step, drained in order, and the examples
+    of each row read from a static batch size, a dynamic one, an unknown rank or an
+    unbatched stream."""
+    tf = pytest.importorskip("tensorflow")
+    from tftune.tuner._patch import Patcher, _Ring
+    from tftune.tuner.config import Config
+
+    patcher = Patcher(Config(), ".")
+    patcher._batched.update({1: True, 2: False})
+    ring, unbatched = _Ring(1), _Ring(2)
+
+    def logger(stream: int, ring: _Ring, spec: object) -> object:
+        @tf.function(input_signature=[spec])
+        def log(x: object) -> None:
+            requested = tf.timestamp()
+            with tf.control_dependencies([x]):
+                delivered = tf.timestamp()
+            ring.record(requested, delivered, patcher._graph_examples(stream, [x]))
+
+        return log
+
+    static = logger(1, ring, tf.TensorSpec([5, 3]))
+    dynamic = logger(1, ring, tf.TensorSpec([None, 3]))
+    unknown = logger(1, ring, tf.TensorSpec(None))
+    static(tf.zeros([5, 3]))
+    dynamic(tf.zeros([7, 3]))
+    dynamic(tf.zeros([2, 3]))  # the last, partial batch
+    unknown(tf.zeros([4, 2]))
+    unknown(tf.constant(3.0))  # a scalar: one example
+    logger(2, unbatched, tf.TensorSpec([6]))(tf.zeros([6]))
+
+    rows = ring.poll()
+    assert [examples for _, _, examples in rows] == [5, 7, 2, 4, 1]
+    assert all(0 < requested <= delivered for requested, delivered, _ in rows)
+    assert [r for r, _, _ in rows] == sorted(r for r, _, _ in rows)
+    assert ring.poll() == []  # drained
+    assert [examples for _, _, examples in unbatched.poll()] == [1]
