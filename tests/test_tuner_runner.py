@@ -224,16 +224,26 @@ def test_a_loop_inside_a_tf_function_is_timed_per_step(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", ["keras_fit", "custom_loop"])
-def test_tf_distribute_loops_are_measured(tmp_path: Path, loop: str) -> None:
-    """MirroredStrategy (one CPU replica here): Keras takes an element of another dataset
-    before training, and a custom loop iterates a distributed dataset."""
+@pytest.mark.parametrize("loop", ["keras_fit", "custom_loop", "eager_for", "for_in_function"])
+def test_tf_distribute_loops_count_steps_not_replica_fetches(tmp_path: Path, loop: str) -> None:
+    """MirroredStrategy over two logical CPUs: each step fetches one element per replica
+    (32 examples each of the global 64). A step is one distributed fetch, with both
+    replicas' examples: 64 examples per step. Keras also takes an element of another
+    dataset before training."""
     common = """
         import numpy as np
         import tensorflow as tf
-        strategy = tf.distribute.MirroredStrategy()
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        two = [tf.config.LogicalDeviceConfiguration()] * 2
+        tf.config.set_logical_device_configuration(cpu, two)
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         x = np.random.default_rng(0).normal(size=(4096, 32)).astype("float32")
         ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(64)
+        with strategy.scope():
+            w = tf.Variable(tf.zeros([32, 1]))
+
+        def fn(a, b):
+            w.assign_sub(1e-3 * tf.matmul(a, a @ w - b, transpose_a=True))
     """
     body = {
         "keras_fit": """
@@ -243,18 +253,32 @@ def test_tf_distribute_loops_are_measured(tmp_path: Path, loop: str) -> None:
         model.fit(ds, steps_per_epoch=100000, epochs=1, verbose=0)
         """,
         "custom_loop": """
-        with strategy.scope():
-            w = tf.Variable(tf.zeros([32, 1]))
-
         @tf.function
         def step(it):
-            def fn(a, b):
-                w.assign_sub(1e-3 * tf.matmul(a, a @ w - b, transpose_a=True))
             strategy.run(fn, args=next(it))
 
         it = iter(strategy.experimental_distribute_dataset(ds))
         for _ in range(100000):
             step(it)
+        """,
+        "eager_for": """
+        @tf.function
+        def step(element):
+            strategy.run(fn, args=element)
+
+        for element in strategy.experimental_distribute_dataset(ds):
+            step(element)
+        """,
+        "for_in_function": """
+        dist = strategy.experimental_distribute_dataset(ds.take(300))
+
+        @tf.function
+        def epoch():
+            for element in dist:
+                strategy.run(fn, args=element)
+
+        while True:
+            epoch()
         """,
     }[loop]
     script = _script(tmp_path, common + body)

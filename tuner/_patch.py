@@ -154,6 +154,8 @@ class Patcher:
         self._keras_patched: set[str] = set()
         self._warned = False
         self.last_stream: int | None = None
+        self.last_distributed_stream: int | None = None
+        self._inside = threading.local()  # .distributed: a distributed fetch is running
         self._batched: dict[int, bool] = {}
         self._eager_rows: dict[int, list[tuple[int, int, int]]] = {}
         self._eager_flushed: dict[int, int] = {}
@@ -223,6 +225,7 @@ class Patcher:
         _general_purpose_scan.__tftune_original__ = original_scan  # type: ignore[attr-defined]
         dataset_autograph._general_purpose_scan = _general_purpose_scan
         self._patch_iterator()
+        self._patch_distributed()
 
     def _patch_parallel_interleave(self) -> None:
         from tensorflow.python.data.experimental.ops import interleave_ops
@@ -387,9 +390,75 @@ class Patcher:
         cls._next_internal = _next_internal  # type: ignore[method-assign]
         cls.get_next_as_optional = get_next_as_optional  # type: ignore[method-assign]
 
-    def _stream_of(self, it: Any) -> int | None:
-        if not self.instrument_clock:
+    def _patch_distributed(self) -> None:
+        """tf.distribute: a step fetches one element per replica (a multi-device iterator
+        under a `DistributedIterator`). The clock times the distributed fetch, once per
+        step, with the examples of all replicas; the replicas' own fetches inside it are
+        not clocked (they would count each step once per replica)."""
+        try:
+            from tensorflow.python.distribute import input_lib
+        except ImportError:  # pragma: no cover - every TF 2.x has it
+            return
+        patcher = self
+        for cls in (input_lib.DistributedDataset, input_lib.DistributedDatasetsFromFunction):
+            original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
+
+            def make_iter(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
+                @functools.wraps(original)
+                def __iter__(dataset: Any) -> Any:
+                    iterator = original(dataset)
+                    if patcher.instrument_clock:
+                        stream = patcher._new_stream()
+                        patcher._batched[stream] = True
+                        patcher.last_distributed_stream = stream
+                        with contextlib.suppress(AttributeError):
+                            iterator._tftune_stream = stream
+                    return iterator
+
+                __iter__.__tftune_original__ = original  # type: ignore[attr-defined]
+                return __iter__
+
+            cls.__iter__ = make_iter(original_iter)  # type: ignore[method-assign]
+
+        base = input_lib.DistributedIteratorBase
+        for name, optional in (("get_next", False), ("get_next_as_optional", True)):
+            original = getattr(base, name)
+            original = getattr(original, "__tftune_original__", original)
+
+            def make_get(original: Callable[..., Any], optional: bool) -> Callable[..., Any]:
+                @functools.wraps(original)
+                def get(it: Any, *args: Any, **kwargs: Any) -> Any:
+                    stream = patcher._distributed_stream_of(it)
+                    if stream is None:
+                        return original(it, *args, **kwargs)
+                    depth = getattr(patcher._inside, "distributed", 0)
+                    patcher._inside.distributed = depth + 1
+                    try:
+                        return patcher._timed_next(
+                            stream, lambda: original(it, *args, **kwargs), optional=optional
+                        )
+                    finally:
+                        patcher._inside.distributed = depth
+
+                get.__tftune_original__ = original  # type: ignore[attr-defined]
+                return get
+
+            setattr(base, name, make_get(original, optional))
+
+    def _distributed_stream_of(self, it: Any) -> int | None:
+        if not self.instrument_clock or getattr(self._inside, "distributed", 0):
             return None
+        stream = getattr(it, "_tftune_stream", None)
+        if stream is not None:
+            return int(stream)
+        import tensorflow as tf
+
+        # Inside a tf.function the iterator is rebuilt from its type spec without our tag.
+        return None if tf.executing_eagerly() else self.last_distributed_stream
+
+    def _stream_of(self, it: Any) -> int | None:
+        if not self.instrument_clock or getattr(self._inside, "distributed", 0):
+            return None  # (a replica's fetch within a distributed one is not a step)
         stream = getattr(it, "_tftune_stream", None)
         if stream is not None:
             return int(stream)
@@ -421,10 +490,9 @@ class Patcher:
     def _examples_eager(self, stream: int, element: Any) -> int:
         if not self._batched.get(stream, False):
             return 1
-        shape = getattr(_first_leaf(element), "shape", None)
-        if shape is not None and len(shape) > 0 and shape[0] is not None:
-            return int(shape[0])
-        return 1
+        leaf = _first_leaf(element)
+        replicas = _replica_values(leaf)
+        return sum(_leading(v) for v in replicas) if replicas is not None else _leading(leaf)
 
     def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
         with self._flush_lock:  # the poller thread may be handing this list over
@@ -485,10 +553,24 @@ class Patcher:
     def _graph_record(self, stream: int, requested: Any, element: Any) -> None:
         import tensorflow as tf
 
-        leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+        replicas = _replica_values(_first_leaf(element))
+        if replicas is None:
+            leaves = [t for t in tf.nest.flatten(element) if isinstance(t, tf.Tensor)]
+            examples = self._graph_examples(stream, leaves)
+        else:  # one element per replica: delivered when all are, the examples summed
+            leaves = [
+                t
+                for t in tf.nest.flatten(element, expand_composites=True)
+                if isinstance(t, tf.Tensor)
+            ]
+            # Each replica's shape where its value is (a metadata op is placed with its
+            # input: no copy of a device's batch); the sum on the host.
+            shapes = [self._graph_examples(stream, [v]) for v in replicas]
+            with tf.device("/CPU:0"):
+                examples = tf.reshape(tf.add_n([s[0] for s in shapes]), [1])
         with tf.control_dependencies(leaves):
             delivered = tf.timestamp()
-        self._ring(stream).record(requested, delivered, self._graph_examples(stream, leaves))
+        self._ring(stream).record(requested, delivered, examples)
 
     def _graph_examples(self, stream: int, leaves: list[Any]) -> Any:
         """What the ring needs to count an element's examples, with the fewest ops: the
@@ -503,9 +585,13 @@ class Patcher:
             return tf.constant([1], tf.int64)
         if shape.rank is not None and shape[0] is not None:
             return tf.constant([int(shape[0])], tf.int64)
-        # A dynamic batch size, or an unknown rank (e.g. a numpy_function's output
-        # without set_shape): the shape itself, read on the host.
-        return tf.shape(leaves[0], out_type=tf.int64)
+        if shape.rank is not None:  # a dynamic batch size: the shape itself (one op)
+            return tf.shape(leaves[0], out_type=tf.int64)
+        # An unknown rank (e.g. a numpy_function's output without set_shape): a scalar
+        # is one example, so its empty shape gets a trailing 1.
+        shape_op = tf.shape(leaves[0], out_type=tf.int64)
+        with tf.device("/CPU:0"):
+            return tf.concat([shape_op, [1]], 0)
 
     def _ring(self, stream: int) -> _Ring:
         with self._lock:
@@ -718,6 +804,24 @@ def _first_leaf(element: Any) -> Any:
     return element
 
 
+def _replica_values(leaf: Any) -> tuple[Any, ...] | None:
+    """The per-replica values of a tf.distribute value (`PerReplica`), else None."""
+    values = getattr(leaf, "values", None)
+    if isinstance(values, tuple) and type(leaf).__module__.startswith(
+        "tensorflow.python.distribute"
+    ):
+        return values
+    return None
+
+
+def _leading(value: Any) -> int:
+    """An eager element's examples: its leading dimension, 1 for a scalar."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) > 0 and shape[0] is not None:
+        return int(shape[0])
+    return 1
+
+
 def _original_iter() -> Callable[[Any], Any]:
     """The unpatched ``Dataset.__iter__`` (for iterating without re-entering `prepare`)."""
     from tensorflow.python.data.ops import dataset_ops
@@ -923,10 +1027,10 @@ class _Ring:
         if waiting <= 0:
             return []
         requested, delivered, shapes = (t.numpy() for t in self.queue.dequeue_up_to(waiting))
-        # A scalar's shape is empty (padded with zeros when drained beside longer ones):
-        # one example. No batch has zero examples.
-        lead = shapes[:, 0] if shapes.shape[1] else [0] * len(requested)
+        # Every logged shape has at least one dimension (`Patcher._graph_examples`); a
+        # zero is a real empty batch (tf.distribute pads replicas that ran out with them).
+        lead = shapes[:, 0] if shapes.shape[1] else [1] * len(requested)
         return [
-            (int(r * 1e9), int(d * 1e9), int(e) if e > 0 else 1)
+            (int(r * 1e9), int(d * 1e9), int(e))
             for r, d, e in zip(requested, delivered, lead, strict=True)
         ]
