@@ -18,7 +18,8 @@ other (the script as written both first and last, to see the run-to-run noise), 
 winner is chosen from that round alone (`choose_final`). If nothing beats the script as
 written in it by more than the noise (`required_gain`), the winner is the
 script as written: tftune never ends below it, and never recommends a change that does
-not pay for itself.
+not pay for itself. A close call (at least `MIN_GAIN`, but within the round's noise) is
+settled by more runs of it and the script as written, alternately (`decide_close_call`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ FINAL_CANDIDATES = 3
 # ... and recommends a change only if it gains at least this much over the script as
 # written in that round (more where the measurements are noisier: `required_gain`).
 MIN_GAIN = 0.03
+# A close call (the final round's best gains at least MIN_GAIN but less than the noise
+# demands) is decided by this many more runs of it and of the script as written,
+# alternately (`decide_close_call`): a change then needs a Welch t of at least
+# DECIDE_T over all runs of the two, as well as MIN_GAIN.
+DECIDE_PAIRS = 2
+DECIDE_T = 2.0
 # Opening an RDB storage is retried this often (see `open_storage`).
 RDB_CREATE_ATTEMPTS = 4
 DEFAULT_TRIALS = 20
@@ -202,6 +209,8 @@ class StudySettings:
     # How many of the best distinct trials the final round re-measures beside the
     # baselines (see `final_candidates`).
     final_candidates: int = FINAL_CANDIDATES
+    # More alternating runs of a close call and the script as written (0: none).
+    decide_pairs: int = DECIDE_PAIRS
     # What is tuned (script and its arguments): a study resumed for another target
     # would mix incomparable measurements, so it is refused.
     target: str = ""
@@ -668,6 +677,28 @@ def final_round(
     return tuple(out)
 
 
+def pool_runs(runs: Sequence[TrialRecord]) -> TrialRecord:
+    """Several completed runs of one config as one record: the mean figures, every
+    window's rate, the largest spread and the summed wall time."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    return replace(
+        first,
+        examples_per_s=mean([r.examples_per_s for r in runs]),
+        utilization=mean([r.utilization for r in runs]),
+        input_wait_share=mean([r.input_wait_share for r in runs]),
+        spread=max(r.spread or 0.0 for r in runs),
+        repeats=tuple(x for r in runs for x in r.repeats),
+        wall_s=sum(r.wall_s for r in runs),
+    )
+
+
 def merge_as_written(
     final: Sequence[TrialRecord], as_written: TrialRecord
 ) -> tuple[tuple[TrialRecord, ...], float]:
@@ -683,14 +714,70 @@ def merge_as_written(
         return (done[0] if done else runs[0], *rest), 0.0
     rates = [float(r.examples_per_s or 0.0) for r in done]
     mean = sum(rates) / len(rates)
-    merged = replace(
-        done[0],
-        examples_per_s=mean,
-        spread=max(r.spread or 0.0 for r in done),
-        repeats=tuple(x for r in done for x in r.repeats),
-        wall_s=sum(r.wall_s for r in done),
+    return (pool_runs(done), *rest), (max(rates) - min(rates)) / mean
+
+
+@dataclass(frozen=True, slots=True)
+class CloseCall:
+    """The final round's best, when it gained at least MIN_GAIN over the script as
+    written but less than the round's noise demands (`required_gain`)."""
+
+    record: TrialRecord
+    gain: float
+    needed: float
+
+
+def welch_t(a: Sequence[float], b: Sequence[float]) -> float:
+    """Welch's t of mean(b) - mean(a): how many standard errors b's runs sit above a's.
+    Infinite when neither side varies and b is higher."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) if len(a) > 1 else 0.0
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) if len(b) > 1 else 0.0
+    se = math.sqrt(va / len(a) + vb / len(b))
+    if se == 0.0:
+        return math.inf if mb > ma else (0.0 if mb == ma else -math.inf)
+    return (mb - ma) / se
+
+
+def decide_close_call(
+    close: CloseCall,
+    contender: TrialRecord,
+    as_written: TrialRecord,
+    runs: Sequence[TrialRecord],
+    objective: Objective,
+) -> tuple[bool, TrialRecord, TrialRecord, str]:
+    """(change?, the contender's pooled record, the script as written's pooled record, a
+    note) from every completed run of the two in the final round and the deciding runs.
+    A change needs MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and
+    no fewer examples/s than the script as written."""
+    mine = [r for r in runs if r.number == contender.number and r.state is State.COMPLETE]
+    base = [r for r in runs if r.number == as_written.number and r.state is State.COMPLETE]
+    if not mine or not base:
+        note = (
+            f"final round: trial {contender.number} ({contender.description}) gained "
+            f"{close.gain:+.1%}, within the noise, and the runs meant to decide it did not "
+            "complete: keeping the script as written"
+        )
+        return False, contender, as_written, note
+
+    def figure(r: TrialRecord) -> float:
+        return _score(r, objective)[0]
+
+    pooled, pooled_base = pool_runs(mine), pool_runs(base)
+    gain = _gain(pooled, pooled_base, objective) or 0.0
+    t = welch_t([figure(r) for r in base], [figure(r) for r in mine])
+    holds = (pooled.examples_per_s or 0.0) >= (pooled_base.examples_per_s or 0.0)
+    change = gain >= MIN_GAIN and t >= DECIDE_T and holds
+    verdict = "a real gain" if change else "not told apart from the noise"
+    note = (
+        f"final round: trial {contender.number} ({contender.description}) gained "
+        f"{close.gain:+.1%} beside the script as written, within that round's noise (a "
+        f"change must gain {close.needed:.0%}); over {len(mine)} runs of it and "
+        f"{len(base)} of the script as written, alternately: {gain:+.1%}, t = {t:.1f} (a "
+        f"change needs {MIN_GAIN:.0%} and t >= {DECIDE_T:.0f}): {verdict}"
+        + (", recommending it" if change else ", keeping the script as written")
     )
-    return (merged, *rest), (max(rates) - min(rates)) / mean
+    return change, pooled, pooled_base, note
 
 
 def choose_final(
@@ -700,11 +787,13 @@ def choose_final(
     final: Sequence[TrialRecord],
     objective: Objective,
     run_noise: float = 0.0,
-) -> tuple[TrialRecord, TrialRecord | None, str | None]:
-    """(winner's trial, winner's final-round record, a note): the best final-round
-    figure that does not lose examples/s against the script as written *in the same
-    round*. The script as written when nothing does. `trial_best` is the search's own
-    winner (`choose_winner`), named in the notes."""
+) -> tuple[TrialRecord, TrialRecord | None, str | None, CloseCall | None]:
+    """(winner's trial, winner's final-round record, a note, a close call): the best
+    final-round figure that does not lose examples/s against the script as written *in
+    the same round*. The script as written when nothing does. `trial_best` is the
+    search's own winner (`choose_winner`), named in the notes. A close call is the
+    best's final-round record when it gained at least `MIN_GAIN` but less than the noise
+    demands (`decide_close_call` settles it), else None."""
     by_number = {r.number: r for r in records}
     aw_again = next((f for f in final if f.number == as_written.number), None)
     base = aw_again if aw_again is not None and aw_again.state is State.COMPLETE else as_written
@@ -724,6 +813,7 @@ def choose_final(
             f"trial {trial_best.number} ({trial_best.description}) did not hold up when "
             f"re-measured beside the script as written ({shown} examples/s vs {floor:.1f}): "
             "keeping the script as written",
+            None,
         )
     if objective is Objective.BOTH:
         pick = pareto_front(feasible)[0]
@@ -737,6 +827,7 @@ def choose_final(
             f"no config beat the script as written by more than the noise in the final "
             f"round (best: trial {pick.number}, {pick.description}, {gain:+.1%}; a change "
             f"must gain {needed:.0%}): keeping the script as written",
+            CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
         )
     note = None
     if pick.number != trial_best.number:
@@ -744,7 +835,7 @@ def choose_final(
             f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
             f"trial {trial_best.number}, when both were re-measured side by side"
         )
-    return by_number[pick.number], pick, note
+    return by_number[pick.number], pick, note, None
 
 
 # --- the study ----------------------------------------------------------------------
@@ -1086,8 +1177,29 @@ def run_study(
             on_note(f"final round: re-measuring {len(leaders)} configs side by side ...")
         # The script as written opens and closes the round: the two runs of one config
         # show how much this machine moves from run to run (`merge_as_written`).
-        final, noise = merge_as_written(final_round([*leaders, aw], runner, space, on_note), aw)
-        best, confirm, note = choose_final(recs, aw, best, final, settings.objective, noise)
+        runs = final_round([*leaders, aw], runner, space, on_note)
+        final, noise = merge_as_written(runs, aw)
+        best, confirm, note, close = choose_final(recs, aw, best, final, settings.objective, noise)
+        if close is not None and settings.decide_pairs > 0:
+            # Settled by more runs rather than by a threshold: the note says how.
+            if on_note is not None:
+                on_note(
+                    f"final round: trial {close.record.number} gained {close.gain:+.1%}, "
+                    f"within the noise (a change must gain {close.needed:.0%}); measuring "
+                    f"it and the script as written {settings.decide_pairs} more times, "
+                    "alternately ..."
+                )
+            contender = next(r for r in recs if r.number == close.record.number)
+            runs += final_round([contender, aw] * settings.decide_pairs, runner, space, on_note)
+            change, pooled, pooled_aw, note = decide_close_call(
+                close, contender, aw, runs, settings.objective
+            )
+            if on_note is not None:
+                on_note(note)
+            pooled_by_number = {r.number: r for r in (pooled, pooled_aw) if r.role is Role.CONFIRM}
+            final = tuple(pooled_by_number.get(f.number, f) for f in final)
+            if change:
+                best, confirm = contender, replace(pooled, feasible=True)
         if note:
             notes.append(note)
     best_config = space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
