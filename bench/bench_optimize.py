@@ -122,6 +122,7 @@ def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
                 f"{r.description}",
                 flush=True,
             ),
+            on_note=lambda line: print(f"   tftune {line}", flush=True),
         )
         tune_s = time.monotonic() - t0
 
@@ -181,6 +182,7 @@ def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
         "tune_wall_s": round(tune_s, 1),
         "grid_wall_s": round(grid_s, 1),
         "tftune_winner": outcome.best.description,
+        "tftune_notes": list(outcome.notes),
         "same_config": sorted(k for k, same in distinct.items() if same != k),
         "grid_best": space.describe(grid_best),
         "examples_per_s": {k: round(v, 1) for k, v in med.items()},
