@@ -282,6 +282,36 @@ def test_the_search_learns_to_avoid_configs_that_crash(tmp_path: Path) -> None:
     assert failed <= 15
 
 
+def test_a_value_that_only_ever_fails_is_skipped_and_not_counted(tmp_path: Path) -> None:
+    """A 16-bit policy the script's loss code cannot take: after it failed twice (and
+    never ran through), search trials that sample it are skipped without running and do
+    not use the budget, so the search still measures --trials configs."""
+    import optuna
+
+    from tftune.tuner.study import SKIPPED_ATTR
+
+    bf16 = build_space(SITES, cores=CORES, flags={"avx512_bf16"}, uses_keras=True)
+    assert "mixed_precision" in bf16.names
+
+    def loss_code_breaks(config: Config) -> bool:
+        return config.mixed_precision is not None
+
+    runner = FakeRunner(latency_bound, fail=loss_code_breaks)
+    out = run_study(bf16, runner, settings(tmp_path, n_trials=20))
+    tried = [c for c in runner.calls if c.mixed_precision is not None]
+    assert len(tried) == 2  # measured until it was known dead, then never again
+    skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
+    assert skipped, "the sampler never came back to the policy"
+    assert all("mixed_precision=mixed_bfloat16" in (r.reason or "") for r in skipped)
+    assert all(r.state is State.FAILED for r in skipped)
+    assert len(out.records) - len(skipped) == 20  # the budget, all measured
+    study = optuna.load_study(
+        study_name="t", storage=open_storage(str(tmp_path / "study.journal"))[0]
+    )
+    assert sum(1 for t in study.get_trials() if t.user_attrs.get(SKIPPED_ATTR)) == len(skipped)
+    assert out.best_config.mixed_precision is None
+
+
 def test_as_written_failure_is_a_script_error(tmp_path: Path) -> None:
     runner = FakeRunner(latency_bound, fail=lambda c: True)
     with pytest.raises(ScriptError, match="as written could not be measured: out of memory"):

@@ -292,10 +292,11 @@ def _alive(t: Any, now: float) -> bool:
 
 def booked(trials: Sequence[Any], now: float | None = None) -> int:
     """Trials that count against ``--trials``: finished ones (an interrupted one does not:
-    it is measured again), plus the running ones that will finish (`_alive`)."""
+    it is measured again; a skipped one never ran), plus the running ones that will
+    finish (`_alive`)."""
     import optuna
 
-    from tftune.tuner.study import INTERRUPTED_ATTR
+    from tftune.tuner.study import _uncounted
 
     ts = optuna.trial.TrialState
     now = time.time() if now is None else now
@@ -303,8 +304,7 @@ def booked(trials: Sequence[Any], now: float | None = None) -> int:
     return sum(
         1
         for t in trials
-        if (t.state in done and not t.user_attrs.get(INTERRUPTED_ATTR))
-        or (t.state is ts.RUNNING and _alive(t, now))
+        if (t.state in done and not _uncounted(t)) or (t.state is ts.RUNNING and _alive(t, now))
     )
 
 

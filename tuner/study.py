@@ -99,6 +99,13 @@ INTERRUPTED_ATTR = "interrupted"
 # see the objective in `run_study`.
 FAILED_ATTR = "failed"
 RETRY_OF_ATTR = "retry_of"
+# A knob value that made DEAD_AFTER trials fail while no trial with it ran through (say,
+# a 16-bit policy the script's loss code cannot take) is not measured again: a search
+# trial that samples it is skipped at once, stored like a failed trial with SKIPPED_ATTR,
+# and does not count against --trials (at most --trials skips per run, so that a sampler
+# stuck on it cannot spin).
+DEAD_AFTER = 2
+SKIPPED_ATTR = "skipped"
 
 
 class Objective(str, enum.Enum):
@@ -892,8 +899,39 @@ def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def _used(study: optuna.Study) -> int:
     """Finished trials that count against ``--trials``: an interrupted one does not (it
-    is measured again)."""
-    return sum(1 for t in _finished(study) if not t.user_attrs.get(INTERRUPTED_ATTR))
+    is measured again), nor a skipped one (it never ran)."""
+    return sum(1 for t in _finished(study) if not _uncounted(t))
+
+
+def _uncounted(t: optuna.trial.FrozenTrial) -> bool:
+    return bool(t.user_attrs.get(INTERRUPTED_ATTR) or t.user_attrs.get(SKIPPED_ATTR))
+
+
+def dead_values(
+    trials: Sequence[optuna.trial.FrozenTrial],
+) -> dict[tuple[str, KnobValue], tuple[list[int], str]]:
+    """(knob, value) -> (the trials it failed in, the last reason) for every value that
+    failed in at least DEAD_AFTER trials and never ran through (completed or pruned for
+    being slow) in any trial."""
+    import optuna
+
+    ts = optuna.trial.TrialState
+    failed: dict[tuple[str, KnobValue], tuple[list[int], str]] = {}
+    ran: set[tuple[str, KnobValue]] = set()
+    for t in trials:
+        if t.state not in (ts.COMPLETE, ts.PRUNED) or t.user_attrs.get(SKIPPED_ATTR):
+            continue
+        for key in t.params.items():
+            if t.user_attrs.get(FAILED_ATTR):
+                numbers, _ = failed.get(key, ([], ""))
+                failed[key] = ([*numbers, t.number], str(t.user_attrs.get("reason") or ""))
+            else:
+                ran.add(key)
+    return {
+        key: found
+        for key, found in failed.items()
+        if len(found[0]) >= DEAD_AFTER and key not in ran
+    }
 
 
 def run_study(
@@ -971,12 +1009,34 @@ def run_study(
 
     def objective(trial: optuna.Trial) -> float | tuple[float, float]:
         nonlocal ran
-        ran += 1
         role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
         params: dict[str, KnobValue] = {
             k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
             for k in space.knobs
         }
+        if role is Role.SEARCH:
+            trials = study.get_trials(deepcopy=False)
+            dead = dead_values(trials)
+            hit = next(((k, v) for k, v in params.items() if (k, v) in dead), None)
+            skips = sum(1 for t in trials if t.user_attrs.get(SKIPPED_ATTR))
+            if hit is not None and skips < settings.n_trials:
+                numbers, why = dead[hit]
+                reason = (
+                    f"skipped: {hit[0]}={hit[1]} made trials "
+                    f"{', '.join(map(str, numbers))} fail ({why}) and no trial with it ran "
+                    "through"
+                )
+                for key, value in (
+                    (SKIPPED_ATTR, True),
+                    (FAILED_ATTR, True),
+                    ("reason", reason),
+                    ("feasible", False),
+                    ("constraint", 1.0),
+                ):
+                    trial.set_user_attr(key, value)
+                trial.set_constraint("not_below_as_written", 1.0)
+                raise optuna.TrialPruned(reason)
+        ran += 1
         config = space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
         recs = [_record(t, space) for t in _finished(study)]
         aw = _as_written(recs)
@@ -1152,7 +1212,11 @@ def run_study(
             enqueue(Role.GUIDED, guided)
     if settings.guided:
         notes.append(f"guided guess: {guided_why}")
-    run_some(settings.n_trials - booked(study.get_trials(deepcopy=False)))
+    while True:  # skipped trials (`dead_values`) leave budget for another round
+        started = len(study.get_trials(deepcopy=False))
+        run_some(settings.n_trials - booked(study.get_trials(deepcopy=False)))
+        if len(study.get_trials(deepcopy=False)) == started:
+            break
     # Other workers' trials still running are part of the result every worker reports.
     wait_for_others(
         lambda: study.get_trials(deepcopy=False),
