@@ -431,7 +431,7 @@ class Patcher:
                     stream = patcher._distributed_stream_of(it)
                     if stream is None:
                         return original(it, *args, **kwargs)
-                    depth = getattr(patcher._inside, "distributed", 0)
+                    depth: int = getattr(patcher._inside, "distributed", 0)
                     patcher._inside.distributed = depth + 1
                     try:
                         return patcher._timed_next(
@@ -445,8 +445,12 @@ class Patcher:
 
             setattr(base, name, make_get(original, optional))
 
+    def _in_distributed_fetch(self) -> bool:
+        depth: int = getattr(self._inside, "distributed", 0)
+        return depth > 0
+
     def _distributed_stream_of(self, it: Any) -> int | None:
-        if not self.instrument_clock or getattr(self._inside, "distributed", 0):
+        if not self.instrument_clock or self._in_distributed_fetch():
             return None
         stream = getattr(it, "_tftune_stream", None)
         if stream is not None:
@@ -457,7 +461,7 @@ class Patcher:
         return None if tf.executing_eagerly() else self.last_distributed_stream
 
     def _stream_of(self, it: Any) -> int | None:
-        if not self.instrument_clock or getattr(self._inside, "distributed", 0):
+        if not self.instrument_clock or self._in_distributed_fetch():
             return None  # (a replica's fetch within a distributed one is not a step)
         stream = getattr(it, "_tftune_stream", None)
         if stream is not None:
