@@ -6,6 +6,7 @@ import ast
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
 from tftune.tuner.emit import (
     best_config_with_metrics,
+    ceiling_sentence,
     globals_snippet,
     render_table,
     rewrite_sources,
@@ -78,6 +80,23 @@ def test_diff_rewrites_the_users_own_lines(tmp_path: Path) -> None:
     )
     assert "num_parallel_calls=16)" in new
     assert "ds = ds.batch(64).prefetch(tf2.data.AUTOTUNE)" in new
+
+
+def test_diff_edits_every_call_a_chained_line_config_changes(tmp_path: Path) -> None:
+    # One line, one key: the patcher gives num_parallel_calls to each map on it (batch
+    # takes no parallelism from tftune), so the diff must edit both maps and not batch.
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import tensorflow as tf\n"
+        "ds = tf.data.Dataset.range(8)\n"
+        "ds = ds.map(f).shuffle(256).batch(64).map(g, num_parallel_calls=2).prefetch(1)\n"
+    )
+    config = Config(sites={"train.py:3": SiteConfig(num_parallel_calls=16, batch_size=128)})
+    new = _apply(source_diff(script, config), tmp_path)
+    assert new.splitlines()[2] == (
+        "ds = ds.map(f, num_parallel_calls=16).shuffle(256).batch(128)"
+        ".map(g, num_parallel_calls=16).prefetch(1)"
+    )
 
 
 def test_diff_is_empty_for_as_written_and_skips_unreadable_files(tmp_path: Path) -> None:
@@ -198,6 +217,31 @@ def test_trial_line_says_why(state: State, needle: str) -> None:
     r = TrialRecord(7, Role.SEARCH, state, {}, "t.py/par=4", 10.0, reason="boom")
     line = trial_line(r, None)
     assert needle in line and "t.py/par=4" in line and "\n" not in line
+
+
+def _with_tuned(out: StudyOutcome, eps: float, wait: float) -> StudyOutcome:
+    best = replace(out.best, examples_per_s=eps, input_wait_share=wait)
+    return replace(out, best=best, records=(*out.records[:3], best))
+
+
+def test_ceiling_sentence_places_the_remaining_gap() -> None:
+    # Tuned 4000 ex/s (as written 200) against a 5000 ex/s ceiling set by the model.
+    model_bound = Ceiling(20000.0, 5000.0)
+    waits = ceiling_sentence(_with_tuned(_outcome(), 4000.0, 0.3), model_bound)
+    assert "as written reaches 4% and tuned 80% of the ceiling (the model)" in waits
+    assert "still waits for input 30%" in waits and "gap is in the input pipeline" in waits
+    # Rarely waiting yet below both halves: they slow each other, the pipeline is not it.
+    shared = ceiling_sentence(_with_tuned(_outcome(), 4000.0, 0.02), model_bound)
+    assert "slowing each other down" in shared and "gap is in the input" not in shared
+    assert ceiling_sentence(_with_tuned(_outcome(), 4800.0, 0.02), model_bound).endswith(
+        "the model is now the limit"
+    )
+    pipeline_bound = ceiling_sentence(_with_tuned(_outcome(), 4800.0, 0.4), Ceiling(5000.0, 9e3))
+    assert pipeline_bound.endswith("the input pipeline is now the limit")
+    # Not measured: the rates alone, no verdict.
+    assert ceiling_sentence(_outcome(), Ceiling(None, None)) == (
+        "pipeline alone not measured, model alone on cached data not measured"
+    )
 
 
 def test_ceiling_is_the_lower_half_and_says_what_was_not_measured() -> None:

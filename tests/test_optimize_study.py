@@ -24,6 +24,7 @@ from tftune.tuner.study import (
     StorageError,
     StudySettings,
     TrialRecord,
+    choose_final,
     choose_winner,
     guided_params,
     open_storage,
@@ -32,6 +33,7 @@ from tftune.tuner.study import (
 )
 
 MAP = "train.py:10"
+MAP_PAR = f"{MAP}/num_parallel_calls"
 BATCH = "train.py:11"
 CORES = 2
 SITES = [
@@ -162,11 +164,34 @@ def test_a_winner_that_does_not_hold_up_falls_back_to_as_written(tmp_path: Path)
     out = run_study(space(), FakeRunner(lucky_once), settings(tmp_path, n_trials=5))
     assert out.confirm is None
     assert out.best.role is Role.AS_WRITTEN and out.best_config == Config()
-    assert any("did not hold up" in n and "900.0 examples/s vs 1000.0" in n for n in out.notes)
+    assert any("did not hold up" in n and "900.0 vs 1000.0 examples/s" in n for n in out.notes)
     # the fluke was re-measured in the final round, beside the script as written
     lucky = next(f for f in out.final if f.role is Role.CONFIRM and f.examples_per_s == 900.0)
     assert lucky.state is State.COMPLETE
     assert any(f.number == out.best.number for f in out.final)
+
+
+def test_a_search_best_that_repeats_a_baseline_is_judged_by_its_re_measure() -> None:
+    # TPE sampled AUTOTUNE's params again (trial 4); the final round re-measured that
+    # config once, as trial 1. The notes must use that figure, not "not measured".
+    def rec(n: int, role: Role, eps: float, params: dict[str, int]) -> TrialRecord:
+        return TrialRecord(n, role, State.COMPLETE, params, f"par={params}", eps, 0.5)
+
+    aw = rec(0, Role.AS_WRITTEN, 1000.0, {})
+    autotune = rec(1, Role.AUTOTUNE, 950.0, {MAP_PAR: AUTOTUNE})
+    repeat = rec(4, Role.SEARCH, 1200.0, {MAP_PAR: AUTOTUNE})
+    records = [aw, autotune, repeat]
+
+    def again(r: TrialRecord, eps: float) -> TrialRecord:
+        return replace(r, role=Role.CONFIRM, examples_per_s=eps)
+
+    slow = [again(aw, 1000.0), again(autotune, 900.0)]
+    best, confirm, note, close = choose_final(records, aw, repeat, slow, Objective.THROUGHPUT)
+    assert best is aw and confirm is None and close is None
+    assert note is not None and "trial 4" in note and "900.0 as trial 1 vs 1000.0" in note
+    fast = [again(aw, 1000.0), again(autotune, 1500.0)]
+    best, confirm, note, _ = choose_final(records, aw, repeat, fast, Objective.THROUGHPUT)
+    assert best is autotune and confirm is not None and note is None  # the same config
 
 
 def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:

@@ -373,14 +373,14 @@ class Patcher:
 
         @functools.wraps(original_next)
         def _next_internal(it: Any) -> Any:
-            stream = patcher._stream_of(it)
+            stream = patcher._stream_of(it, patcher.last_stream)
             if stream is None:
                 return original_next(it)
             return patcher._timed_next(stream, lambda: original_next(it), optional=False)
 
         @functools.wraps(original_optional)
         def get_next_as_optional(it: Any) -> Any:
-            stream = patcher._stream_of(it)
+            stream = patcher._stream_of(it, patcher.last_stream)
             if stream is None:
                 return original_optional(it)
             return patcher._timed_next(stream, lambda: original_optional(it), optional=True)
@@ -428,7 +428,7 @@ class Patcher:
             def make_get(original: Callable[..., Any], optional: bool) -> Callable[..., Any]:
                 @functools.wraps(original)
                 def get(it: Any, *args: Any, **kwargs: Any) -> Any:
-                    stream = patcher._distributed_stream_of(it)
+                    stream = patcher._stream_of(it, patcher.last_distributed_stream)
                     if stream is None:
                         return original(it, *args, **kwargs)
                     depth: int = getattr(patcher._inside, "distributed", 0)
@@ -449,18 +449,11 @@ class Patcher:
         depth: int = getattr(self._inside, "distributed", 0)
         return depth > 0
 
-    def _distributed_stream_of(self, it: Any) -> int | None:
-        if not self.instrument_clock or self._in_distributed_fetch():
-            return None
-        stream = getattr(it, "_tftune_stream", None)
-        if stream is not None:
-            return int(stream)
-        import tensorflow as tf
-
-        # Inside a tf.function the iterator is rebuilt from its type spec without our tag.
-        return None if tf.executing_eagerly() else self.last_distributed_stream
-
-    def _stream_of(self, it: Any) -> int | None:
+    def _stream_of(self, it: Any, fallback: int | None) -> int | None:
+        """The stream an iterator's fetch is clocked on, or None (not clocked). Inside a
+        tf.function an iterator is rebuilt (from its resource, or from its type spec under
+        tf.distribute) without our tag: it is then `fallback`, the one of its kind most
+        recently handed out (Keras: the training iterator)."""
         if not self.instrument_clock or self._in_distributed_fetch():
             return None  # (a replica's fetch within a distributed one is not a step)
         stream = getattr(it, "_tftune_stream", None)
@@ -468,9 +461,7 @@ class Patcher:
             return int(stream)
         import tensorflow as tf
 
-        # Inside a tf.function the iterator is rebuilt from its resource and loses our
-        # tag: it is the one most recently handed out (Keras: the training iterator).
-        return None if tf.executing_eagerly() else self.last_stream
+        return None if tf.executing_eagerly() else fallback
 
     def _timed_next(self, stream: int, get: Callable[[], Any], optional: bool) -> Any:
         import tensorflow as tf
@@ -582,13 +573,17 @@ class Patcher:
         batch size is static. `_Ring.poll` reads the leading dimension."""
         import tensorflow as tf
 
+        def constant(examples: int) -> Any:
+            with tf.device("/CPU:0"):  # beside the host-only enqueue: never a copy
+                return tf.constant([examples], tf.int64)
+
         if not self._batched.get(stream, False) or not leaves:
-            return tf.constant([1], tf.int64)
+            return constant(1)
         shape = leaves[0].shape
         if shape.rank == 0:
-            return tf.constant([1], tf.int64)
+            return constant(1)
         if shape.rank is not None and shape[0] is not None:
-            return tf.constant([int(shape[0])], tf.int64)
+            return constant(int(shape[0]))
         if shape.rank is not None:  # a dynamic batch size: the shape itself (one op)
             return tf.shape(leaves[0], out_type=tf.int64)
         # An unknown rank (e.g. a numpy_function's output without set_shape): a scalar

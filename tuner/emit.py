@@ -24,26 +24,29 @@ from typing import Any
 
 from tftune.probes.errors import ConfigError
 from tftune.probes.userfiles import write_text_atomic
+from tftune.tuner._patch import OP_KNOBS
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.space import SearchSpace, format_value
-from tftune.tuner.study import Role, State, StudyOutcome, TrialRecord
+from tftune.tuner.study import INPUT_BOUND_SHARE, Role, State, StudyOutcome, TrialRecord
 
 SCHEMA = 1
 DEFAULT_BEST_FILE = "tftune-best.json"
+# At this share of the ceiling, the tuned run has reached it (the rest is noise).
+CEILING_REACHED = 0.9
 # TensorFlow's positional parameter order (after self), for knobs passed positionally.
 _POSITIONAL: dict[str, dict[str, int]] = {
     "map": {"num_parallel_calls": 1},
     "interleave": {"cycle_length": 1, "num_parallel_calls": 3},
-    "batch": {"batch_size": 0, "num_parallel_calls": 2},
+    "batch": {"batch_size": 0},
     "padded_batch": {"batch_size": 0},
     "prefetch": {"buffer_size": 0},
 }
+# The transformations each knob is applied to: the patcher's own table, so that the diff
+# edits exactly the calls a config changes when it runs.
 _KNOB_OPS: dict[str, tuple[str, ...]] = {
-    "num_parallel_calls": ("map", "interleave", "batch"),
-    "cycle_length": ("interleave",),
-    "buffer_size": ("prefetch",),
-    "batch_size": ("batch", "padded_batch"),
+    knob: tuple(op for op, knobs in OP_KNOBS.items() if knob in knobs)
+    for knob in ("num_parallel_calls", "cycle_length", "buffer_size", "batch_size")
 }
 
 
@@ -78,18 +81,18 @@ def _value_text(value: int, alias: str) -> str:
     return f"{alias}.data.AUTOTUNE" if value == AUTOTUNE else str(value)
 
 
-def _find_call(tree: ast.Module, line: int, ops: Sequence[str]) -> ast.Call | None:
-    best: ast.Call | None = None
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ops
-            and line in (node.lineno, node.func.end_lineno)
-            and (best is None or (node.lineno, node.col_offset) < (best.lineno, best.col_offset))
-        ):
-            best = node
-    return best
+def _find_calls(tree: ast.Module, line: int, ops: Sequence[str]) -> list[ast.Call]:
+    """Every ``.op(...)`` call at a call site's line. A config applies to each call on
+    that line that takes the knob (``ds.map(f).map(g)`` shares one key), and the line of
+    a call is that of its method name (a chain split over lines)."""
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ops
+        and line in (node.lineno, node.func.end_lineno)
+    ]
 
 
 def _site_edits(
@@ -100,30 +103,34 @@ def _site_edits(
         value = getattr(site, knob)
         if value is None:
             continue
-        call = _find_call(tree, line, _KNOB_OPS[knob])
-        if call is None or not isinstance(call.func, ast.Attribute):
-            continue
         text = _value_text(value, alias)
-
-        def span(n: ast.expr) -> tuple[int, int]:
-            end_line = n.end_lineno if n.end_lineno is not None else n.lineno
-            end_col = n.end_col_offset if n.end_col_offset is not None else n.col_offset
-            return starts[n.lineno - 1] + n.col_offset, starts[end_line - 1] + end_col
-
-        kw = next((k for k in call.keywords if k.arg == knob), None)
-        pos = _POSITIONAL.get(call.func.attr, {}).get(knob)
-        if kw is not None:
-            a, b = span(kw.value)
-            edits.append(_Edit(a, b, text))
-        elif pos is not None and pos < len(call.args):
-            a, b = span(call.args[pos])
-            edits.append(_Edit(a, b, text))
-        else:
-            end_line = call.end_lineno if call.end_lineno is not None else call.lineno
-            close = starts[end_line - 1] + (call.end_col_offset or 1) - 1  # the ")"
-            sep = ", " if call.args or call.keywords else ""
-            edits.append(_Edit(close, close, f"{sep}{knob}={text}"))
+        for call in _find_calls(tree, line, _KNOB_OPS[knob]):
+            edits.append(_call_edit(call, knob, text, starts))
     return edits
+
+
+def _call_edit(call: ast.Call, knob: str, text: str, starts: list[int]) -> _Edit:
+    """The edit that passes `knob` = `text` to one call: its keyword's or positional
+    argument's value replaced, or the keyword added before the closing parenthesis."""
+    assert isinstance(call.func, ast.Attribute)
+
+    def span(n: ast.expr) -> tuple[int, int]:
+        end_line = n.end_lineno if n.end_lineno is not None else n.lineno
+        end_col = n.end_col_offset if n.end_col_offset is not None else n.col_offset
+        return starts[n.lineno - 1] + n.col_offset, starts[end_line - 1] + end_col
+
+    kw = next((k for k in call.keywords if k.arg == knob), None)
+    pos = _POSITIONAL.get(call.func.attr, {}).get(knob)
+    if kw is not None:
+        a, b = span(kw.value)
+        return _Edit(a, b, text)
+    if pos is not None and pos < len(call.args):
+        a, b = span(call.args[pos])
+        return _Edit(a, b, text)
+    end_line = call.end_lineno if call.end_lineno is not None else call.lineno
+    close = starts[end_line - 1] + (call.end_col_offset or 1) - 1  # the ")"
+    sep = ", " if call.args or call.keywords else ""
+    return _Edit(close, close, f"{sep}{knob}={text}")
 
 
 def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str, tuple[str, str]]:
@@ -409,21 +416,41 @@ def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
 
 
 def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
-    p = _fmt_eps(ceiling.pipeline_only_examples_per_s)
-    m = _fmt_eps(ceiling.model_only_examples_per_s)
+    """Where the remaining gap is: the as-written and tuned rates against the ceiling (the
+    lower of the pipeline alone and the model alone), and, below it, whether the tuned run
+    still waits for input (the pipeline) or not (the two halves slow each other down when
+    they run together, e.g. on shared CPU cores)."""
+    p, m = ceiling.pipeline_only_examples_per_s, ceiling.model_only_examples_per_s
+    parts = [
+        f"pipeline alone {_fmt_eps(p)}{'' if p is None else ' ex/s'}, "
+        f"model alone on cached data {_fmt_eps(m)}{'' if m is None else ' ex/s'}"
+    ]
+    top = ceiling.examples_per_s
     aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
-    tuned = tuned_record(outcome).examples_per_s
-    parts = [f"pipeline alone {p} ex/s, model alone on cached data {m} ex/s"]
-    model = ceiling.model_only_examples_per_s
-    if model and aw is not None and aw.examples_per_s and tuned:
+    tuned = tuned_record(outcome)
+    if not top or aw is None or not aw.examples_per_s or not tuned.examples_per_s:
+        return "; ".join(parts)
+    half = {"pipeline": "the input pipeline", "model": "the model"}.get(
+        ceiling.limited_by or "", "the half that was measured"
+    )
+    parts.append(
+        f"as written reaches {aw.examples_per_s / top:.0%} and tuned "
+        f"{tuned.examples_per_s / top:.0%} of the ceiling ({half})"
+    )
+    wait = tuned.input_wait_share
+    if tuned.examples_per_s >= CEILING_REACHED * top:
+        parts.append(f"{half} is now the limit")
+    elif wait is not None and wait >= INPUT_BOUND_SHARE:
         parts.append(
-            f"as written reaches {aw.examples_per_s / model:.0%} and tuned "
-            f"{tuned / model:.0%} of what the model alone can consume"
+            f"tuned still waits for input {wait:.0%} of each step: the remaining gap is in "
+            "the input pipeline"
         )
-        if tuned / model < 0.9:
-            parts.append("the remaining gap is in the input pipeline")
-        else:
-            parts.append("the model is now the limit")
+    elif wait is not None:
+        parts.append(
+            f"tuned waits for input only {wait:.0%} of each step: the remaining gap is the "
+            "two halves slowing each other down when they run together (shared CPU cores), "
+            "not the input pipeline alone"
+        )
     return "; ".join(parts)
 
 

@@ -752,11 +752,12 @@ def decide_close_call(
     as_written: TrialRecord,
     runs: Sequence[TrialRecord],
     objective: Objective,
-) -> tuple[bool, TrialRecord, TrialRecord, str]:
+) -> tuple[bool, TrialRecord | None, TrialRecord | None, str]:
     """(change?, the contender's pooled record, the script as written's pooled record, a
     note) from every completed run of the two in the final round and the deciding runs.
-    A change needs MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and
-    no fewer examples/s than the script as written."""
+    A pooled record is None where that config has no completed run. A change needs
+    MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and no fewer
+    examples/s than the script as written."""
     mine = [r for r in runs if r.number == contender.number and r.state is State.COMPLETE]
     base = [r for r in runs if r.number == as_written.number and r.state is State.COMPLETE]
     if not mine or not base:
@@ -765,7 +766,7 @@ def decide_close_call(
             f"{close.gain:+.1%}, within the noise, and the runs meant to decide it did not "
             "complete: keeping the script as written"
         )
-        return False, contender, as_written, note
+        return False, pool_runs(mine) if mine else None, pool_runs(base) if base else None, note
 
     def figure(r: TrialRecord) -> float:
         return _score(r, objective)[0]
@@ -785,6 +786,10 @@ def decide_close_call(
         + (", recommending it" if change else ", keeping the script as written")
     )
     return change, pooled, pooled_base, note
+
+
+def _same_config(a: TrialRecord, b: TrialRecord) -> bool:
+    return dict(a.params) == dict(b.params)
 
 
 def choose_final(
@@ -812,14 +817,22 @@ def choose_final(
     ]
     feasible = [f for f in scored if f.feasible and f.number != as_written.number]
     if not feasible:
-        again = next((f for f in scored if f.number == trial_best.number), None)
-        shown = f"{again.examples_per_s or 0:.1f}" if again is not None else "not measured"
+        # The search's best may repeat a baseline's params (TPE samples AUTOTUNE again):
+        # the round then re-measured that config under the baseline's number.
+        again = next((f for f in scored if f.number == trial_best.number), None) or next(
+            (f for f in scored if _same_config(f, trial_best)), None
+        )
+        if again is None:
+            shown = "it was not re-measured"
+        else:
+            alias = "" if again.number == trial_best.number else f" as trial {again.number}"
+            shown = f"{again.examples_per_s or 0:.1f}{alias} vs {floor:.1f} examples/s"
         return (
             as_written,
             None,
             f"trial {trial_best.number} ({trial_best.description}) did not hold up when "
-            f"re-measured beside the script as written ({shown} examples/s vs {floor:.1f}): "
-            "keeping the script as written",
+            f"re-measured beside the script as written ({shown}): keeping the script as "
+            "written",
             None,
         )
     if objective is Objective.BOTH:
@@ -837,7 +850,7 @@ def choose_final(
             CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
         )
     note = None
-    if pick.number != trial_best.number:
+    if pick.number != trial_best.number and not _same_config(pick, trial_best):
         note = (
             f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
             f"trial {trial_best.number}, when both were re-measured side by side"
@@ -1260,9 +1273,9 @@ def run_study(
             )
             if on_note is not None:
                 on_note(note)
-            pooled_by_number = {r.number: r for r in (pooled, pooled_aw) if r.role is Role.CONFIRM}
+            pooled_by_number = {r.number: r for r in (pooled, pooled_aw) if r is not None}
             final = tuple(pooled_by_number.get(f.number, f) for f in final)
-            if change:
+            if change and pooled is not None:
                 best, confirm = contender, replace(pooled, feasible=True)
         if note:
             notes.append(note)
