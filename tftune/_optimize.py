@@ -315,8 +315,6 @@ def optimize(
         outcome = run_study(
             space, runner, settings, on_trial=on_trial, on_start=on_start, on_note=note
         )
-    for n in outcome.notes:
-        note(n)
 
     argv = (
         list(invocation)

@@ -1004,14 +1004,19 @@ def run_study(
     cores = space.cores
     ran = 0
     notes: list[str] = []
+
+    def tell(note: str) -> None:
+        """A note for the outcome, shown as it is made (once)."""
+        notes.append(note)
+        if on_note is not None:
+            on_note(note)
+
     dead = fail_stale_trials(study)
     if dead:
-        notes.append(
-            f"trial(s) {', '.join(map(str, dead))} of a worker that died were marked failed"
-        )
+        tell(f"trial(s) {', '.join(map(str, dead))} of a worker that died were marked failed")
     again = retry_interrupted(study)
     if again:
-        notes.append(f"interrupted trial(s) {', '.join(map(str, again))} will run again")
+        tell(f"interrupted trial(s) {', '.join(map(str, again))} will run again")
 
     def best_so_far() -> TrialRecord | None:
         recs = [_record(t, space) for t in _finished(study)]
@@ -1224,7 +1229,7 @@ def run_study(
         if settings.guided:
             enqueue(Role.GUIDED, guided)
     if settings.guided:
-        notes.append(f"guided guess: {guided_why}")
+        tell(f"guided guess: {guided_why}")
     while True:  # skipped trials (`dead_values`) leave budget for another round
         started = len(study.get_trials(deepcopy=False))
         run_some(settings.n_trials - booked(study.get_trials(deepcopy=False)))
@@ -1271,14 +1276,12 @@ def run_study(
             change, pooled, pooled_aw, note = decide_close_call(
                 close, contender, aw, runs, settings.objective
             )
-            if on_note is not None:
-                on_note(note)
             pooled_by_number = {r.number: r for r in (pooled, pooled_aw) if r is not None}
             final = tuple(pooled_by_number.get(f.number, f) for f in final)
             if change and pooled is not None:
                 best, confirm = contender, replace(pooled, feasible=True)
         if note:
-            notes.append(note)
+            tell(note)
     best_config = space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
     kind = next(
         (
