@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -127,12 +128,10 @@ def test_help_imports_neither_tensorflow_nor_optuna() -> None:
     assert "tensorflow" not in mods and "optuna" not in mods
 
 
-@requires_tf
-def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
-    """`tftune.optimize()` end to end on real discovery, with the trials faked: the files
-    it writes and what it returns."""
-    import tftune
-    from tftune.tuner.config import AUTOTUNE, Config, load_config
+def _fake_runner() -> Any:
+    """Trials faked from the config: a latency-bound map that parallelism and the pool
+    speed up, against a model that takes 20,000 ex/s."""
+    from tftune.tuner.config import AUTOTUNE, Config
     from tftune.tuner.study import Measurement, Mode, RepeatCallback, Runner, State
 
     class Fake(Runner):
@@ -152,11 +151,21 @@ def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
             wait = max(0.0, 1 - eps / 20000)
             return Measurement(State.COMPLETE, eps, 1 - wait, "duty_cycle", 0.02, wait, (eps,))
 
+    return Fake()
+
+
+@requires_tf
+def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
+    """`tftune.optimize()` end to end on real discovery, with the trials faked: the files
+    it writes and what it returns."""
+    import tftune
+    from tftune.tuner.config import load_config
+
     result = tftune.optimize(
         EXAMPLE,
         ["--steps", "10"],
         trials=8,
-        runner=Fake(),
+        runner=_fake_runner(),
         storage=str(tmp_path / "s.journal"),
         best_file=tmp_path / "best.json",
         json_file=tmp_path / "t.json",
@@ -171,3 +180,37 @@ def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "t.json").read_text())
     assert data["trials"]["complete"] + data["trials"]["pruned"] == 8
     assert (tmp_path / "t.html").exists()
+
+
+@requires_tf
+def test_a_script_without_its_own_tf_data_calls_is_told_what_is_searched(
+    tmp_path: Path,
+) -> None:
+    """Keras `fit` on numpy arrays builds its tf.data pipeline inside Keras: nothing in
+    the user's files to tune per call site, which the user is told before the trials."""
+    import tftune
+
+    script = tmp_path / "numpy_fit.py"
+    script.write_text(
+        "import numpy as np\nimport tensorflow as tf\n"
+        "x = np.zeros((256, 4), 'float32')\n"
+        "m = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])\n"
+        "m.compile('sgd', 'mse')\nm.fit(x, x[:, :1], batch_size=32, epochs=2, verbose=0)\n"
+    )
+    notes: list[str] = []
+    result = tftune.optimize(
+        script,
+        [],
+        trials=3,
+        runner=_fake_runner(),
+        storage=str(tmp_path / "s.journal"),
+        best_file=tmp_path / "best.json",
+        json_file=None,
+        html_file=None,
+        bounds=False,
+        on_note=notes.append,
+    )
+    said = [n for n in notes if "no map, interleave, batch or prefetch call" in n]
+    assert len(said) == 1 and "only the global knobs are searched" in said[0]
+    assert notes.index(said[0]) < next(i for i, n in enumerate(notes) if "guided" in n)
+    assert result.best_config.sites == {}

@@ -229,6 +229,12 @@ def optimize(
             f"{script}: no tf.data pipeline was built before the script ended, so there is "
             "nothing to tune (tftune profile and tftune analyze still work on any TF script)"
         )
+    if not found.sites:
+        note(
+            "note: no map, interleave, batch or prefetch call in your own files: the dataset "
+            "is built by a library (e.g. Keras from numpy arrays or a PyDataset, whose "
+            "workers tftune does not set), so only the global knobs are searched"
+        )
     gpu = gpu_visible() if runner is None else runner.gpu_visible
     cores = os.cpu_count() or 1
     space = build_space(
