@@ -805,16 +805,22 @@ def _first_leaf(element: Any) -> Any:
 
 def _replica_values(leaf: Any) -> tuple[Any, ...] | None:
     """The per-replica values of a tf.distribute value (`PerReplica`), else None."""
+    # The module first: a tensor's failed attribute lookup costs a microsecond (its
+    # __getattr__ builds a numpy hint), and this runs on every eager step.
+    if not type(leaf).__module__.startswith("tensorflow.python.distribute"):
+        return None
     values = getattr(leaf, "values", None)
-    if isinstance(values, tuple) and type(leaf).__module__.startswith(
-        "tensorflow.python.distribute"
-    ):
-        return values
-    return None
+    return values if isinstance(values, tuple) else None
 
 
 def _leading(value: Any) -> int:
     """An eager element's examples: its leading dimension, 1 for a scalar."""
+    dims = getattr(value, "_shape_tuple", None)  # an EagerTensor's dims, no TensorShape
+    if dims is not None:
+        with contextlib.suppress(Exception):
+            known = dims()
+            if isinstance(known, tuple):
+                return int(known[0]) if known and known[0] is not None else 1
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) > 0 and shape[0] is not None:
         return int(shape[0])
