@@ -191,6 +191,10 @@ def test_in_graph_clock_queue_counts_examples_of_any_shape() -> None:
 
     rows = ring.poll()
     assert [examples for _, _, examples in rows] == [5, 7, 2, 4, 1]
+    # A count known when the graph is built costs the step no op: two timestamps and
+    # one enqueue (plus control edges), no constant, no shape.
+    ops = {op.type for op in static.get_concrete_function().graph.get_operations()}
+    assert "Const" not in ops and "Shape" not in ops and "Timestamp" in ops
     assert all(0 < requested <= delivered for requested, delivered, _ in rows)
     assert [r for r, _, _ in rows] == sorted(r for r, _, _ in rows)
     assert ring.poll() == []  # drained

@@ -560,30 +560,38 @@ class Patcher:
             ]
             # Each replica's shape where its value is (a metadata op is placed with its
             # input: no copy of a device's batch); the sum on the host.
-            shapes = [self._graph_examples(stream, [v]) for v in replicas]
-            with tf.device("/CPU:0"):
-                examples = tf.reshape(tf.add_n([s[0] for s in shapes]), [1])
+            counts = [self._graph_examples(stream, [v]) for v in replicas]
+            if all(isinstance(c, int) for c in counts):
+                examples = sum(counts)
+            else:
+                with tf.device("/CPU:0"):
+                    examples = tf.reshape(
+                        tf.add_n(
+                            [
+                                tf.constant(c, tf.int64) if isinstance(c, int) else c[0]
+                                for c in counts
+                            ]
+                        ),
+                        [1],
+                    )
         with tf.control_dependencies(leaves):
             delivered = tf.timestamp()
         self._ring(stream).record(requested, delivered, examples)
 
-    def _graph_examples(self, stream: int, leaves: list[Any]) -> Any:
-        """What the ring needs to count an element's examples, with the fewest ops: the
-        first leaf's shape (one op), or a constant when the stream is unbatched or its
-        batch size is static. `_Ring.poll` reads the leading dimension."""
+    def _graph_examples(self, stream: int, leaves: list[Any]) -> int | Any:
+        """What the ring needs to count an element's examples, with the fewest ops: a
+        count known when the graph is built (the stream is unbatched, or its batch size is
+        static: no op at all), else the first leaf's shape (one op), whose leading
+        dimension `_Ring.poll` reads."""
         import tensorflow as tf
 
-        def constant(examples: int) -> Any:
-            with tf.device("/CPU:0"):  # beside the host-only enqueue: never a copy
-                return tf.constant([examples], tf.int64)
-
         if not self._batched.get(stream, False) or not leaves:
-            return constant(1)
+            return 1
         shape = leaves[0].shape
         if shape.rank == 0:
-            return constant(1)
+            return 1
         if shape.rank is not None and shape[0] is not None:
-            return constant(int(shape[0]))
+            return int(shape[0])
         if shape.rank is not None:  # a dynamic batch size: the shape itself (one op)
             return tf.shape(leaves[0], out_type=tf.int64)
         # An unknown rank (e.g. a numpy_function's output without set_shape): a scalar
@@ -999,43 +1007,77 @@ class _CallbackLoader(importlib.abc.Loader):
 
 
 class _Ring:
-    """The in-graph step log of one stream: (request s, delivery s, element shape) per step.
+    """The in-graph step log of one stream: (request s, delivery s, examples) per step.
 
-    A `tf.queue.PaddingFIFOQueue` that graph code appends to with one op per step (no
-    Python, no ``tf.cond``, no read-modify-write of a variable) and that a Python thread
-    drains every `CLOCK_FLUSH_S`. Each enqueue is atomic, so a drain never sees a torn
-    row. The third component is the first leaf's shape (or ``[batch size]``, or ``[1]``)
-    so that counting examples costs the step at most one op; the padding queue takes
-    shapes of any rank. The queue holds up to `RING_STEPS` rows; it fills only if the
-    draining thread cannot run for that many steps (seconds of a held GIL), and then a
-    step waits: it is never lost. Its ops exist only on the host, so on a GPU machine
-    they add no copy.
+    Queues that graph code appends to with one op per step (no Python, no ``tf.cond``, no
+    read-modify-write of a variable) and that a Python thread drains every
+    `CLOCK_FLUSH_S`. Each enqueue is atomic, so a drain never sees a torn row.
+
+    A step whose examples are known when the graph is built (a static batch size, an
+    unbatched stream) logs only its two timestamps, into a queue kept for that count: no
+    constant op runs per step. Otherwise a `tf.queue.PaddingFIFOQueue` takes the first
+    leaf's shape (one op; any rank) and the drain reads its leading dimension. A queue
+    holds up to `RING_STEPS` rows; it fills only if the draining thread cannot run for
+    that many steps (seconds of a held GIL), and then a step waits: it is never lost. The
+    ops exist only on the host, so on a GPU machine they add no copy.
     """
 
     def __init__(self, stream: int) -> None:
+        self.stream = stream
+        self._queues: dict[int | None, Any] = {}  # examples per step (None: by shape)
+        self._lock = threading.Lock()
+
+    def _queue(self, examples: int | None) -> Any:
         import tensorflow as tf
 
-        self.stream = stream
-        with tf.init_scope(), tf.device("/CPU:0"):
-            self.queue = tf.queue.PaddingFIFOQueue(
-                RING_STEPS,
-                [tf.float64, tf.float64, tf.int64],
-                shapes=[[], [], [None]],
-                name=f"tftune_clock_{stream}",
-            )
+        with self._lock:
+            queue = self._queues.get(examples)
+            if queue is None:
+                with tf.init_scope(), tf.device("/CPU:0"):
+                    if examples is None:
+                        queue = tf.queue.PaddingFIFOQueue(
+                            RING_STEPS,
+                            [tf.float64, tf.float64, tf.int64],
+                            shapes=[[], [], [None]],
+                            name=f"tftune_clock_{self.stream}",
+                        )
+                    else:
+                        queue = tf.queue.FIFOQueue(
+                            RING_STEPS,
+                            [tf.float64, tf.float64],
+                            shapes=[[], []],
+                            name=f"tftune_clock_{self.stream}_x{examples}",
+                        )
+                self._queues[examples] = queue
+            return queue
 
-    def record(self, requested: Any, delivered: Any, shape: Any) -> Any:
-        return self.queue.enqueue((requested, delivered, shape))
+    def record(self, requested: Any, delivered: Any, examples: int | Any) -> Any:
+        """Log one step: `examples` is a count known now, or the element's shape."""
+        if isinstance(examples, int):
+            return self._queue(examples).enqueue((requested, delivered))
+        return self._queue(None).enqueue((requested, delivered, examples))
 
     def poll(self) -> list[tuple[int, int, int]]:
-        waiting = int(self.queue.size())
-        if waiting <= 0:
-            return []
-        requested, delivered, shapes = (t.numpy() for t in self.queue.dequeue_up_to(waiting))
-        # Every logged shape has at least one dimension (`Patcher._graph_examples`); a
-        # zero is a real empty batch (tf.distribute pads replicas that ran out with them).
-        lead = shapes[:, 0] if shapes.shape[1] else [1] * len(requested)
-        return [
-            (int(r * 1e9), int(d * 1e9), int(e))
-            for r, d, e in zip(requested, delivered, lead, strict=True)
-        ]
+        with self._lock:
+            queues = list(self._queues.items())
+        rows: list[tuple[int, int, int]] = []
+        for examples, queue in queues:
+            waiting = int(queue.size())
+            if waiting <= 0:
+                continue
+            parts = [t.numpy() for t in queue.dequeue_up_to(waiting)]
+            if examples is None:
+                requested, delivered, shapes = parts
+                # Every logged shape has at least one dimension (`_graph_examples`); a zero
+                # is a real empty batch (tf.distribute pads replicas that ran out with it).
+                lead = shapes[:, 0] if shapes.shape[1] else [1] * len(requested)
+            else:
+                requested, delivered = parts
+                lead = [examples] * len(requested)
+            rows.extend(
+                (int(r * 1e9), int(d * 1e9), int(e))
+                for r, d, e in zip(requested, delivered, lead, strict=True)
+            )
+        if len(queues) > 1:  # one stream traced with a static and a dynamic shape
+            rows.sort(key=lambda row: row[1])
+        return rows
