@@ -176,6 +176,34 @@ def test_each_loop_style_is_measured(example: str) -> None:
     assert 0.0 <= m.input_wait_share <= 1.0
 
 
+def test_a_dataset_rebuilt_every_epoch_is_one_training_stream(tmp_path: Path) -> None:
+    """An eager loop that builds a fresh dataset every epoch (and runs a validation loop
+    of its own after each) is measured across epochs: the rebuilt datasets are one
+    stream (built at one site, iterated at one place); validation is not training."""
+    script = _script(
+        tmp_path,
+        """
+        import tensorflow as tf
+
+        def make(n):
+            return tf.data.Dataset.range(n).map(lambda i: tf.cast(i, tf.float32)).batch(4)
+
+        val = tf.data.Dataset.range(8).batch(2)
+        for epoch in range(10**6):
+            for x in make(64):
+                tf.reduce_sum(x)
+            for v in val:
+                tf.reduce_sum(v)
+        """,
+    )
+    result = run_trial(script, [], None, QUICK)
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    m = result.metrics
+    assert m is not None and not m.truncated
+    assert m.steps > 3 * 16  # the windows span several epochs of 16 steps
+    assert m.examples == 4 * m.steps  # no validation batch (of 2) among them
+
+
 @pytest.mark.parametrize(("input_ms", "step_ms"), [(30, 2), (2, 30)], ids=["input", "compute"])
 def test_a_loop_inside_a_tf_function_is_timed_per_step(
     tmp_path: Path, input_ms: int, step_ms: int

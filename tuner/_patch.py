@@ -160,7 +160,7 @@ class Patcher:
         self._eager_rows: dict[int, list[tuple[int, int, int]]] = {}
         self._eager_flushed: dict[int, int] = {}
         self._rings: dict[int, _Ring] = {}
-        self._graph_streams: dict[tuple[str, int], int] = {}
+        self._streams_by_place: dict[tuple[str, int, str | None, bool], int] = {}
         self._poller: threading.Thread | None = None
         self._flush_lock = threading.Lock()
         self._ring_lock = threading.Lock()
@@ -315,7 +315,7 @@ class Patcher:
             out = bounds.cache_for_model_only(out, _original_iter())
         stream: int | None = None
         if self.instrument_clock:
-            stream = self._new_stream()
+            stream = self._new_stream(info.site)
             self.last_stream = stream
             self._batched[stream] = info.batched
             if dataset_clock and self.hooks.on_request is not None:
@@ -335,28 +335,32 @@ class Patcher:
             bounds.drain_pipeline_only(out, stream, _original_iter())
         return out
 
-    def _new_stream(self) -> int:
+    def _new_stream(self, site: str | None = None) -> int:
         """A stream number for a dataset about to be iterated, with its ring made now.
 
-        Eagerly, every dataset is a stream. Inside a ``tf.function`` trace, the dataset is
-        rebuilt on each retrace; the caller's code location keeps it one stream, so the
-        retrace creates no new variables (tf.function forbids that)."""
+        A stream is a place in the user's code that iterates: the first frame outside
+        TensorFlow, Keras and tftune. Inside a ``tf.function`` trace, the dataset is
+        rebuilt on each retrace; its place keeps it one stream, so the retrace creates no
+        new state. Eagerly, datasets built at one call site (`site`) and iterated at one
+        place are one stream too: a loop that builds a fresh dataset every epoch trains
+        on one stream, where a new stream per epoch would end the measurement with the
+        first epoch (it follows one stream once its window has begun)."""
         import tensorflow as tf
 
-        key: tuple[str, int] | None = None
-        if not tf.executing_eagerly():
-            frame = sys._getframe(1)
-            while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
-                frame = frame.f_back  # type: ignore[assignment]
-            if frame is not None:
-                key = (frame.f_code.co_filename, frame.f_lineno)
-                if key in self._graph_streams:
-                    return self._graph_streams[key]
+        key: tuple[str, int, str | None, bool] | None = None
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
+            frame = frame.f_back  # type: ignore[assignment]
+        if frame is not None:
+            eager = tf.executing_eagerly()
+            key = (frame.f_code.co_filename, frame.f_lineno, site if eager else None, eager)
         with self._lock:
+            if key is not None and key in self._streams_by_place:
+                return self._streams_by_place[key]
             self._streams += 1
             stream = self._streams
-        if key is not None:
-            self._graph_streams[key] = stream
+            if key is not None:
+                self._streams_by_place[key] = stream
         self._ring(stream)
         return stream
 
