@@ -135,6 +135,49 @@ def test_discovery_of_interleave_kin_and_padded_batch(tmp_path: Path) -> None:
     }
 
 
+READERS = """
+import os
+import tensorflow as tf
+files = []
+for i in range(4):
+    files.append(os.path.abspath(f"part-{i}.tfrecord"))
+    with tf.io.TFRecordWriter(files[-1]) as w:
+        for j in range(3):
+            w.write(f"{i}".encode())
+ds = tf.data.TFRecordDataset(files)
+each = tf.data.Dataset.from_tensor_slices(files).interleave(
+    lambda f: tf.data.TFRecordDataset(f), cycle_length=2)
+print("ORDER", "".join(r.decode() for r in ds.take(4).as_numpy_iterator()))
+next(iter(each))
+"""
+
+
+def test_file_readers_are_call_sites_of_their_parallel_reads(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """`TFRecordDataset(files)` reads one file after another unless told to read several
+    at once: a call site whose knob is `num_parallel_reads`. A reader of one file (the
+    body of an interleave) is not one. The config reaches the reader, and the diff names
+    the reader's own keyword."""
+    from tftune.tuner.emit import source_diff
+
+    script = _script(tmp_path, READERS)
+    found = {(s.site, s.op): s.as_written for s in discover(script, cwd=tmp_path).sites}
+    assert found == {
+        ("train.py:10", "TFRecordDataset"): SiteConfig(),
+        ("train.py:11", "interleave"): SiteConfig(cycle_length=2),
+    }
+    plain = subprocess.run(
+        [sys.executable, "train.py"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "ORDER 0001" in plain.stdout, plain.stderr  # file 0's three records, then file 1
+    config = Config(sites={"train.py:10": SiteConfig(num_parallel_calls=4)})
+    tuned = run_cli("run", "--config", str(save_config(config, tmp_path / "c.json")), "train.py")
+    assert tuned.returncode == 0, tuned.stderr
+    assert "ORDER 0123" in tuned.stdout  # four files read at once, interleaved
+    assert "+ds = tf.data.TFRecordDataset(files, num_parallel_reads=4)" in source_diff(
+        script, config
+    )
+
+
 def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
     found = discover(_script(tmp_path, "print('hello')\n"))
     assert not found.found and found.returncode == 0

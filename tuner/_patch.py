@@ -49,8 +49,18 @@ OP_KNOBS: dict[str, dict[str, str]] = {
     "prefetch": {"buffer_size": "buffer_size"},
     # tf.data.experimental.parallel_interleave(map_func, cycle_length, ...), for ds.apply().
     "parallel_interleave": {"cycle_length": "cycle_length"},
+    # File readers: files read at once (None: one after the other), their I/O parallelism.
+    "TFRecordDataset": {"num_parallel_calls": "num_parallel_reads"},
+    "TextLineDataset": {"num_parallel_calls": "num_parallel_reads"},
+    "FixedLengthRecordDataset": {"num_parallel_calls": "num_parallel_reads"},
 }
 _DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
+# The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
+_READERS = {
+    "TFRecordDataset": "TFRecordDatasetV2",
+    "TextLineDataset": "TextLineDatasetV2",
+    "FixedLengthRecordDataset": "FixedLengthRecordDatasetV2",
+}
 _API_MODULES = (
     "tensorflow._api.v2.data.experimental",
     "tensorflow._api.v2.compat.v2.data.experimental",
@@ -190,6 +200,7 @@ class Patcher:
             original = getattr(cls, op)
             setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
         self._patch_parallel_interleave()
+        self._patch_readers()
         original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
         patcher = self
 
@@ -239,6 +250,19 @@ class Patcher:
             if module is not None and getattr(module, "parallel_interleave", None) is current:
                 module.parallel_interleave = wrapped  # type: ignore[attr-defined]
 
+    def _patch_readers(self) -> None:
+        """`tf.data.TFRecordDataset(files, num_parallel_reads=...)` and its kin: a call
+        site whose knob is how many files are read at once. A reader of one file (the
+        usual body of an interleave) has nothing to parallelize and is not a site."""
+        from tensorflow.python.data.ops import readers
+
+        for op, name in _READERS.items():
+            cls = getattr(readers, name, None)
+            if cls is None:  # pragma: no cover - every TF 2.x has them
+                continue
+            original = getattr(cls.__init__, "__tftune_original__", cls.__init__)
+            cls.__init__ = self._wrap_op(op, original, constructor=True)
+
     # ---- call sites ---------------------------------------------------------------
     def site_of(self, frame: FrameType | None) -> str | None:
         """`file:line` of a user frame, relative to the script folder; None if internal."""
@@ -256,7 +280,11 @@ class Patcher:
         return f"{rel}:{frame.f_lineno}"
 
     def _wrap_op(
-        self, op: str, original: Callable[..., Any], method: bool = True
+        self,
+        op: str,
+        original: Callable[..., Any],
+        method: bool = True,
+        constructor: bool = False,
     ) -> Callable[..., Any]:
         signature = inspect.signature(original)
         knobs = OP_KNOBS[op]
@@ -265,12 +293,14 @@ class Patcher:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             site = patcher.site_of(sys._getframe(1))
-            if site is None or (method and not args):
+            if site is None or ((method or constructor) and not args):
                 return original(*args, **kwargs)
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError:
                 return original(*args, **kwargs)  # let TF raise its own error
+            if constructor and _one_file(bound.arguments.get("filenames")):
+                return original(*args, **kwargs)
             written = SiteConfig(**{k: _as_int(bound.arguments.get(p)) for k, p in knobs.items()})
             fn = bound.arguments.get("map_func")
             name = getattr(fn, "__name__", None) if fn is not None else None
@@ -285,7 +315,9 @@ class Patcher:
                     if value is not None:
                         bound.arguments[param] = value
             result = original(*bound.args, **bound.kwargs)
-            if method:
+            if constructor:
+                _tag(args[0], site)
+            elif method:
                 _tag(result, site)
             return result
 
@@ -845,6 +877,15 @@ def _original_iter() -> Callable[[Any], Any]:
 
     it = dataset_ops.DatasetV2.__iter__
     return getattr(it, "__tftune_original__", it)  # type: ignore[no-any-return]
+
+
+def _one_file(filenames: Any) -> bool:
+    """A reader's `filenames` names a single file (a string or a scalar tensor)."""
+    if isinstance(filenames, (str, bytes)):
+        return True
+    shape = getattr(filenames, "shape", None)
+    rank = getattr(shape, "rank", None)
+    return rank == 0
 
 
 def _tag(ds: Any, site: str | None) -> None:

@@ -41,6 +41,9 @@ _POSITIONAL: dict[str, dict[str, int]] = {
     "batch": {"batch_size": 0},
     "padded_batch": {"batch_size": 0},
     "prefetch": {"buffer_size": 0},
+    "TFRecordDataset": {"num_parallel_calls": 3},
+    "TextLineDataset": {"num_parallel_calls": 3},
+    "FixedLengthRecordDataset": {"num_parallel_calls": 6},
 }
 # The transformations each knob is applied to: the patcher's own table, so that the diff
 # edits exactly the calls a config changes when it runs.
@@ -89,10 +92,19 @@ def _find_calls(tree: ast.Module, line: int, ops: Sequence[str]) -> list[ast.Cal
         node
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ops
+        and _callee(node) in ops
         and line in (node.lineno, node.func.end_lineno)
     ]
+
+
+def _callee(call: ast.Call) -> str | None:
+    """The name a call calls: ``ds.map(...)`` -> map, ``TFRecordDataset(...)`` (imported
+    by name) -> TFRecordDataset."""
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    return None
 
 
 def _site_edits(
@@ -111,16 +123,18 @@ def _site_edits(
 
 def _call_edit(call: ast.Call, knob: str, text: str, starts: list[int]) -> _Edit:
     """The edit that passes `knob` = `text` to one call: its keyword's or positional
-    argument's value replaced, or the keyword added before the closing parenthesis."""
-    assert isinstance(call.func, ast.Attribute)
+    argument's value replaced, or the keyword added before the closing parenthesis. The
+    keyword is TensorFlow's name for the knob there (a reader's is num_parallel_reads)."""
+    name = _callee(call) or ""
+    param = OP_KNOBS.get(name, {}).get(knob, knob)
 
     def span(n: ast.expr) -> tuple[int, int]:
         end_line = n.end_lineno if n.end_lineno is not None else n.lineno
         end_col = n.end_col_offset if n.end_col_offset is not None else n.col_offset
         return starts[n.lineno - 1] + n.col_offset, starts[end_line - 1] + end_col
 
-    kw = next((k for k in call.keywords if k.arg == knob), None)
-    pos = _POSITIONAL.get(call.func.attr, {}).get(knob)
+    kw = next((k for k in call.keywords if k.arg == param), None)
+    pos = _POSITIONAL.get(name, {}).get(knob)
     if kw is not None:
         a, b = span(kw.value)
         return _Edit(a, b, text)
@@ -130,7 +144,7 @@ def _call_edit(call: ast.Call, knob: str, text: str, starts: list[int]) -> _Edit
     end_line = call.end_lineno if call.end_lineno is not None else call.lineno
     close = starts[end_line - 1] + (call.end_col_offset or 1) - 1  # the ")"
     sep = ", " if call.args or call.keywords else ""
-    return _Edit(close, close, f"{sep}{knob}={text}")
+    return _Edit(close, close, f"{sep}{param}={text}")
 
 
 def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str, tuple[str, str]]:

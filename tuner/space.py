@@ -41,7 +41,8 @@ BATCH_FACTORS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 # Which transformation exposes which knob (TensorFlow's own argument names).
-PARALLEL_OPS = frozenset({"map", "interleave", "parallel_interleave", "map_and_batch"})
+READER_OPS = frozenset({"TFRecordDataset", "TextLineDataset", "FixedLengthRecordDataset"})
+PARALLEL_OPS = frozenset({"map", "interleave", "parallel_interleave", "map_and_batch", *READER_OPS})
 INTERLEAVE_OPS = frozenset({"interleave", "parallel_interleave"})
 BATCH_OPS = frozenset({"batch", "padded_batch", "map_and_batch", "ragged_batch"})
 PREFETCH_OPS = frozenset({"prefetch"})
@@ -372,9 +373,8 @@ def build_space(
     parallel_sites = [s for s in sites if s.op in PARALLEL_OPS]
     for s in sites:
         if s.op in PARALLEL_OPS:
-            knobs.append(
-                _site_knob(s, "num_parallel_calls", PARALLELISM_CHOICES, f"{s.op} parallelism")
-            )
+            why = "files read at once" if s.op in READER_OPS else f"{s.op} parallelism"
+            knobs.append(_site_knob(s, "num_parallel_calls", PARALLELISM_CHOICES, why))
         if s.op in INTERLEAVE_OPS:
             if s.as_written.cycle_length is None:
                 # TF's default cycle length is AUTOTUNE-like (the core count).
