@@ -833,7 +833,8 @@ def _comparison_section(m: TuningReport) -> str:
 
 def _winner_section(m: TuningReport, ids: _Ids) -> str:
     out = ['<section id="winner"><h2>The winning config</h2>']
-    out += [f'<div class="warn">{_e(w)}</div>' for w in m.warnings]
+    if _winner_changes_batch(m):  # the batch-size warning concerns this config
+        out += [f'<div class="warn">{_e(w)}</div>' for w in m.warnings]
     saved = (
         f"Saved as <code>{_e(m.config_file)}</code>, keyed by call site. " if m.config_file else ""
     )
@@ -889,8 +890,14 @@ def _space_section(m: TuningReport) -> str:
     if m.left_out:
         items = "".join(f"<li><code>{_e(k)}</code>: {_e(why)}</li>" for k, why in m.left_out)
         out.append(f'<h3>Left out</h3><ul class="notes">{items}</ul>')
+    if not _winner_changes_batch(m):  # searched, but the winner keeps the batch size
+        out += [f'<p class="sub">{_e(w)}</p>' for w in m.warnings]
     out.append("</section>")
     return "".join(out)
+
+
+def _winner_changes_batch(m: TuningReport) -> bool:
+    return any(c.knob == "batch_size" for c in m.config)
 
 
 def _history_section(m: TuningReport) -> str:

@@ -211,6 +211,26 @@ def test_tuning_page() -> None:
     assert embedded(page)["best"]["examples_per_s"] == 7400.0
 
 
+def test_the_batch_size_warning_goes_with_a_winner_that_changes_it() -> None:
+    warning = "the batch size is part of the search: it changes training dynamics"
+
+    def sections(batch: int | None) -> tuple[str, str]:
+        data = load("tuning_latency.json")
+        data["space"]["warnings"] = [warning]
+        if batch is not None:
+            data["best"]["config"]["sites"]["train.py:19"]["batch_size"] = batch
+        page = tuning(data)
+        winner = re.search(r'<section id="winner">.*?</section>', page, re.S)
+        space = re.search(r'<section id="space">.*?</section>', page, re.S)
+        assert winner is not None and space is not None
+        return winner.group(0), space.group(0)
+
+    winner, space = sections(batch=None)  # the winner keeps the script's batch size
+    assert warning not in winner and warning in space
+    winner, space = sections(batch=256)
+    assert warning in winner and warning not in space
+
+
 def test_tuning_page_without_optional_parts_says_so() -> None:
     data = load("tuning_latency.json")
     for key in ("trials_detail", "importances", "diff", "command", "ceiling"):
