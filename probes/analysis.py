@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
+from tftune.probes.callsites import read_sites
 from tftune.probes.findings import Findings, Recommendation, dedupe, find
 from tftune.probes.locate import locate
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
@@ -229,6 +230,9 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
             "no steps: bottleneck shares are fractions of the profile window "
             f"(consumers spent {100 * wait_share:.0f}% of it inside the tf.data iterator)"
         )
+    sites, sites_note = read_sites(run.path)
+    if sites_note is not None:
+        notes.append(sites_note)
     findings = find(
         tree,
         input_wait_share=wait_share,
@@ -237,6 +241,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
         device="GPU" if device == "GPU" else "CPU",
         detection=steps.detection,
         compute_functions=_busiest_functions(host),
+        sites=sites,
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
     return Analysis(

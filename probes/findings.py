@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tftune.probes.callsites import RecordedSite, site_for_stage
 from tftune.probes.stages import PY_UDF_OPS, Stage, StageTree
 
 # XProf's input-bound bands (input share of step time).
@@ -688,8 +689,12 @@ def find(
     device: str,
     detection: str,
     compute_functions: Sequence[str] = (),
+    sites: Sequence[RecordedSite] = (),
 ) -> Findings:
-    """All findings for one host: verdict, ranked bottlenecks, ranked recommendations."""
+    """All findings for one host: verdict, ranked bottlenecks, ranked recommendations.
+    `sites`: the call sites `tftune profile` recorded beside the trace (they name the
+    line of a stage the Python tracer did not see)."""
+    kinds = [(st.name, st.depth) for st in tree.stages]
     v = verdict(input_share, fractions, device)
     cores_v = tree.root_knobs.get("cpu_budget")
     cores = cores_v if isinstance(cores_v, int) else None
@@ -739,13 +744,21 @@ def find(
         }
         if c == "io" and w.latency_bound:
             evidence["latency_bound"] = True
+        where = call_site(w.stage)
+        functions = functions_of(w.stage)
+        recorded = site_for_stage(w.stage.name, kinds, sites) if where is None else None
+        if recorded is not None:
+            where = recorded.site
+            evidence["call_site_from"] = "the call sites tftune profile recorded"
+            if recorded.function and recorded.function not in functions:
+                functions = (recorded.function, *functions)  # the UDF's own name first
         bottlenecks.append(
             Bottleneck(
                 category=c,
                 share=round(share, 4),
                 stage=w.stage.name,
-                call_site=call_site(w.stage),
-                functions=functions_of(w.stage),
+                call_site=where,
+                functions=functions,
                 evidence=evidence,
                 recommendation=c_recs[0] if c_recs else None,
             )

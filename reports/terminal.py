@@ -80,10 +80,11 @@ def _breakdown(d: Mapping[str, Any]) -> Text:
 
 
 def _where(b: Mapping[str, Any]) -> str:
-    if b.get("call_site"):
-        return str(b["call_site"])
     fns: Sequence[str] = b.get("functions") or []
-    return ", ".join(str(f).rsplit("/", 1)[-1] for f in fns[:3]) or "–"
+    names = ", ".join(str(f).rsplit("/", 1)[-1] for f in fns[: 2 if b.get("call_site") else 3])
+    if b.get("call_site"):  # the line, then what runs there
+        return f"{b['call_site']} ({names})" if names else str(b["call_site"])
+    return names or "–"
 
 
 def _short_stage(name: Any) -> str:

@@ -65,3 +65,45 @@ def test_profile_of_a_failing_script_is_one_line(tmp_path: Path, run_cli) -> Non
     assert out.returncode == 1
     assert "no profile captured" in out.stderr and "no data here" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+SLOW_SECOND_MAP = """\
+import time
+import tensorflow as tf
+def cheap(i):
+    return i * 2
+def slow_read(i):
+    def _read(x):
+        time.sleep(0.02)
+        return x
+    y = tf.py_function(_read, [i], tf.int64)
+    y.set_shape([])
+    return y
+ds = tf.data.Dataset.range(10**9).map(cheap)
+ds = ds.map(slow_read).batch(2)
+for step, b in enumerate(ds):
+    tf.reduce_sum(b)
+"""
+
+
+def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
+    tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    """TF's trace names the stage, not the line. `tftune profile` records the call sites
+    in the run's folder, and `tftune analyze` names the slow map's line and function
+    (the second of two maps: matched by position from the source)."""
+    from tftune.probes.analysis import analyze
+    from tftune.probes.callsites import SITES_FILE
+
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_SECOND_MAP)
+    logdir = tmp_path / "logdir"
+    out = run_cli("profile", str(script), "--steps", "3:8", "-o", str(logdir))
+    assert out.returncode == 0, out.stderr
+    (record,) = logdir.glob(f"plugins/profile/*/{SITES_FILE}")
+    assert '"train.py:13"' in record.read_text()
+    analysis = analyze(logdir)
+    top = analysis.findings.bottlenecks[0]
+    assert top.call_site == "train.py:13", (top.stage, top.call_site)
+    assert top.functions[0] == "slow_read"
+    assert top.evidence["call_site_from"] == "the call sites tftune profile recorded"

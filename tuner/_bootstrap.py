@@ -90,9 +90,13 @@ class _Profiler:
     on a helper thread: the clock callbacks run inside tf.data and must not block on it.
     """
 
-    def __init__(self, start: int, stop: int, logdir: str, writer: ClockWriter) -> None:
+    def __init__(
+        self, start: int, stop: int, logdir: str, writer: ClockWriter, script: str = ""
+    ) -> None:
         self.start, self.stop, self.logdir = start, stop, logdir
         self.writer = writer
+        self.script = script
+        self.sites: list[SiteCall] = []  # the call sites, as the script made them
         self.main_stream: int | None = None
         self.step = 0
         self.trace: Any = None
@@ -103,10 +107,25 @@ class _Profiler:
 
         try:
             tf.profiler.experimental.stop()
+            self._write_sites()
             last = min(self.step, self.stop) - 1  # the last step whose marker was closed
             self.writer.event("profile_done", logdir=self.logdir, first=self.start, last=last)
         except Exception as exc:
             self.writer.event("profile_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _write_sites(self) -> None:
+        """The call sites beside the trace, in the run's folder: `tftune analyze` names a
+        stage's line from them (`probes.callsites`). Best effort: the trace stands alone."""
+        from tftune.probes.callsites import RecordedSite, newest_run_dir, write_sites
+
+        run_dir = newest_run_dir(self.logdir)
+        if run_dir is None:
+            return
+        recorded = [RecordedSite(c.site, c.op, c.function) for c in list(self.sites)]
+        try:
+            write_sites(run_dir, self.script, recorded)
+        except Exception as exc:  # never fail a written profile over it
+            self.writer.event("notes", notes=[f"call sites not recorded: {exc}"])
 
     def on_request(self, stream: int) -> None:
         import tensorflow as tf
@@ -156,8 +175,10 @@ def main() -> None:
         patcher.instrument_clock = True
     elif mode == "profile" and writer is not None:
         prof = spec["profile"]
-        profiler = _Profiler(int(prof["start"]), int(prof["stop"]), prof["logdir"], writer)
-
+        profiler = _Profiler(
+            int(prof["start"]), int(prof["stop"]), prof["logdir"], writer, spec["script"]
+        )
+        hooks.on_site = profiler.sites.append
         hooks.on_request = profiler.on_request
         hooks.on_records = writer.records
         patcher.instrument_clock = True

@@ -1,0 +1,71 @@
+"""Matching a trace's tf.data stages to the call sites `tftune profile` recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tftune.probes.callsites import (
+    SITES_FILE,
+    RecordedSite,
+    family,
+    read_sites,
+    site_for_stage,
+    write_sites,
+)
+
+SITES = (
+    RecordedSite("train.py:4", "TFRecordDataset"),
+    RecordedSite("train.py:5", "map", "parse"),
+    RecordedSite("train.py:6", "map", "augment"),
+    RecordedSite("train.py:6", "batch"),
+)
+# (stage name, depth): Root > Prefetch > MapAndBatch (augment) > ParallelMapV2 (parse) > ...
+STAGES = (
+    ("Iterator::Root", 0),
+    ("Iterator::Root::Prefetch", 1),
+    ("Iterator::Root::Prefetch::MapAndBatch", 2),
+    ("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2", 3),
+    ("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2::TFRecord", 4),
+)
+
+
+def test_stage_kinds_map_to_call_families() -> None:
+    assert family("ParallelMapV2") == family("MapAndBatch") == family("Map") == "map"
+    assert family("ParallelInterleaveV4") == family("Interleave") == "interleave"
+    assert family("PaddedBatchV2") == family("BatchV2") == "batch"
+    assert family("TFRecord") == "reader" and family("Prefetch") == "prefetch"
+    assert family("Shuffle") is None and family("Root") is None
+
+
+def test_stages_match_calls_of_their_family_from_the_source_up() -> None:
+    def site(name: str) -> str | None:
+        found = site_for_stage(name, STAGES, SITES)
+        return None if found is None else found.site
+
+    # Two maps: the one nearer the source is the call made first.
+    assert site("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2") == "train.py:5"
+    found = site_for_stage("Iterator::Root::Prefetch::MapAndBatch", STAGES, SITES)
+    assert found == RecordedSite("train.py:6", "map", "augment")
+    assert site("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2::TFRecord") == "train.py:4"
+    # A stage TF added (this prefetch) or one of no family names no line.
+    assert site("Iterator::Root::Prefetch") is None
+    assert site("Iterator::Root") is None
+
+
+def test_no_one_to_one_match_names_no_line() -> None:
+    one_map = SITES[:2]  # the trace has two map stages, the record one map call
+    assert site_for_stage("Iterator::Root::Prefetch::MapAndBatch", STAGES, one_map) is None
+    assert site_for_stage("Iterator::Root::Prefetch::MapAndBatch", STAGES, ()) is None
+
+
+def test_the_record_round_trips_and_a_broken_one_is_a_note(tmp_path: Path) -> None:
+    assert read_sites(tmp_path) == ((), None)  # no record: nothing to say
+    write_sites(tmp_path, "/w/train.py", [*SITES, SITES[1]])  # a site seen twice, kept once
+    sites, note = read_sites(tmp_path)
+    assert sites == SITES and note is None
+    assert json.loads((tmp_path / SITES_FILE).read_text())["script"] == "/w/train.py"
+    (tmp_path / SITES_FILE).write_text("{not json")
+    sites, note = read_sites(tmp_path)
+    assert sites == () and note is not None
+    assert SITES_FILE in note and "call sites are not named" in note
