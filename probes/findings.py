@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tftune.probes.callsites import RecordedSite, site_for_stage
@@ -313,6 +313,15 @@ def functions_of(stage: Stage) -> tuple[str, ...]:
         return nodes[:5]
     # The tracer recorded no kernel inside: name the dataset op the stage runs instead.
     return (stage.op,) if stage.op else ()
+
+
+def _at_site(r: Recommendation, site: str, function: str | None) -> Recommendation:
+    """`r` tied to the user's line: its code says where, and calls their function by name."""
+    code = r.code
+    if function:
+        code = code.replace("(fn,", f"({function},")
+        code = code.replace("(fn_in_tf_ops,", f"({function}_in_tf_ops,")
+    return replace(r, code=f"# {site}\n{code}", evidence={**r.evidence, "call_site": site})
 
 
 # -- recommendations --------------------------------------------------------------------
@@ -730,6 +739,15 @@ def find(
                 if r is not None and (r.category == c or c == "preprocessing"):
                     c_recs.append(r)
         c_recs.sort(key=lambda r: -r.gain)
+        where = call_site(w.stage)
+        functions = functions_of(w.stage)
+        recorded = site_for_stage(w.stage.name, kinds, sites) if where is None else None
+        if recorded is not None:
+            where = recorded.site
+            if recorded.function and recorded.function not in functions:
+                functions = (recorded.function, *functions)  # the UDF's own name first
+        if where is not None:
+            c_recs = [_at_site(r, where, recorded.function if recorded else None) for r in c_recs]
         recs.extend(c_recs)
         evidence: dict[str, Any] = {
             "stage_op": w.stage.op,
@@ -744,14 +762,8 @@ def find(
         }
         if c == "io" and w.latency_bound:
             evidence["latency_bound"] = True
-        where = call_site(w.stage)
-        functions = functions_of(w.stage)
-        recorded = site_for_stage(w.stage.name, kinds, sites) if where is None else None
         if recorded is not None:
-            where = recorded.site
             evidence["call_site_from"] = "the call sites tftune profile recorded"
-            if recorded.function and recorded.function not in functions:
-                functions = (recorded.function, *functions)  # the UDF's own name first
         bottlenecks.append(
             Bottleneck(
                 category=c,

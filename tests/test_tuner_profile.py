@@ -107,3 +107,6 @@ def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
     assert top.call_site == "train.py:13", (top.stage, top.call_site)
     assert top.functions[0] == "slow_read"
     assert top.evidence["call_site_from"] == "the call sites tftune profile recorded"
+    fix = top.recommendation
+    assert fix is not None and fix.code.startswith("# train.py:13\n"), fix
+    assert "ds.map(slow_read" in fix.code  # the user's function, not a placeholder
