@@ -110,3 +110,18 @@ def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
     fix = top.recommendation
     assert fix is not None and fix.code.startswith("# train.py:13\n"), fix
     assert "ds.map(slow_read" in fix.code  # the user's function, not a placeholder
+
+
+def test_the_guided_profile_names_the_bottleneck_call_site_once(tmp_path: Path) -> None:
+    """`tftune optimize`'s guided guess: its short profile names the slow map's site,
+    each site once, so the guess raises parallelism where the time goes."""
+    from tftune._optimize import profile_hint
+
+    script = tmp_path / "train.py"
+    script.write_text(SLOW_SECOND_MAP)
+    notes: list[str] = []
+    hint = profile_hint(script, [], notes.append)
+    assert hint is not None and hint.bottleneck_sites == ("train.py:13",), notes
+    assert hint.input_share is not None and hint.input_share > 0.5
+    (said,) = [n for n in notes if "profile of the script as written" in n]
+    assert said.endswith("bottleneck at train.py:13")

@@ -142,10 +142,12 @@ def profile_hint(
             note(f"guided guess without a profile: {exc}")
             return None
     share = data.get("input_share")
-    sites = tuple(
-        str(b["call_site"])
-        for b in data.get("bottlenecks", [])
-        if isinstance(b, dict) and b.get("call_site")
+    sites = tuple(  # each once (io and preprocessing in one stage share its site)
+        dict.fromkeys(
+            str(b["call_site"])
+            for b in data.get("bottlenecks", [])
+            if isinstance(b, dict) and b.get("call_site")
+        )
     )
     note(
         "profile of the script as written: "
