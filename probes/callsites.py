@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tftune.probes.stages import Stage
 from tftune.probes.userfiles import write_text_atomic
 
 SITES_FILE = "tftune-sites.json"
@@ -108,23 +109,19 @@ def read_sites(run_dir: str | os.PathLike[str]) -> tuple[tuple[RecordedSite, ...
 
 
 def site_for_stage(
-    stage_name: str, stage_kinds: Sequence[tuple[str, int]], sites: Sequence[RecordedSite]
+    stage: Stage, stages: Sequence[Stage], sites: Sequence[RecordedSite]
 ) -> RecordedSite | None:
-    """The recorded call site that built `stage_name`, or None.
+    """The recorded call site that built `stage`, or None.
 
-    `stage_kinds` is every stage of the trace as (name, depth from the root). The calls
-    of the stage's family, in the order the script made them, are matched to that
-    family's stages from the source up (the deepest first); only a one-to-one match
-    names a line."""
-    kind = stage_name.rsplit("::", 1)[-1]
-    fam = family(kind)
+    The calls of the stage's family, in the order the script made them, are matched to
+    that family's stages of the trace (`stages`) from the source up, the deepest first;
+    only a one-to-one match names a line."""
+    fam = family(stage.kind)
     if fam is None:
         return None
     calls = [s for s in sites if s.op in _FAMILIES[fam]]
-    stages = sorted(
-        (n for n, _ in stage_kinds if family(n.rsplit("::", 1)[-1]) == fam),
-        key=lambda n: -dict(stage_kinds)[n],
-    )
-    if not calls or len(calls) != len(stages) or stage_name not in stages:
+    kin = sorted((st for st in stages if family(st.kind) == fam), key=lambda st: -st.depth)
+    names = [st.name for st in kin]
+    if not calls or len(calls) != len(kin) or stage.name not in names:
         return None
-    return calls[stages.index(stage_name)]
+    return calls[names.index(stage.name)]

@@ -703,7 +703,6 @@ def find(
     """All findings for one host: verdict, ranked bottlenecks, ranked recommendations.
     `sites`: the call sites `tftune profile` recorded beside the trace (they name the
     line of a stage the Python tracer did not see)."""
-    kinds = [(st.name, st.depth) for st in tree.stages]
     v = verdict(input_share, fractions, device)
     cores_v = tree.root_knobs.get("cpu_budget")
     cores = cores_v if isinstance(cores_v, int) else None
@@ -741,7 +740,7 @@ def find(
         c_recs.sort(key=lambda r: -r.gain)
         where = call_site(w.stage)
         functions = functions_of(w.stage)
-        recorded = site_for_stage(w.stage.name, kinds, sites) if where is None else None
+        recorded = site_for_stage(w.stage, tree.stages, sites) if where is None else None
         if recorded is not None:
             where = recorded.site
             if recorded.function and recorded.function not in functions:

@@ -13,6 +13,7 @@ from tftune.probes.callsites import (
     site_for_stage,
     write_sites,
 )
+from tftune.probes.stages import Stage, stage_kind
 
 SITES = (
     RecordedSite("train.py:4", "TFRecordDataset"),
@@ -20,14 +21,51 @@ SITES = (
     RecordedSite("train.py:6", "map", "augment"),
     RecordedSite("train.py:6", "batch"),
 )
-# (stage name, depth): Root > Prefetch > MapAndBatch (augment) > ParallelMapV2 (parse) > ...
-STAGES = (
-    ("Iterator::Root", 0),
-    ("Iterator::Root::Prefetch", 1),
-    ("Iterator::Root::Prefetch::MapAndBatch", 2),
-    ("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2", 3),
-    ("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2::TFRecord", 4),
+
+
+def _stage(name: str, depth: int) -> Stage:
+    return Stage(
+        name=name,
+        kind=stage_kind(name),
+        parent=None,
+        depth=depth,
+        id=None,
+        parent_id=None,
+        op=None,
+        types=None,
+        calls=1,
+        total_ps=0,
+        self_ps=0,
+        work_ps=0,
+        active_ps=0,
+        wait_ps=None,
+        function_ps=0,
+        function_calls=0,
+        ops_ps=(),
+        op_nodes=(),
+        python_frames=(),
+        function_names=(),
+        udf_concurrency=None,
+        is_async=False,
+        blocking=False,
+        bottleneck=False,
+    )
+
+
+# Root > Prefetch > MapAndBatch (augment) > ParallelMapV2 (parse) > TFRecord
+STAGES = tuple(
+    _stage(name, depth)
+    for depth, name in enumerate(
+        (
+            "Iterator::Root",
+            "Iterator::Root::Prefetch",
+            "Iterator::Root::Prefetch::MapAndBatch",
+            "Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2",
+            "Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2::TFRecord",
+        )
+    )
 )
+BY_NAME = {st.name: st for st in STAGES}
 
 
 def test_stage_kinds_map_to_call_families() -> None:
@@ -40,12 +78,12 @@ def test_stage_kinds_map_to_call_families() -> None:
 
 def test_stages_match_calls_of_their_family_from_the_source_up() -> None:
     def site(name: str) -> str | None:
-        found = site_for_stage(name, STAGES, SITES)
+        found = site_for_stage(BY_NAME[name], STAGES, SITES)
         return None if found is None else found.site
 
     # Two maps: the one nearer the source is the call made first.
     assert site("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2") == "train.py:5"
-    found = site_for_stage("Iterator::Root::Prefetch::MapAndBatch", STAGES, SITES)
+    found = site_for_stage(BY_NAME["Iterator::Root::Prefetch::MapAndBatch"], STAGES, SITES)
     assert found == RecordedSite("train.py:6", "map", "augment")
     assert site("Iterator::Root::Prefetch::MapAndBatch::ParallelMapV2::TFRecord") == "train.py:4"
     # A stage TF added (this prefetch) or one of no family names no line.
@@ -55,8 +93,8 @@ def test_stages_match_calls_of_their_family_from_the_source_up() -> None:
 
 def test_no_one_to_one_match_names_no_line() -> None:
     one_map = SITES[:2]  # the trace has two map stages, the record one map call
-    assert site_for_stage("Iterator::Root::Prefetch::MapAndBatch", STAGES, one_map) is None
-    assert site_for_stage("Iterator::Root::Prefetch::MapAndBatch", STAGES, ()) is None
+    assert site_for_stage(BY_NAME["Iterator::Root::Prefetch::MapAndBatch"], STAGES, one_map) is None
+    assert site_for_stage(BY_NAME["Iterator::Root::Prefetch::MapAndBatch"], STAGES, ()) is None
 
 
 def test_the_record_round_trips_and_a_broken_one_is_a_note(tmp_path: Path) -> None:

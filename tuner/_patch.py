@@ -56,7 +56,7 @@ OP_KNOBS: dict[str, dict[str, str]] = {
 }
 _DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
 # The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
-_READERS = {
+READERS = {
     "TFRecordDataset": "TFRecordDatasetV2",
     "TextLineDataset": "TextLineDatasetV2",
     "FixedLengthRecordDataset": "FixedLengthRecordDatasetV2",
@@ -256,7 +256,7 @@ class Patcher:
         usual body of an interleave) has nothing to parallelize and is not a site."""
         from tensorflow.python.data.ops import readers
 
-        for op, name in _READERS.items():
+        for op, name in READERS.items():
             cls = getattr(readers, name, None)
             if cls is None:  # pragma: no cover - every TF 2.x has them
                 continue
@@ -861,10 +861,12 @@ def _leading(value: Any) -> int:
     """An eager element's examples: its leading dimension, 1 for a scalar."""
     dims = getattr(value, "_shape_tuple", None)  # an EagerTensor's dims, no TensorShape
     if dims is not None:
-        with contextlib.suppress(Exception):
+        try:
             known = dims()
-            if isinstance(known, tuple):
-                return int(known[0]) if known and known[0] is not None else 1
+        except Exception:
+            known = None
+        if isinstance(known, tuple):
+            return int(known[0]) if known and known[0] is not None else 1
     shape = getattr(value, "shape", None)
     if shape is not None and len(shape) > 0 and shape[0] is not None:
         return int(shape[0])

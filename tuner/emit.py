@@ -26,7 +26,7 @@ from tftune.probes.errors import ConfigError
 from tftune.probes.userfiles import write_text_atomic
 from tftune.tuner._patch import OP_KNOBS
 from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.config import AUTOTUNE, SITE_KNOBS, Config, SiteConfig
 from tftune.tuner.space import SearchSpace, format_value
 from tftune.tuner.study import INPUT_BOUND_SHARE, Role, State, StudyOutcome, TrialRecord
 
@@ -48,8 +48,7 @@ _POSITIONAL: dict[str, dict[str, int]] = {
 # The transformations each knob is applied to: the patcher's own table, so that the diff
 # edits exactly the calls a config changes when it runs.
 _KNOB_OPS: dict[str, tuple[str, ...]] = {
-    knob: tuple(op for op, knobs in OP_KNOBS.items() if knob in knobs)
-    for knob in ("num_parallel_calls", "cycle_length", "buffer_size", "batch_size")
+    knob: tuple(op for op, knobs in OP_KNOBS.items() if knob in knobs) for knob in SITE_KNOBS
 }
 
 
@@ -111,7 +110,7 @@ def _site_edits(
     tree: ast.Module, starts: list[int], line: int, site: SiteConfig, alias: str
 ) -> list[_Edit]:
     edits: list[_Edit] = []
-    for knob in ("num_parallel_calls", "cycle_length", "buffer_size", "batch_size"):
+    for knob in SITE_KNOBS:
         value = getattr(site, knob)
         if value is None:
             continue
@@ -434,10 +433,13 @@ def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
     lower of the pipeline alone and the model alone), and, below it, whether the tuned run
     still waits for input (the pipeline) or not (the two halves slow each other down when
     they run together, e.g. on shared CPU cores)."""
-    p, m = ceiling.pipeline_only_examples_per_s, ceiling.model_only_examples_per_s
+
+    def rate(x: float | None) -> str:
+        return _fmt_eps(x) if x is None else f"{_fmt_eps(x)} ex/s"
+
     parts = [
-        f"pipeline alone {_fmt_eps(p)}{'' if p is None else ' ex/s'}, "
-        f"model alone on cached data {_fmt_eps(m)}{'' if m is None else ' ex/s'}"
+        f"pipeline alone {rate(ceiling.pipeline_only_examples_per_s)}, "
+        f"model alone on cached data {rate(ceiling.model_only_examples_per_s)}"
     ]
     top = ceiling.examples_per_s
     aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))

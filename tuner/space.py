@@ -26,6 +26,7 @@ from typing import Protocol
 
 from tftune.probes.errors import ConfigError
 from tftune.probes.userfiles import read_json
+from tftune.tuner._patch import READERS
 from tftune.tuner.config import AUTOTUNE, AUTOTUNE_JSON, MAX_KNOB, Config, SiteConfig
 
 KnobValue = int | str | bool | None
@@ -41,7 +42,7 @@ BATCH_FACTORS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 # Which transformation exposes which knob (TensorFlow's own argument names).
-READER_OPS = frozenset({"TFRecordDataset", "TextLineDataset", "FixedLengthRecordDataset"})
+READER_OPS = frozenset(READERS)  # file readers over several files: num_parallel_reads
 PARALLEL_OPS = frozenset({"map", "interleave", "parallel_interleave", "map_and_batch", *READER_OPS})
 INTERLEAVE_OPS = frozenset({"interleave", "parallel_interleave"})
 BATCH_OPS = frozenset({"batch", "padded_batch", "map_and_batch", "ragged_batch"})
