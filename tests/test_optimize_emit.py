@@ -224,6 +224,17 @@ def _with_tuned(out: StudyOutcome, eps: float, wait: float) -> StudyOutcome:
     return replace(out, best=best, records=(*out.records[:3], best))
 
 
+def test_globals_snippet_without_a_pipeline_of_the_scripts_own() -> None:
+    """Keras builds the dataset from a PyDataset: no `ds = ds.prefetch(...)` to paste, but
+    how to apply the tf.data knobs; the mixed precision line stays."""
+    config = Config(final_prefetch=2, threadpool_size=8, mixed_precision="mixed_bfloat16")
+    own = globals_snippet(config)
+    assert "ds = ds.prefetch(2)" in own and "private_threadpool_size = 8" in own
+    keras_built = globals_snippet(config, own_pipeline=False, config_file="best.json")
+    assert "ds = " not in keras_built and 'tftune.apply("best.json")' in keras_built
+    assert 'set_global_policy("mixed_bfloat16")' in keras_built
+
+
 def test_ceiling_sentence_places_the_remaining_gap() -> None:
     # Tuned 4000 ex/s (as written 200) against a 5000 ex/s ceiling set by the model.
     model_bound = Ceiling(20000.0, 5000.0)
@@ -238,6 +249,14 @@ def test_ceiling_sentence_places_the_remaining_gap() -> None:
     )
     pipeline_bound = ceiling_sentence(_with_tuned(_outcome(), 4800.0, 0.4), Ceiling(5000.0, 9e3))
     assert pipeline_bound.endswith("the input pipeline is now the limit")
+    # Tuning lifted the pipeline past its as-written rate (200 -> 4000): the model alone
+    # (5000 ex/s) is the ceiling left, not a "4000% of the ceiling".
+    lifted = ceiling_sentence(_with_tuned(_outcome(), 4000.0, 0.02), Ceiling(250.0, 5000.0))
+    assert (
+        "as written reaches 80% of the pipeline alone; tuning lifted the pipeline past it "
+        "(16.0x), and tuned reaches 80% of the model alone" in lifted
+    )
+    assert "slowing each other down" in lifted
     # Not measured: the rates alone, no verdict.
     assert ceiling_sentence(_outcome(), Ceiling(None, None)) == (
         "pipeline alone not measured, model alone on cached data not measured"

@@ -24,7 +24,7 @@ from tftune.tuner.space import (
 )
 
 
-def site(key: str, op: str, **written: int) -> CallSite:
+def site(key: str, op: str, **written: int | bool) -> CallSite:
     return CallSite(key, op, (), SiteConfig(**written), None, 1)
 
 
@@ -32,6 +32,9 @@ MAP = site("train.py:10", "map")
 INTERLEAVE = site("train.py:8", "interleave", cycle_length=4)
 BATCH = site("train.py:11", "batch", batch_size=32)
 PREFETCH = site("train.py:12", "prefetch", buffer_size=2)
+PY_DATASET = site(
+    "data.py:9", "PyDataset", num_parallel_calls=1, use_multiprocessing=False, buffer_size=10
+)
 
 
 def test_map_site_gets_parallelism_and_threadpool() -> None:
@@ -61,6 +64,30 @@ def test_interleave_gets_cycle_length_with_the_written_value() -> None:
     cyc = space.knob("train.py:8/cycle_length")
     assert cyc.as_written == 4 and AUTOTUNE in cyc.choices
     assert "train.py:8/num_parallel_calls" in space.names
+
+
+def test_a_py_dataset_gets_workers_processes_and_queue() -> None:
+    """A Keras PyDataset's knobs, its defaults as written; its workers are not tf.data
+    threads, so the thread pool is not searched for it."""
+    space = build_space([PY_DATASET], cores=2)
+    workers = space.knob("data.py:9/num_parallel_calls")
+    assert workers.as_written == 1 and workers.choices == (1, 2, 4, 8, 16, 32)
+    assert space.knob("data.py:9/use_multiprocessing").choices == (False, True)
+    queue = space.knob("data.py:9/buffer_size")
+    assert queue.as_written == 10 and {1, 64} <= set(queue.choices)
+    assert "threadpool_size" not in space.names
+    config = space.config(
+        {
+            **space.as_written_params(),
+            "data.py:9/num_parallel_calls": 8,
+            "data.py:9/use_multiprocessing": True,
+        }
+    )
+    assert config.sites == {"data.py:9": SiteConfig(num_parallel_calls=8, use_multiprocessing=True)}
+    assert config_from_json(json.loads(json.dumps(config.to_json()))) == config
+    assert space.describe(
+        {"data.py:9/num_parallel_calls": 8, "data.py:9/use_multiprocessing": True}
+    ) == ("data.py:9/par=8, data.py:9/processes=True")
 
 
 def test_duplicate_sites_are_one_knob() -> None:
@@ -199,7 +226,7 @@ def test_missing_space_file(tmp_path: Path) -> None:
 
 
 SPACE: SearchSpace = build_space(
-    [INTERLEAVE, MAP, BATCH, PREFETCH], cores=2, gpu_visible=True, uses_keras=True
+    [INTERLEAVE, MAP, BATCH, PREFETCH, PY_DATASET], cores=2, gpu_visible=True, uses_keras=True
 )
 
 

@@ -64,6 +64,7 @@ def test_save_is_atomic_when_serialization_fails(tmp_path: Path) -> None:
         ({"sites": {"train.py:3": {"batch_size": "AUTOTUNE"}}}, "batch_size"),
         ({"sites": {"train.py:3": {"num_parallel_calls": 0}}}, "num_parallel_calls"),
         ({"sites": {"train.py:3": {"num_parallel_calls": True}}}, "num_parallel_calls"),
+        ({"sites": {"train.py:3": {"use_multiprocessing": 1}}}, "use_multiprocessing"),
         ({"sites": {"train.py:3": {"paralel": 3}}}, "paralel"),
         ({"sites": {"train.py": {"batch_size": 3}}}, "train.py"),
         ({"sites": []}, "sites"),

@@ -178,6 +178,61 @@ def test_file_readers_are_call_sites_of_their_parallel_reads(tmp_path: Path, run
     )
 
 
+PY_DATASET = """
+import time
+import numpy as np
+import tensorflow as tf
+
+
+class Slow(tf.keras.utils.PyDataset):
+    def __init__(self, n, **kwargs):
+        super().__init__(**kwargs)
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(0.01)  # a read from slow storage
+        return np.ones((8, 4), np.float32), np.ones((8, 1), np.float32)
+
+
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(Slow(10**6), epochs=1, verbose=0)
+"""
+
+
+def test_a_keras_py_dataset_is_a_call_site_of_its_workers(tmp_path: Path) -> None:
+    """A PyDataset's `workers`, `use_multiprocessing` and `max_queue_size` are its
+    knobs: discovery records the subclass's ``super().__init__`` line with Keras'
+    defaults, a config of 8 worker threads runs 8 slow reads at once, and the diff
+    passes them in that call."""
+    from tftune.tuner.emit import source_diff
+
+    script = _script(tmp_path, PY_DATASET)
+    found = discover(script, cwd=tmp_path)
+    assert [(s.site, s.op, s.as_written) for s in found.sites] == [
+        (
+            "train.py:9",
+            "PyDataset",
+            SiteConfig(num_parallel_calls=1, buffer_size=10, use_multiprocessing=False),
+        )
+    ]
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.5, window_s=1.0, repeats=2, stall_s=30)
+    as_written = run_trial(script, (), None, spec)
+    tuned_config = Config(sites={"train.py:9": SiteConfig(num_parallel_calls=8, buffer_size=32)})
+    tuned = run_trial(script, (), tuned_config, spec)
+    assert as_written.metrics is not None, (as_written.reason, as_written.stderr_tail)
+    assert tuned.metrics is not None, (tuned.reason, tuned.stderr_tail)
+    # One read of 10 ms per batch of 8: at most 800 examples/s one after another.
+    assert as_written.metrics.examples_per_s < 850
+    assert as_written.metrics.examples == 8 * as_written.metrics.steps
+    assert tuned.metrics.examples_per_s > 3 * as_written.metrics.examples_per_s
+    diff = source_diff(script, tuned_config)
+    assert "+        super().__init__(**kwargs, workers=8, max_queue_size=32)" in diff, diff
+
+
 def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
     found = discover(_script(tmp_path, "print('hello')\n"))
     assert not found.found and found.returncode == 0
@@ -244,6 +299,54 @@ def test_a_dataset_rebuilt_every_epoch_is_one_training_stream(tmp_path: Path) ->
     m = result.metrics
     assert m is not None and not m.truncated
     assert m.steps > 3 * 16  # the windows span several epochs of 16 steps
+    assert m.examples == 4 * m.steps  # no validation batch (of 2) among them
+
+
+HELPER_TRAIN_VAL = {
+    "eager": """
+        import tensorflow as tf
+
+        def make(n, batch):
+            return tf.data.Dataset.range(n).map(lambda i: tf.cast(i, tf.float32)).batch(batch)
+
+        def run(ds):
+            for x in ds:
+                tf.reduce_sum(x)
+
+        train, val = make(64, 4), make(8, 2)
+        for epoch in range(10**6):
+            run(train)
+            run(val)
+        """,
+    "keras_fit": """
+        import numpy as np
+        import tensorflow as tf
+
+        x = np.zeros((4096, 8), np.float32)
+        y = np.zeros((4096, 1), np.float32)
+
+        def make(n, batch):
+            return tf.data.Dataset.from_tensor_slices((x[:n], y[:n])).batch(batch)
+
+        model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+        model.fit(make(256, 4), validation_data=make(64, 2), epochs=10**6, verbose=0)
+        """,
+}
+
+
+@pytest.mark.parametrize("loop", sorted(HELPER_TRAIN_VAL))
+def test_train_and_validation_from_one_helper_are_two_streams(tmp_path: Path, loop: str) -> None:
+    """Training and validation datasets built by one helper line and iterated at one
+    place (a helper's loop, or Keras `fit` with `validation_data`) are both alive: they
+    are two streams, and only training is measured. (A dataset rebuilt every epoch, whose
+    predecessor is gone, stays one stream: the test above.)"""
+    script = _script(tmp_path, HELPER_TRAIN_VAL[loop])
+    result = run_trial(script, [], None, QUICK)
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    m = result.metrics
+    assert m is not None and not m.truncated
+    assert m.steps > 2 * 16  # the windows span epochs
     assert m.examples == 4 * m.steps  # no validation batch (of 2) among them
 
 
@@ -408,6 +511,42 @@ def test_nan_loss_fails_the_trial(tmp_path: Path) -> None:
     result = run_trial(script, (), None, QUICK)
     assert result.failure is FailureKind.NAN, (result.reason, result.stderr_tail)
     assert result.reason is not None and "nan" in result.reason.lower()
+
+
+CUSTOM_NAN = """
+    import numpy as np, tensorflow as tf
+    x = np.ones((256, 4), "float32"); y = np.full((256, 1), np.nan, "float32")
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16)
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+    optimizer = tf.keras.optimizers.SGD(0.01)
+
+    def step(a, b):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(a) - b))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    {loop}
+"""
+CUSTOM_LOOPS = {
+    "eager_for": "step = tf.function(step)\n    for a, b in ds:\n        step(a, b)",
+    "loop_in_function": (
+        "@tf.function\n    def train(d):\n        for a, b in d:\n            step(a, b)\n"
+        "    train(ds)"
+    ),
+}
+
+
+@pytest.mark.parametrize("loop", sorted(CUSTOM_LOOPS))
+def test_nan_weights_of_a_custom_loop_fail_the_trial(tmp_path: Path, loop: str) -> None:
+    """A GradientTape loop has no loss tftune can read: a Keras optimizer's trained
+    weights turning NaN is the sign, eager step or whole loop in a tf.function."""
+    script = _script(tmp_path, CUSTOM_NAN.format(loop=CUSTOM_LOOPS[loop]))
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=30, repeats=1, stall_s=30)
+    result = run_trial(script, (), None, spec)
+    assert result.failure is FailureKind.NAN, (result.reason, result.stderr_tail)
+    assert result.reason == "the trained weights became nan (NaN/inf)"
 
 
 def test_no_child_survives_a_trial_even_a_forked_one(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
-from tftune.tuner.space import SearchSpace
+from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
     DEFAULT_TRIALS,
@@ -233,9 +233,9 @@ def optimize(
         )
     if not found.sites:
         note(
-            "note: no map, interleave, batch or prefetch call in your own files: the dataset "
-            "is built by a library (e.g. Keras from numpy arrays or a PyDataset, whose "
-            "workers tftune does not set), so only the global knobs are searched"
+            "note: no map, interleave, batch or prefetch call (nor a Keras PyDataset) in "
+            "your own files: the dataset is built by a library (e.g. Keras from numpy "
+            "arrays), so only the global knobs are searched"
         )
     gpu = gpu_visible() if runner is None else runner.gpu_visible
     cores = os.cpu_count() or 1
@@ -352,7 +352,10 @@ def optimize(
         extra["notes"] = [advice]
     save_config(replace(best, meta={**best.meta, **extra}), best_path)
     diff = emit.source_diff(path, outcome.best_config)
-    snippet = emit.globals_snippet(outcome.best_config)
+    own_pipeline = any(s.op not in PY_DATASET_OPS for s in found.sites)
+    snippet = emit.globals_snippet(
+        outcome.best_config, own_pipeline=own_pipeline, config_file=str(best_path)
+    )
     report = emit.tuning_json(
         script=str(script),
         outcome=outcome,

@@ -31,6 +31,7 @@ import sys
 import sysconfig
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
@@ -53,7 +54,16 @@ OP_KNOBS: dict[str, dict[str, str]] = {
     "TFRecordDataset": {"num_parallel_calls": "num_parallel_reads"},
     "TextLineDataset": {"num_parallel_calls": "num_parallel_reads"},
     "FixedLengthRecordDataset": {"num_parallel_calls": "num_parallel_reads"},
+    # A Keras PyDataset (its `__init__`, from the subclass's ``super().__init__(...)``):
+    # workers, threads or processes, and the queue of batches they fill ahead.
+    "PyDataset": {
+        "num_parallel_calls": "workers",
+        "use_multiprocessing": "use_multiprocessing",
+        "buffer_size": "max_queue_size",
+    },
 }
+# Ops that are classes: their call site names the user's class, not a function.
+_CLASS_OPS = frozenset({"PyDataset"})
 _DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
 # The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
 READERS = {
@@ -69,6 +79,8 @@ _API_MODULES = (
 )
 _STREAM_LIMIT = 1 << 62
 RING_STEPS = 1 << 20  # rows a stream's clock queue holds between two drains
+WEIGHT_CHECK_S = 1.0  # how often a custom loop's watched weights are checked for NaN
+WATCHED_PER_OPTIMIZER = 4
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
 
 
@@ -126,6 +138,13 @@ def _internal_prefixes() -> tuple[str, ...]:
     return tuple(os.path.join(p, "") for p in sorted(prefixes))
 
 
+def _knob_value(knob: str, value: object) -> int | bool | None:
+    """A knob's value as the script passed it: a bool for a flag, else `_as_int`."""
+    if knob == "use_multiprocessing":
+        return value if isinstance(value, bool) else None
+    return _as_int(value)
+
+
 def _as_int(value: object) -> int | None:
     """A knob value as the script wrote it, when it is a concrete integer."""
     if value is None or isinstance(value, bool):
@@ -170,7 +189,10 @@ class Patcher:
         self._eager_rows: dict[int, list[tuple[int, int, int]]] = {}
         self._eager_flushed: dict[int, int] = {}
         self._rings: dict[int, _Ring] = {}
-        self._streams_by_place: dict[tuple[str, int, str | None, bool], int] = {}
+        # place -> [weak reference to the dataset last given the stream, stream]
+        self._streams_by_place: dict[tuple[str, int, str | None, bool], list[list[Any]]] = {}
+        self._model_only_cache: dict[int, Any] = {}
+        self._weights = _WeightWatch()
         self._poller: threading.Thread | None = None
         self._flush_lock = threading.Lock()
         self._ring_lock = threading.Lock()
@@ -301,11 +323,20 @@ class Patcher:
                 return original(*args, **kwargs)  # let TF raise its own error
             if constructor and _one_file(bound.arguments.get("filenames")):
                 return original(*args, **kwargs)
-            written = SiteConfig(**{k: _as_int(bound.arguments.get(p)) for k, p in knobs.items()})
+            given = dict(bound.arguments)
+            if op in _CLASS_OPS:  # as written includes the class's defaults
+                with_defaults = signature.bind(*args, **kwargs)
+                with_defaults.apply_defaults()
+                given = dict(with_defaults.arguments)
+            values: dict[str, Any] = {k: _knob_value(k, given.get(p)) for k, p in knobs.items()}
+            written = SiteConfig(**values)
             fn = bound.arguments.get("map_func")
             name = getattr(fn, "__name__", None) if fn is not None else None
+            if op in _CLASS_OPS:
+                name = type(args[0]).__name__
             patcher.seen_sites.add(site)
-            patcher.batch_seen = patcher.batch_seen or op in ("batch", "padded_batch")
+            # (A PyDataset's items are batches too.)
+            patcher.batch_seen = patcher.batch_seen or op in ("batch", "padded_batch", "PyDataset")
             if patcher.hooks.on_site is not None:
                 patcher.hooks.on_site(SiteCall(site, op, written, name))
             override = patcher.config.site(site)
@@ -332,8 +363,17 @@ class Patcher:
         consumer calls them (`_timed_next`). A loop that iterates the dataset without an
         iterator (autograph's ``for x in ds`` inside a ``tf.function``) needs the clock
         inside the dataset instead (`dataset_clock`).
+
+        The prepared dataset is cached on `ds` by a weak reference: it holds `ds` (its
+        input chain), so a strong one would be a cycle that keeps every dataset alive
+        until the cyclic GC runs, and `_new_stream` tells datasets apart by whether they
+        are alive. It lives while an iterator over it does; the next epoch may prepare it
+        again, in the same stream (`ds` keeps its stream number).
         """
-        cached = getattr(ds, "_tftune_prepared", None)
+        if getattr(ds, "_tftune_is_prepared", False):
+            return ds
+        cached_ref = getattr(ds, "_tftune_prepared", None)
+        cached = cached_ref() if cached_ref is not None else None
         if cached is not None:
             return cached
         self._warn_unknown_sites()
@@ -341,58 +381,89 @@ class Patcher:
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
         out = apply_globals(ds, self.config, info)
+        stream: int | None = None
+        if self.instrument_clock:
+            stream = getattr(ds, "_tftune_stream_no", None)
+            if stream is None:
+                stream = self._new_stream(ds, info.site)
+                with contextlib.suppress(AttributeError):
+                    ds._tftune_stream_no = stream
+            self.last_stream = stream
+            self._batched[stream] = info.batched
         # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
         bound = bounds.bound_mode(self.config)
         if bound == bounds.MODEL_ONLY:
-            out = bounds.cache_for_model_only(out, _original_iter())
-        stream: int | None = None
-        if self.instrument_clock:
-            stream = self._new_stream(info.site)
-            self.last_stream = stream
-            self._batched[stream] = info.batched
-            if dataset_clock and self.hooks.on_request is not None:
-                # Profile markers: a Python call per request, from a stage of the dataset.
-                # (The measuring clock for such loops is in the loop body: `_clocked_scan`.)
-                out = _emulate_injected_prefetch(out)
-                out = self._with_request_marks(out, stream)
+            out = self._model_only(out, stream)
+        if stream is not None and dataset_clock and self.hooks.on_request is not None:
+            # Profile markers: a Python call per request, from a stage of the dataset.
+            # (The measuring clock for such loops is in the loop body: `_clocked_scan`.)
+            out = _emulate_injected_prefetch(out)
+            out = self._with_request_marks(out, stream)
         if out is not ds or stream is not None:
-            with contextlib.suppress(AttributeError):
+            with contextlib.suppress(AttributeError, TypeError):
                 if out is ds:
                     out = out.with_options(_no_options())
                 _tag(out, info.site)
                 out._tftune_stream = stream
-                ds._tftune_prepared = out
-                out._tftune_prepared = out
+                out._tftune_is_prepared = True
+                ds._tftune_prepared = weakref.ref(out)
         if bound == bounds.PIPELINE_ONLY:
             bounds.drain_pipeline_only(out, stream, _original_iter())
         return out
 
-    def _new_stream(self, site: str | None = None) -> int:
+    def _model_only(self, ds: Any, stream: int | None) -> Any:
+        """The model-only bound's cached elements, filled once per stream: an epoch that
+        prepares its dataset again, or a dataset rebuilt every epoch, reuses them rather
+        than filling the cache (the pipeline's time) inside the measured window."""
+        import tensorflow as tf
+
+        if stream is None or tf.inside_function():
+            return bounds.cache_for_model_only(ds, _original_iter())
+        with self._lock:
+            cached = self._model_only_cache.get(stream)
+        if cached is None:
+            cached = bounds.cache_for_model_only(ds, _original_iter())
+            with self._lock:
+                self._model_only_cache[stream] = cached
+        return cached
+
+    def _new_stream(self, ds: Any = None, site: str | None = None) -> int:
         """A stream number for a dataset about to be iterated, with its ring made now.
 
         A stream is a place in the user's code that iterates: the first frame outside
         TensorFlow, Keras and tftune. Inside a ``tf.function`` trace, the dataset is
         rebuilt on each retrace; its place keeps it one stream, so the retrace creates no
-        new state. Eagerly, datasets built at one call site (`site`) and iterated at one
-        place are one stream too: a loop that builds a fresh dataset every epoch trains
-        on one stream, where a new stream per epoch would end the measurement with the
-        first epoch (it follows one stream once its window has begun)."""
+        new state. Eagerly, a dataset built at one call site (`site`) and iterated at one
+        place takes over the stream of one built and iterated there before that is gone:
+        a loop that builds a fresh dataset every epoch trains on one stream, where a new
+        stream per epoch would end the measurement with the first epoch (it follows one
+        stream once its window has begun). Datasets there that are all alive (training
+        and validation from one helper, or Keras `fit` with `validation_data`) are
+        streams of their own."""
         import tensorflow as tf
 
         key: tuple[str, int, str | None, bool] | None = None
         frame = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
             frame = frame.f_back  # type: ignore[assignment]
+        eager = tf.executing_eagerly()
         if frame is not None:
-            eager = tf.executing_eagerly()
             key = (frame.f_code.co_filename, frame.f_lineno, site if eager else None, eager)
+        ref: weakref.ReferenceType[Any] | None = None
+        if eager and ds is not None:
+            with contextlib.suppress(TypeError):
+                ref = weakref.ref(ds)
         with self._lock:
-            if key is not None and key in self._streams_by_place:
-                return self._streams_by_place[key]
+            held = self._streams_by_place.setdefault(key, []) if key is not None else []
+            mine = [e for e in held if ds is not None and e[0] is not None and e[0]() is ds]
+            gone = [e for e in held if not eager or e[0] is None or e[0]() is None]
+            for entry in mine or gone[:1]:  # iterated here again, or a successor
+                entry[0] = ref
+                return int(entry[1])
             self._streams += 1
             stream = self._streams
             if key is not None:
-                self._streams_by_place[key] = stream
+                held.append([ref, stream])
         self._ring(stream)
         return stream
 
@@ -444,7 +515,7 @@ class Patcher:
                 def __iter__(dataset: Any) -> Any:
                     iterator = original(dataset)
                     if patcher.instrument_clock:
-                        stream = patcher._new_stream()
+                        stream = patcher._new_stream(dataset)
                         patcher._batched[stream] = True
                         patcher.last_distributed_stream = stream
                         with contextlib.suppress(AttributeError):
@@ -649,9 +720,17 @@ class Patcher:
         return ring
 
     def _poll_rings(self) -> None:
+        checked, diverged = time.monotonic(), False
         while True:
             time.sleep(CLOCK_FLUSH_S)
             self.flush()
+            if diverged or self.hooks.on_nan is None:
+                continue
+            if time.monotonic() - checked >= WEIGHT_CHECK_S:
+                checked = time.monotonic()
+                diverged = self._weights.diverged()
+                if diverged:
+                    self.hooks.on_nan("the trained weights", math.nan)
 
     def _warn_unknown_sites(self) -> None:
         """Once, when iteration starts: config sites the script never called (stale)."""
@@ -751,6 +830,8 @@ class Patcher:
 
             set_global_policy.__tftune_original__ = original_set  # type: ignore[attr-defined]
             mp.set_global_policy = set_global_policy
+        self._patch_optimizer(module)
+        self._patch_py_dataset(module)
         model_cls: Any = getattr(module, "Model", None)
         callbacks_mod: Any = getattr(module, "callbacks", None)
         if model_cls is None or callbacks_mod is None:
@@ -771,6 +852,99 @@ class Patcher:
 
         fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
         model_cls.fit = fit
+
+    def _patch_py_dataset(self, module: ModuleType) -> None:
+        """A Keras ``PyDataset`` is a call site: its ``__init__`` takes `workers`,
+        `use_multiprocessing` and `max_queue_size`, which Keras reads when `fit` iterates
+        it. The site is the user's line that calls it (``super().__init__(...)`` in the
+        subclass, or the construction of a subclass without an ``__init__``)."""
+        utils: Any = getattr(module, "utils", None)
+        cls: Any = getattr(utils, "PyDataset", None)
+        if cls is None or "__init__" not in vars(cls):
+            return
+        original = vars(cls)["__init__"]
+        original = getattr(original, "__tftune_original__", original)
+        cls.__init__ = self._wrap_op("PyDataset", original, constructor=True)
+
+    def _patch_optimizer(self, module: ModuleType) -> None:
+        """A custom training loop's NaN check: the first time a Keras optimizer applies
+        gradients (eagerly, or while a ``tf.function`` is traced), a few of the variables
+        it trains are watched (`_WeightWatch`). Keras `fit` reports its loss to a
+        callback instead; a loop of raw ``assign_sub`` has no policy to break it."""
+        optimizers: Any = getattr(module, "optimizers", None)
+        base: Any = getattr(optimizers, "Optimizer", None)
+        owner = next((c for c in getattr(base, "__mro__", ()) if "apply" in vars(c)), None)
+        if owner is None:
+            return
+        original = vars(owner)["apply"]
+        original = getattr(original, "__tftune_original__", original)
+        watch = self._weights
+
+        @functools.wraps(original)
+        def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.hooks.on_nan is not None:
+                given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
+                watch.add(optimizer, given)
+            return original(optimizer, *args, **kwargs)
+
+        apply.__tftune_original__ = original  # type: ignore[attr-defined]
+        owner.apply = apply
+
+
+class _WeightWatch:
+    """Tells when a custom loop's training diverged: its weights became NaN or inf.
+
+    A NaN or inf loss makes every gradient NaN, so one optimizer step spreads it to all
+    the variables it trains. A few small ones per optimizer are enough to see it (the last,
+    usually the output layer's, and the smallest), read on the clock's thread every
+    `WEIGHT_CHECK_S`: a copy of a few hundred numbers, nothing in the training step. An
+    optimizer with loss scaling skips non-finite steps, so its weights stay finite."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._watched: list[Any] = []
+
+    def add(self, optimizer: Any, variables: Any) -> None:
+        with self._lock:
+            try:
+                if optimizer in self._seen:
+                    return
+                self._seen.add(optimizer)
+            except TypeError:
+                return
+        if variables is None:
+            variables = getattr(optimizer, "_trainable_variables", None)
+        picked = _few_small_floats(list(variables or ()))
+        with self._lock:
+            self._watched.extend(picked)
+
+    def diverged(self) -> bool:
+        import numpy as np
+
+        with self._lock:
+            watched = list(self._watched)
+        for variable in watched:
+            try:
+                value = np.asarray(variable.numpy(), dtype=np.float64)
+            except Exception:  # a variable being rebuilt or deleted: read it next time
+                continue
+            if not np.isfinite(value).all():
+                return True
+        return False
+
+
+def _few_small_floats(variables: list[Any], count: int = WATCHED_PER_OPTIMIZER) -> list[Any]:
+    """The last floating-point variable and the smallest others, `count` in all."""
+
+    def size(v: Any) -> int:
+        return math.prod(int(d or 0) for d in getattr(v, "shape", ()) or ())
+
+    floats = [v for v in variables if "float" in str(getattr(v, "dtype", ""))]
+    if not floats:
+        return []
+    rest = sorted(floats[:-1], key=size)
+    return [floats[-1], *rest[: count - 1]]
 
 
 _ACTIVE: Patcher | None = None
@@ -916,17 +1090,20 @@ def _unwrap_options(ds: Any) -> Any:
 _OPAQUE_DATASETS = frozenset(
     {"_VariantDataset", "_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"}
 )
+# Stages whose elements come from datasets a function builds (not walkable): a flat_map or
+# interleave before any batch, such as `from_generator` (Keras' PyDataset adapter).
+_ELEMENTS_FROM_A_FUNCTION = ("FlatMap", "Interleave")
 
 
 def _is_batched(ds: Any, depth: int = 0) -> bool | None:
     """Whether the dataset's lineage batches (and does not unbatch after); None when the
-    lineage is opaque (`_OPAQUE_DATASETS`)."""
+    lineage is opaque (`_OPAQUE_DATASETS`, `_ELEMENTS_FROM_A_FUNCTION`)."""
     name = type(ds).__name__
     if "Unbatch" in name or depth > 64:
         return False
     if any(name.endswith(c) for c in _BATCHING_CLASSES):
         return True
-    if name in _OPAQUE_DATASETS:
+    if name in _OPAQUE_DATASETS or any(k in name for k in _ELEMENTS_FROM_A_FUNCTION):
         return None
     answers = [_is_batched(i, depth + 1) for i in _inputs(ds)]
     if any(a is True for a in answers):

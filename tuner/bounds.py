@@ -88,16 +88,19 @@ def bound_mode(config: Config) -> str | None:
 def cache_for_model_only(ds: Any, iterate: Callable[[Any], Any]) -> Any:
     """``ds.take(k).cache().repeat()``, with the cache filled before it is returned, so
     the measured window never includes the pipeline's first pass. `iterate` is the
-    unpatched ``Dataset.__iter__``. A dataset built inside a ``tf.function`` cannot be
-    iterated eagerly: its cache fills during the first k steps, which the trial's
-    warm-up mostly covers."""
+    unpatched ``Dataset.__iter__``. The filled cache is returned as a dataset of its own
+    variant, which holds no Python reference to `ds` (the cache lives in the C++
+    dataset): `ds` can be freed, and the caller can keep the cache for later epochs. A
+    dataset built inside a ``tf.function`` cannot be iterated eagerly: its cache fills
+    during the first k steps, which the trial's warm-up mostly covers."""
     import tensorflow as tf
 
     cached = ds.take(MODEL_ONLY_ELEMENTS).cache()
-    if not tf.inside_function():
-        for _ in iterate(cached):
-            pass
-    return cached.repeat()
+    if tf.inside_function():
+        return cached.repeat()
+    for _ in iterate(cached):
+        pass
+    return tf.data.experimental.from_variant(cached._variant_tensor, cached.element_spec).repeat()
 
 
 def drain_pipeline_only(ds: Any, stream: int | None, iterate: Callable[[Any], Any]) -> None:

@@ -45,11 +45,13 @@ class SiteConfig:
     cycle_length: int | None = None
     buffer_size: int | None = None
     batch_size: int | None = None
+    # A Keras PyDataset's workers are processes (True) or threads (False).
+    use_multiprocessing: bool | None = None
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
 
-    def to_json(self) -> dict[str, int | str | None]:
+    def to_json(self) -> dict[str, int | str | bool | None]:
         return {
             f.name: _knob_to_json(getattr(self, f.name))
             for f in fields(self)
@@ -58,6 +60,7 @@ class SiteConfig:
 
 
 SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
+BOOL_SITE_KNOBS = frozenset({"use_multiprocessing"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +111,8 @@ _GLOBALS: tuple[str, ...] = (
 _TOP_KEYS = frozenset({"schema", "sites", "meta", *_GLOBALS})
 
 
-def _knob_to_json(value: int | None) -> int | str | None:
-    if value == AUTOTUNE:
+def _knob_to_json(value: int | bool | None) -> int | str | bool | None:
+    if value == AUTOTUNE and not isinstance(value, bool):
         return AUTOTUNE_JSON
     return value
 
@@ -125,6 +128,14 @@ def _parse_knob(where: str, name: str, raw: object) -> int | None:
     if not 1 <= raw <= MAX_KNOB:
         raise ConfigError(f"{where}: {name} must be between 1 and {MAX_KNOB}, got {raw}")
     return raw
+
+
+def _parse_site_knob(where: str, name: str, raw: object) -> int | bool | None:
+    if name in BOOL_SITE_KNOBS:
+        if raw is None or isinstance(raw, bool):
+            return raw
+        raise ConfigError(f"{where}: {name} must be true, false or null, got {raw!r}")
+    return _parse_knob(where, name, raw)
 
 
 def _validate_site_key(where: str, key: object) -> str:
@@ -158,7 +169,8 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
         bad = sorted(set(knobs) - set(SITE_KNOBS))
         if bad:
             raise ConfigError(f"{where}: unknown knob {bad[0]!r}")
-        sites[site] = SiteConfig(**{k: _parse_knob(where, k, v) for k, v in knobs.items()})
+        values: dict[str, Any] = {k: _parse_site_knob(where, k, v) for k, v in knobs.items()}
+        sites[site] = SiteConfig(**values)
     kwargs: dict[str, Any] = {}
     for name in ("threadpool_size", "final_prefetch", "autotune_cpu_budget"):
         kwargs[name] = _parse_knob(source, name, data.get(name))

@@ -44,7 +44,10 @@ _POSITIONAL: dict[str, dict[str, int]] = {
     "TFRecordDataset": {"num_parallel_calls": 3},
     "TextLineDataset": {"num_parallel_calls": 3},
     "FixedLengthRecordDataset": {"num_parallel_calls": 6},
+    "PyDataset": {"num_parallel_calls": 0, "use_multiprocessing": 1, "buffer_size": 2},
 }
+# A PyDataset's site is its subclass's ``super().__init__(...)`` line.
+_OP_OF_CALLEE = {"__init__": "PyDataset"}
 # The transformations each knob is applied to: the patcher's own table, so that the diff
 # edits exactly the calls a config changes when it runs.
 _KNOB_OPS: dict[str, tuple[str, ...]] = {
@@ -79,8 +82,10 @@ def _offsets(source: bytes) -> list[int]:
     return starts
 
 
-def _value_text(value: int, alias: str) -> str:
-    return f"{alias}.data.AUTOTUNE" if value == AUTOTUNE else str(value)
+def _value_text(value: int | bool, alias: str) -> str:
+    if value == AUTOTUNE and not isinstance(value, bool):
+        return f"{alias}.data.AUTOTUNE"
+    return str(value)
 
 
 def _find_calls(tree: ast.Module, line: int, ops: Sequence[str]) -> list[ast.Call]:
@@ -91,7 +96,7 @@ def _find_calls(tree: ast.Module, line: int, ops: Sequence[str]) -> list[ast.Cal
         node
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
-        and _callee(node) in ops
+        and _op_of(node) in ops
         and line in (node.lineno, node.func.end_lineno)
     ]
 
@@ -104,6 +109,11 @@ def _callee(call: ast.Call) -> str | None:
     if isinstance(call.func, ast.Name):
         return call.func.id
     return None
+
+
+def _op_of(call: ast.Call) -> str | None:
+    callee = _callee(call)
+    return _OP_OF_CALLEE.get(callee, callee) if callee is not None else None
 
 
 def _site_edits(
@@ -124,7 +134,7 @@ def _call_edit(call: ast.Call, knob: str, text: str, starts: list[int]) -> _Edit
     """The edit that passes `knob` = `text` to one call: its keyword's or positional
     argument's value replaced, or the keyword added before the closing parenthesis. The
     keyword is TensorFlow's name for the knob there (a reader's is num_parallel_reads)."""
-    name = _callee(call) or ""
+    name = _op_of(call) or ""
     param = OP_KNOBS.get(name, {}).get(knob, knob)
 
     def span(n: ast.expr) -> tuple[int, int]:
@@ -167,7 +177,9 @@ def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str,
         alias = _tf_alias(tree)
         edits = [e for line, s in sites for e in _site_edits(tree, starts, line, s, alias)]
         new = source
-        for e in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+        # From the end of the file back; edits at one place land in the config's order.
+        order = sorted(enumerate(edits), key=lambda ie: (ie[1].start, ie[1].end, ie[0]))
+        for _, e in reversed(order):
             new = new[: e.start] + e.text.encode() + new[e.end :]
         out[rel] = (source.decode("utf-8", "replace"), new.decode("utf-8", "replace"))
     return out
@@ -188,9 +200,25 @@ def source_diff(script: str | os.PathLike[str], config: Config) -> str:
     return "".join(out)
 
 
-def globals_snippet(config: Config, alias: str = "tf") -> str:
-    """Python lines for the knobs that are not call-site arguments."""
+def globals_snippet(
+    config: Config,
+    alias: str = "tf",
+    own_pipeline: bool = True,
+    config_file: str = DEFAULT_BEST_FILE,
+) -> str:
+    """Python lines for the knobs that are not call-site arguments. Without a tf.data
+    pipeline of the script's own (`own_pipeline`: Keras builds it from a PyDataset or
+    arrays) there is no dataset line to change for the tf.data ones: it says how to apply
+    them instead."""
     lines: list[str] = []
+    tf_data = (config.final_prefetch, config.threadpool_size, config.deterministic)
+    if not own_pipeline and any(v is not None for v in tf_data):
+        lines += [
+            "# Keras builds the tf.data pipeline it iterates, so the final prefetch, thread",
+            "# pool and determinism have no line of yours: apply them at the top of the script",
+            f"# with tftune.apply({json.dumps(config_file)}), or train with tftune run --config.",
+        ]
+        config = replace(config, final_prefetch=None, threadpool_size=None, deterministic=None)
     if config.final_prefetch is not None:
         lines += [
             "# last transformation before the loop iterates the dataset:",
@@ -430,9 +458,10 @@ def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
 
 def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
     """Where the remaining gap is: the as-written and tuned rates against the ceiling (the
-    lower of the pipeline alone and the model alone), and, below it, whether the tuned run
-    still waits for input (the pipeline) or not (the two halves slow each other down when
-    they run together, e.g. on shared CPU cores)."""
+    lower of the pipeline alone and the model alone, both as written; once the tuned run
+    is past the pipeline's, the model's), and, below it, whether the tuned run still waits
+    for input (the pipeline) or not (the two halves slow each other down when they run
+    together, e.g. on shared CPU cores)."""
 
     def rate(x: float | None) -> str:
         return _fmt_eps(x) if x is None else f"{_fmt_eps(x)} ex/s"
@@ -449,10 +478,21 @@ def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
     half = {"pipeline": "the input pipeline", "model": "the model"}.get(
         ceiling.limited_by or "", "the half that was measured"
     )
-    parts.append(
-        f"as written reaches {aw.examples_per_s / top:.0%} and tuned "
-        f"{tuned.examples_per_s / top:.0%} of the ceiling ({half})"
-    )
+    model = ceiling.model_only_examples_per_s
+    if ceiling.limited_by == "pipeline" and model and tuned.examples_per_s * CEILING_REACHED > top:
+        # The pipeline alone was measured as written: tuning lifted that ceiling, and the
+        # model alone is the one left.
+        parts.append(
+            f"as written reaches {aw.examples_per_s / top:.0%} of the pipeline alone; tuning "
+            f"lifted the pipeline past it ({tuned.examples_per_s / top:.1f}x), and tuned "
+            f"reaches {tuned.examples_per_s / model:.0%} of the model alone"
+        )
+        top, half = model, "the model"
+    else:
+        parts.append(
+            f"as written reaches {aw.examples_per_s / top:.0%} and tuned "
+            f"{tuned.examples_per_s / top:.0%} of the ceiling ({half})"
+        )
     wait = tuned.input_wait_share
     if tuned.examples_per_s >= CEILING_REACHED * top:
         parts.append(f"{half} is now the limit")

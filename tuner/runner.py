@@ -719,7 +719,8 @@ class _Trial:
             if e.kind == "nan":
                 policy = self.config.mixed_precision
                 under = f" under the {policy} policy" if policy in SIXTEEN_BIT_POLICIES else ""
-                return FailureKind.NAN, f"loss became {e.payload.get('value')} (NaN/inf){under}"
+                what = e.payload.get("what") or "loss"
+                return FailureKind.NAN, f"{what} became {e.payload.get('value')} (NaN/inf){under}"
         return None
 
     def _metrics(self, gpu: GpuFigures | NotMeasured, truncated: bool) -> TrialMetrics | None:

@@ -22,12 +22,20 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tftune.probes.errors import ConfigError
 from tftune.probes.userfiles import read_json
 from tftune.tuner._patch import READERS
-from tftune.tuner.config import AUTOTUNE, AUTOTUNE_JSON, MAX_KNOB, Config, SiteConfig
+from tftune.tuner.config import (
+    AUTOTUNE,
+    AUTOTUNE_JSON,
+    BOOL_SITE_KNOBS,
+    MAX_KNOB,
+    SITE_KNOBS,
+    Config,
+    SiteConfig,
+)
 
 KnobValue = int | str | bool | None
 
@@ -47,7 +55,11 @@ PARALLEL_OPS = frozenset({"map", "interleave", "parallel_interleave", "map_and_b
 INTERLEAVE_OPS = frozenset({"interleave", "parallel_interleave"})
 BATCH_OPS = frozenset({"batch", "padded_batch", "map_and_batch", "ragged_batch"})
 PREFETCH_OPS = frozenset({"prefetch"})
-SITE_KNOB_NAMES = ("num_parallel_calls", "cycle_length", "buffer_size", "batch_size")
+# A Keras PyDataset: its workers (threads or processes) and their queue of batches.
+PY_DATASET_OPS = frozenset({"PyDataset"})
+WORKER_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+QUEUE_CHOICES: tuple[int, ...] = POWERS_TO_64
+SITE_KNOB_NAMES = SITE_KNOBS
 GLOBAL_KNOB_NAMES = (
     "threadpool_size",
     "mixed_precision",
@@ -192,6 +204,7 @@ def _short(name: str) -> str:
         "cycle_length": "cycle",
         "buffer_size": "prefetch",
         "batch_size": "batch",
+        "use_multiprocessing": "processes",
     }.get(knob, knob)
     return f"{Path(site).name}/{short_knob}"
 
@@ -206,13 +219,16 @@ def format_value(v: KnobValue) -> str:
 
 def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     """Build a `Config` from ``{param name: value}`` (site knobs and global knobs)."""
-    sites: dict[str, dict[str, int]] = {}
+    sites: dict[str, dict[str, Any]] = {}
     globals_: dict[str, KnobValue] = {}
     for name, value in values.items():
         site, sep, knob = name.rpartition("/")
         if sep and knob in SITE_KNOB_NAMES:
             if value is not None:
-                if not isinstance(value, int) or isinstance(value, bool):
+                if knob in BOOL_SITE_KNOBS:
+                    if not isinstance(value, bool):
+                        raise ConfigError(f"{name}: expected true or false, got {value!r}")
+                elif not isinstance(value, int) or isinstance(value, bool):
                     raise ConfigError(f"{name}: expected an integer or AUTOTUNE, got {value!r}")
                 sites.setdefault(site, {})[knob] = value
         elif name in GLOBAL_KNOB_NAMES:
@@ -387,6 +403,12 @@ def build_space(
                 knobs.append(_site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "width"))
         if s.op in PREFETCH_OPS:
             knobs.append(_site_knob(s, "buffer_size", PREFETCH_CHOICES, "prefetch depth"))
+        if s.op in PY_DATASET_OPS:
+            knobs.append(_site_knob(s, "num_parallel_calls", WORKER_CHOICES, "PyDataset workers"))
+            knobs.append(
+                _site_knob(s, "use_multiprocessing", (False, True), "workers as processes")
+            )
+            knobs.append(_site_knob(s, "buffer_size", QUEUE_CHOICES, "PyDataset queue"))
         if s.op in BATCH_OPS:
             written = s.as_written.batch_size
             name = f"{s.site}/batch_size"
@@ -451,10 +473,10 @@ def _parse_value(where: str, knob_field: str, raw: object) -> KnobValue:
         if raw in ("off", "mixed_float16", "mixed_bfloat16"):
             return None if raw == "off" else str(raw)
         raise ConfigError(f"{where}: mixed_precision must be off, mixed_float16 or mixed_bfloat16")
-    if knob_field == "deterministic":
+    if knob_field == "deterministic" or knob_field in BOOL_SITE_KNOBS:
         if isinstance(raw, bool):
             return raw
-        raise ConfigError(f"{where}: deterministic must be true or false, got {raw!r}")
+        raise ConfigError(f"{where}: {knob_field} must be true or false, got {raw!r}")
     if knob_field in _AUTOTUNABLE and raw in (AUTOTUNE_JSON, AUTOTUNE):
         return AUTOTUNE
     if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_KNOB:
