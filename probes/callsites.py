@@ -35,7 +35,10 @@ _FAMILIES: dict[str, frozenset[str]] = {
     "batch": frozenset({"batch", "padded_batch"}),
     "prefetch": frozenset({"prefetch"}),
     "reader": frozenset({"TFRecordDataset", "TextLineDataset", "FixedLengthRecordDataset"}),
+    # Keras iterates a PyDataset through `from_generator`: its Generator stage.
+    "py_dataset": frozenset({"PyDataset"}),
 }
+PY_DATASET_CALLS = _FAMILIES["py_dataset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,8 @@ def family(kind: str) -> str | None:
         return "prefetch"
     if kind.startswith(("TFRecord", "TextLine", "FixedLengthRecord")):
         return "reader"
+    if kind == "Generator":
+        return "py_dataset"
     return None
 
 

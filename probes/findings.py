@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tftune.probes.callsites import RecordedSite, site_for_stage
+from tftune.probes.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
 from tftune.probes.stages import PY_UDF_OPS, Stage, StageTree
 
 # XProf's input-bound bands (input share of step time).
@@ -313,6 +313,32 @@ def functions_of(stage: Stage) -> tuple[str, ...]:
         return nodes[:5]
     # The tracer recorded no kernel inside: name the dataset op the stage runs instead.
     return (stage.op,) if stage.op else ()
+
+
+def _py_dataset_rec(
+    st: Stage, share: float, category: str, site: RecordedSite, cores: int | None
+) -> Recommendation:
+    """A Keras PyDataset read by Keras one batch at a time: its own knobs, not tf.data's
+    (Keras feeds the batches to a `from_generator` pipeline; tf.data cannot parallelize
+    them)."""
+    workers = max(8, cores or 1)
+    name = site.function or "your PyDataset"
+    return Recommendation(
+        summary=(
+            f"Keras fetches the batches of {name} one at a time from __getitem__: give it "
+            f"workers (threads help while it waits on storage or in NumPy; add "
+            f"use_multiprocessing=True when it computes in Python), or let tftune optimize "
+            f"choose them"
+        ),
+        code=(
+            f"super().__init__(workers={workers}, use_multiprocessing=True, "
+            f"max_queue_size={2 * workers}, **kwargs)"
+        ),
+        gain=share * 0.8,
+        category=category,
+        stage=st.name,
+        evidence={"py_dataset": name},
+    )
 
 
 def _at_site(r: Recommendation, site: str, function: str | None) -> Recommendation:
@@ -745,6 +771,8 @@ def find(
             where = recorded.site
             if recorded.function and recorded.function not in functions:
                 functions = (recorded.function, *functions)  # the UDF's own name first
+        if recorded is not None and recorded.op in PY_DATASET_CALLS:
+            c_recs = [_py_dataset_rec(w.stage, share, c, recorded, cores)]
         if where is not None:
             c_recs = [_at_site(r, where, recorded.function if recorded else None) for r in c_recs]
         recs.extend(c_recs)

@@ -73,6 +73,7 @@ def test_stage_kinds_map_to_call_families() -> None:
     assert family("ParallelInterleaveV4") == family("Interleave") == "interleave"
     assert family("PaddedBatchV2") == family("BatchV2") == "batch"
     assert family("TFRecord") == "reader" and family("Prefetch") == "prefetch"
+    assert family("Generator") == "py_dataset"  # Keras feeds a PyDataset via from_generator
     assert family("Shuffle") is None and family("Root") is None
 
 

@@ -112,6 +112,50 @@ def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
     assert "ds.map(slow_read" in fix.code  # the user's function, not a placeholder
 
 
+PY_DATASET = """\
+import time
+import numpy as np
+import tensorflow as tf
+
+
+class Shards(tf.keras.utils.PyDataset):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def __len__(self):
+        return 10**6
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
+
+
+model = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(Shards(), epochs=1, verbose=0)
+"""
+
+
+def test_analyze_names_a_keras_py_dataset_and_its_workers(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """Keras reads a PyDataset through `from_generator`: the trace shows a Generator
+    stage. From the profile's call sites, analyze names the class and its
+    ``super().__init__`` line, and the fix is the PyDataset's own workers, not a
+    rewrite of from_generator."""
+    from tftune.probes.analysis import analyze
+
+    script = tmp_path / "train.py"
+    script.write_text(PY_DATASET)
+    logdir = tmp_path / "logdir"
+    out = run_cli("profile", str(script), "--steps", "5:15", "-o", str(logdir))
+    assert out.returncode == 0, out.stderr
+    top = analyze(logdir).findings.bottlenecks[0]
+    assert top.category == "python" and top.call_site == "train.py:8", top
+    assert top.functions[0] == "Shards"
+    fix = top.recommendation
+    assert fix is not None and fix.code.startswith("# train.py:8\nsuper().__init__(workers="), fix
+    assert "Shards" in fix.summary and "from_generator" not in fix.summary
+
+
 def test_the_guided_profile_names_the_bottleneck_call_site_once(tmp_path: Path) -> None:
     """`tftune optimize`'s guided guess: its short profile names the slow map's site,
     each site once, so the guess raises parallelism where the time goes."""
