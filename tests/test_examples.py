@@ -24,6 +24,7 @@ def test_every_loop_style_has_an_example() -> None:
         "iter_next.py",
         "tf_function_loop.py",
         "latency_bound.py",
+        "py_dataset.py",
     } <= set(SCRIPTS)
 
 
