@@ -496,6 +496,38 @@ def test_failures_are_results_with_reasons(
     assert "\n" not in result.reason
 
 
+def test_a_finite_script_with_a_py_function_exits_on_its_own(tmp_path: Path) -> None:
+    """A script that ends with its iterator alive, over a map that runs a `py_function`:
+    TF's teardown would hang (the iterator is destroyed holding the GIL while its
+    prefetching thread waits for the GIL inside the function). The measured child leaves
+    without the teardown, exit code 0, and the trial is measured over what ran."""
+    script = _script(
+        tmp_path,
+        """
+        import tensorflow as tf
+
+        def tok(s):
+            return tf.constant([len(s.numpy())] * 8, tf.int32)
+
+        def encode(s):
+            ids = tf.py_function(tok, [s], tf.int32)
+            ids.set_shape([None])
+            return ids
+
+        lines = tf.data.Dataset.from_tensor_slices(["a b", "c d e"]).repeat()
+        ds = lines.map(encode).ragged_batch(32).map(lambda r: r.to_tensor(shape=[32, 8]))
+        it = iter(ds)
+        for _ in range(200):
+            tf.reduce_sum(next(it))
+        """,
+    )
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=60, repeats=2, stall_s=60)
+    result = run_trial(script, [], None, spec)
+    assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
+    assert result.metrics is not None and result.metrics.truncated
+    assert result.returncode == 0  # it left by itself: no teardown hang for tftune to stop
+
+
 def test_nan_loss_fails_the_trial(tmp_path: Path) -> None:
     script = _script(
         tmp_path,

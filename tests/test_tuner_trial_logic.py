@@ -42,6 +42,9 @@ FAKE_CHILD = textwrap.dedent(
             time.sleep(60)
         elif then == "hang":
             time.sleep(600)
+        elif then == "teardown_hang":  # done, then stuck in the interpreter's teardown
+            fh.write('E finished {"code": 0}\\n')
+            time.sleep(600)
         elif then == "raise":
             fh.write('E exception {"type": "InvalidArgumentError", "message": "bad record",'
                      ' "bases": ["InvalidArgumentError", "Exception"]}\\n')
@@ -149,6 +152,22 @@ def test_short_script_is_measured_over_what_it_ran(script: Path) -> None:
     assert result.state is TrialState.COMPLETE
     assert result.metrics is not None and result.metrics.truncated
     assert 0 < result.metrics.steps <= 25
+
+
+def test_a_script_done_but_stuck_in_teardown_is_measured_not_stalled(
+    script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child said it finished, then never exited: after the grace period it is
+    stopped and measured over what it ran, like a script that exits early."""
+    import tftune.tuner.runner as runner
+
+    monkeypatch.setattr(runner, "EXIT_GRACE_S", 0.5)
+    deps = RunnerDeps(launcher=_launcher("30", "0.01", "teardown_hang"), nvml_reader=None)
+    spec = MeasureSpec(warmup_steps=5, warmup_s=0.05, window_s=30, stall_s=20)
+    result = run_trial(script, (), None, spec, deps=deps)
+    assert result.state is TrialState.COMPLETE, result.reason
+    assert result.metrics is not None and result.metrics.truncated
+    assert result.returncode is not None and result.returncode < 0  # stopped by a signal
 
 
 def test_no_steps_at_all_is_a_failure_with_a_reason(script: Path) -> None:

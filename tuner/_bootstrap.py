@@ -14,6 +14,7 @@ Modes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -194,6 +195,8 @@ def main() -> None:
         raise
     except BaseException as exc:
         exit_code = 1
+        if mode == "measure":
+            traceback.print_exc()  # the interpreter will not: `_leave_now` below
         if writer is not None:
             tb = traceback.extract_tb(exc.__traceback__)
             where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else None
@@ -207,7 +210,7 @@ def main() -> None:
             )
         raise
     finally:
-        patcher.flush()
+        patcher.stop()
         if profiler is not None and profiler.step > profiler.start and not profiler.stopping:
             profiler.stopping = True
             profiler._stop()  # the script ended early: keep the steps it ran
@@ -218,6 +221,22 @@ def main() -> None:
             # which the parent must not mistake for a stall.
             code = exit_code if isinstance(exit_code, int) or exit_code is None else 1
             writer.event("finished", code=code or 0)
+        if mode == "measure":
+            _leave_now(exit_code)
+
+
+def _leave_now(exit_code: object) -> None:
+    """A measured script is done: exit without the interpreter's teardown. There is
+    nothing left to measure, and TF's teardown can hang: an iterator whose map runs a
+    `py_function` is destroyed while holding the GIL, and its prefetching thread waits
+    for the GIL inside that function (seen with a tokenizer in `tf.py_function`)."""
+    if exit_code is not None and not isinstance(exit_code, int):
+        print(exit_code, file=sys.stderr)  # as `sys.exit("message")` would
+        exit_code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(exit_code or 0)
 
 
 if __name__ == "__main__":

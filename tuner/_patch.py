@@ -194,6 +194,7 @@ class Patcher:
         self._model_only_cache: dict[int, Any] = {}
         self._weights = _WeightWatch()
         self._poller: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._flush_lock = threading.Lock()
         self._ring_lock = threading.Lock()
 
@@ -721,8 +722,7 @@ class Patcher:
 
     def _poll_rings(self) -> None:
         checked, diverged = time.monotonic(), False
-        while True:
-            time.sleep(CLOCK_FLUSH_S)
+        while not self._stopping.wait(CLOCK_FLUSH_S):
             self.flush()
             if diverged or self.hooks.on_nan is None:
                 continue
@@ -731,6 +731,18 @@ class Patcher:
                 diverged = self._weights.diverged()
                 if diverged:
                     self.hooks.on_nan("the trained weights", math.nan)
+
+    def stop(self) -> None:
+        """The script is done: stop the clock's thread and hand over what is buffered.
+
+        Before the interpreter shuts down: a daemon thread frozen by the shutdown while
+        inside TensorFlow (draining a clock queue) can hang TF's own teardown (seen with
+        a `py_function` pipeline whose iterator outlives the script)."""
+        self._stopping.set()
+        poller = self._poller
+        if poller is not None and poller is not threading.current_thread():
+            poller.join(timeout=5)
+        self.flush()
 
     def _warn_unknown_sites(self) -> None:
         """Once, when iteration starts: config sites the script never called (stale)."""

@@ -548,6 +548,7 @@ class _Trial:
         err_path = work / "stderr.txt"
         started = deps.clock()
         failure: tuple[FailureKind, str] | None = None
+        hung = False  # the script said it was done, then did not exit
         self.sampler = self._open_nvml()
         with open(work / "stdout.txt", "wb") as out_fh, open(err_path, "wb") as err_fh:
             argv = [deps.python, "-m", "tftune.tuner._bootstrap"]
@@ -568,6 +569,12 @@ class _Trial:
                         # TF teardown can take seconds): not a stall. Let it exit, then
                         # classify.
                         _wait_exit(proc, EXIT_GRACE_S, deps.sleep)
+                        if proc.poll() is None:
+                            # Done, but its teardown hangs: judge it by what it said.
+                            self._consume(reader.poll())
+                            failure = self._event_failure()
+                            hung = True
+                            break
                     if proc.poll() is not None:
                         self._consume(reader.poll())
                         failure = self._event_failure()
@@ -587,14 +594,20 @@ class _Trial:
                 stop_group(proc, spec.term_grace_s, deps.sleep)
             gpu = self._close_nvml()
         returncode = proc.returncode
+        said = returncode  # the exit code the script gave (the process's own, or as it said)
+        if hung:
+            alive = False
+            said = next(
+                (int(e.payload.get("code") or 0) for e in self.events if e.kind == "finished"), 1
+            )
         tail = _tail(err_path)
         wall = deps.clock() - started
         notes = tuple(
             n for e in self.events if e.kind == "notes" for n in e.payload.get("notes", [])
         )
         exc = next((e.payload for e in self.events if e.kind == "exception"), None)
-        if failure is None and (exc is not None or (not alive and returncode not in (0, None))):
-            failure = _classify_exit(returncode if returncode is not None else 1, exc, tail)
+        if failure is None and (exc is not None or (not alive and said not in (0, None))):
+            failure = _classify_exit(said if said is not None else 1, exc, tail)
         if failure is not None:
             return TrialResult(
                 TrialState.FAILED,
@@ -859,6 +872,12 @@ def profile_script(
                 while True:
                     events += [e for e in reader.poll() if isinstance(e, ClockEvent)]
                     if any(e.kind in ("profile_done", "profile_failed") for e in events):
+                        break
+                    if any(e.kind in ("finished", "exception") for e in events):
+                        # Done before the profile ended; TF's teardown may hang: give it
+                        # the grace period, then stop it.
+                        _wait_exit(proc, EXIT_GRACE_S, deps.sleep)
+                        events += [e for e in reader.poll() if isinstance(e, ClockEvent)]
                         break
                     if proc.poll() is not None:
                         events += [e for e in reader.poll() if isinstance(e, ClockEvent)]
