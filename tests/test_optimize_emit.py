@@ -257,6 +257,11 @@ def test_ceiling_sentence_places_the_remaining_gap() -> None:
         "(16.0x), and tuned reaches 80% of the model alone" in lifted
     )
     assert "slowing each other down" in lifted
+    # Past the model alone as well (a larger batch): no verdict against a ceiling that
+    # was measured with the script's own batch size.
+    past = ceiling_sentence(_with_tuned(_outcome(), 4000.0, 0.02), Ceiling(1000.0, 1000.0))
+    assert "tuned runs 4.0x past it" in past and "does not bound it" in past
+    assert "is now the limit" not in past
     # Not measured: the rates alone, no verdict.
     assert ceiling_sentence(_outcome(), Ceiling(None, None)) == (
         "pipeline alone not measured, model alone on cached data not measured"

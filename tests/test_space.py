@@ -66,6 +66,21 @@ def test_interleave_gets_cycle_length_with_the_written_value() -> None:
     assert "train.py:8/num_parallel_calls" in space.names
 
 
+def test_interleave_parallelism_is_capped_at_a_fixed_cycle_length() -> None:
+    """TF refuses `num_parallel_calls` above a fixed `cycle_length` (InvalidArgumentError
+    when the pipeline starts): such a sample runs, and is described, at the cycle
+    length; AUTOTUNE on either side is left alone."""
+    space = build_space([INTERLEAVE], cores=2)
+    par, cyc = "train.py:8/num_parallel_calls", "train.py:8/cycle_length"
+    assert space.config({par: 8, cyc: 2}).sites["train.py:8"] == SiteConfig(
+        num_parallel_calls=2, cycle_length=2
+    )
+    assert space.config({par: 16}).sites["train.py:8"] == SiteConfig(num_parallel_calls=4)
+    assert space.describe({par: 16}) == "train.py:8/par=4"
+    assert space.config({par: AUTOTUNE, cyc: 2}).sites["train.py:8"].num_parallel_calls == AUTOTUNE
+    assert space.config({par: 8, cyc: AUTOTUNE}).sites["train.py:8"].num_parallel_calls == 8
+
+
 def test_a_py_dataset_gets_workers_processes_and_queue() -> None:
     """A Keras PyDataset's knobs, its defaults as written; its workers are not tf.data
     threads, so the thread pool is not searched for it."""
@@ -236,6 +251,7 @@ def test_every_sampled_config_survives_the_config_file(data: st.DataObject) -> N
     params = {k.name: data.draw(st.sampled_from(k.choices)) for k in SPACE.knobs}
     config = SPACE.config(params)
     assert config_from_json(json.loads(json.dumps(config.to_json()))) == config
+    params = SPACE.feasible(params)  # (an interleave's calls capped at its cycle length)
     for k in SPACE.knobs:  # what was sampled is what the config says
         if params[k.name] == k.as_written:
             continue

@@ -233,6 +233,28 @@ def test_a_keras_py_dataset_is_a_call_site_of_its_workers(tmp_path: Path) -> Non
     assert "+        super().__init__(**kwargs, workers=8, max_queue_size=32)" in diff, diff
 
 
+def test_a_config_never_asks_an_interleave_for_more_calls_than_its_cycle(
+    tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    """A config file may say 8 parallel calls for an interleave written with
+    `cycle_length=2`; TF would refuse it when the pipeline starts. The run uses 2."""
+    script = _script(
+        tmp_path,
+        """
+        import tensorflow as tf
+        ds = tf.data.Dataset.range(4).interleave(
+            lambda i: tf.data.Dataset.range(3), cycle_length=2)
+        print("SUM", int(ds.reduce(tf.constant(0, tf.int64), lambda a, b: a + b)))
+        """,
+    )
+    (site,) = discover(script, cwd=tmp_path).sites
+    assert site.as_written == SiteConfig(cycle_length=2)
+    config = Config(sites={site.site: SiteConfig(num_parallel_calls=8)})
+    out = run_cli("run", "--config", str(save_config(config, tmp_path / "c.json")), "train.py")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "SUM 12" in out.stdout
+
+
 def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
     found = discover(_script(tmp_path, "print('hello')\n"))
     assert not found.found and found.returncode == 0

@@ -346,6 +346,11 @@ class Patcher:
                     value = getattr(override, knob)
                     if value is not None:
                         bound.arguments[param] = value
+                if op == "interleave":  # TF refuses more calls than a fixed cycle length
+                    cycle = _as_int(bound.arguments.get("cycle_length"))
+                    calls = _as_int(bound.arguments.get("num_parallel_calls"))
+                    if cycle is not None and cycle > 0 and calls is not None and calls > cycle:
+                        bound.arguments["num_parallel_calls"] = cycle
             result = original(*bound.args, **bound.kwargs)
             if constructor:
                 _tag(args[0], site)

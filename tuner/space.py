@@ -176,9 +176,27 @@ class SearchSpace:
                 out[k.name] = k.as_written
         return out
 
+    def feasible(self, params: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
+        """`params` as TensorFlow accepts them: an interleave with a fixed cycle length
+        runs at most that many calls at once (more is an InvalidArgumentError when the
+        pipeline starts), so its parallelism is capped at its cycle length."""
+        out = dict(params)
+        written = {k.name: k.as_written for k in self.knobs}
+        for k in self.knobs:
+            if k.field != "cycle_length":
+                continue
+            par = f"{k.site}/num_parallel_calls"
+            cycle = out.get(k.name, k.as_written)
+            calls = out.get(par, written.get(par))
+            if _fixed(cycle) and _fixed(calls) and calls > cycle:  # type: ignore[operator]
+                out[par] = cycle
+        return out
+
     def config(self, params: Mapping[str, KnobValue], *, apply_fixed: bool = True) -> Config:
-        """The `Config` for sampled parameters. Values equal to the script's own are left
-        as ``None`` so that the as-written parameters give ``Config()`` exactly."""
+        """The `Config` for sampled parameters (`feasible`). Values equal to the script's
+        own are left as ``None`` so that the as-written parameters give ``Config()``
+        exactly."""
+        params = self.feasible(params)
         values: dict[str, KnobValue] = dict(self.fixed) if apply_fixed else {}
         for k in self.knobs:
             if k.name in params and params[k.name] != k.as_written:
@@ -187,12 +205,18 @@ class SearchSpace:
 
     def describe(self, params: Mapping[str, KnobValue]) -> str:
         """A short one-line rendering of what differs from the script as written."""
+        params = self.feasible(params)
         parts = []
         for k in self.knobs:
             v = params.get(k.name, k.as_written)
             if v != k.as_written:
                 parts.append(f"{_short(k.name)}={format_value(v)}")
         return ", ".join(parts) if parts else "as written"
+
+
+def _fixed(value: KnobValue) -> bool:
+    """A concrete positive count (not AUTOTUNE, None or a flag)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _short(name: str) -> str:
