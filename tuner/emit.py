@@ -479,27 +479,27 @@ def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
         ceiling.limited_by or "", "the half that was measured"
     )
     model = ceiling.model_only_examples_per_s
-    rate = tuned.examples_per_s
+    tuned_eps = tuned.examples_per_s
     if (
         ceiling.limited_by == "pipeline"
         and model
-        and rate * CEILING_REACHED > top
-        and rate * CEILING_REACHED <= model
+        and tuned_eps * CEILING_REACHED > top
+        and tuned_eps * CEILING_REACHED <= model
     ):
         # The pipeline alone was measured as written: tuning lifted that ceiling, and the
         # model alone is the one left.
         parts.append(
             f"as written reaches {aw.examples_per_s / top:.0%} of the pipeline alone; tuning "
-            f"lifted the pipeline past it ({rate / top:.1f}x), and tuned reaches "
-            f"{rate / model:.0%} of the model alone"
+            f"lifted the pipeline past it ({tuned_eps / top:.1f}x), and tuned reaches "
+            f"{tuned_eps / model:.0%} of the model alone"
         )
         top, half = model, "the model"
-    elif rate * CEILING_REACHED > max(top, model or 0):
+    elif tuned_eps * CEILING_REACHED > max(top, model or 0):
         # Past both halves as written: the tuned config changed what they were measured
         # with (a batch size changes the model's rate too).
         parts.append(
             f"as written reaches {aw.examples_per_s / top:.0%} of the ceiling ({half}); tuned "
-            f"runs {rate / top:.1f}x past it: its config changes what the two halves were "
+            f"runs {tuned_eps / top:.1f}x past it: its config changes what the two halves were "
             "measured with as written (a batch size changes the model's rate too), so that "
             "ceiling does not bound it"
         )
