@@ -433,7 +433,9 @@ def _parallel_map_recs(
                 summary=(
                     "Dataset.from_generator runs your Python generator one element at a time "
                     "under the GIL: produce the data with tf.data sources (from_tensor_slices, "
-                    "TFRecordDataset) and TF ops, or at least run several generators in parallel"
+                    "TFRecordDataset) and TF ops, or at least run several generators in "
+                    "parallel (a Keras PyDataset is read this way too: give it workers in its "
+                    "super().__init__; a profile from tftune profile names its line)"
                 ),
                 code=(
                     "ds = tf.data.Dataset.range(4).interleave(\n"

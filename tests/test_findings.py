@@ -129,5 +129,6 @@ def test_from_generator_is_python_with_a_generator_fix(trace_case) -> None:  # t
     top = _top(a)
     assert top.category == "python" and top.stage is not None and "Generator" in top.stage
     assert top.recommendation is not None and "from_generator" in top.recommendation.summary
+    assert "PyDataset" in top.recommendation.summary  # Keras' own from_generator user
     # a generator runs through PyFunc, not py_function: no numpy_function advice
     assert not any("numpy_function" in r.summary for r in a.findings.recommendations)
