@@ -39,7 +39,13 @@ from typing import Any
 
 from tftune.probes.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
 from tftune.tuner import bounds
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.config import (
+    AUTOTUNE,
+    BOOL_SITE_KNOBS,
+    Config,
+    SiteConfig,
+    capped_interleave_calls,
+)
 
 # Which knobs each transformation takes, by the parameter name TF uses.
 OP_KNOBS: dict[str, dict[str, str]] = {
@@ -140,7 +146,7 @@ def _internal_prefixes() -> tuple[str, ...]:
 
 def _knob_value(knob: str, value: object) -> int | bool | None:
     """A knob's value as the script passed it: a bool for a flag, else `_as_int`."""
-    if knob == "use_multiprocessing":
+    if knob in BOOL_SITE_KNOBS:
         return value if isinstance(value, bool) else None
     return _as_int(value)
 
@@ -325,16 +331,15 @@ class Patcher:
             if constructor and _one_file(bound.arguments.get("filenames")):
                 return original(*args, **kwargs)
             given = dict(bound.arguments)
-            if op in _CLASS_OPS:  # as written includes the class's defaults
+            fn = given.get("map_func")
+            name = getattr(fn, "__name__", None) if fn is not None else None
+            if op in _CLASS_OPS:  # the user's class; as written includes its defaults
                 with_defaults = signature.bind(*args, **kwargs)
                 with_defaults.apply_defaults()
                 given = dict(with_defaults.arguments)
+                name = type(args[0]).__name__
             values: dict[str, Any] = {k: _knob_value(k, given.get(p)) for k, p in knobs.items()}
             written = SiteConfig(**values)
-            fn = bound.arguments.get("map_func")
-            name = getattr(fn, "__name__", None) if fn is not None else None
-            if op in _CLASS_OPS:
-                name = type(args[0]).__name__
             patcher.seen_sites.add(site)
             # (A PyDataset's items are batches too.)
             patcher.batch_seen = patcher.batch_seen or op in ("batch", "padded_batch", "PyDataset")
@@ -347,9 +352,9 @@ class Patcher:
                     if value is not None:
                         bound.arguments[param] = value
                 if op == "interleave":  # TF refuses more calls than a fixed cycle length
-                    cycle = _as_int(bound.arguments.get("cycle_length"))
                     calls = _as_int(bound.arguments.get("num_parallel_calls"))
-                    if cycle is not None and cycle > 0 and calls is not None and calls > cycle:
+                    cycle = _as_int(bound.arguments.get("cycle_length"))
+                    if capped_interleave_calls(cycle, calls) != calls:
                         bound.arguments["num_parallel_calls"] = cycle
             result = original(*bound.args, **bound.kwargs)
             if constructor:

@@ -63,6 +63,19 @@ SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
 BOOL_SITE_KNOBS = frozenset({"use_multiprocessing"})
 
 
+def capped_interleave_calls(cycle_length: object, calls: object) -> object:
+    """An interleave's `num_parallel_calls` as TF accepts it: at most a fixed
+    `cycle_length` (more is an InvalidArgumentError when the pipeline starts). AUTOTUNE
+    or no value on either side leaves `calls` as it is."""
+
+    def count(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    if count(cycle_length) and count(calls) and calls > cycle_length:  # type: ignore[operator]
+        return cycle_length
+    return calls
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """One trial's configuration. ``Config()`` is "the script as written"."""

@@ -35,6 +35,7 @@ from tftune.tuner.config import (
     SITE_KNOBS,
     Config,
     SiteConfig,
+    capped_interleave_calls,
 )
 
 KnobValue = int | str | bool | None
@@ -59,7 +60,6 @@ PREFETCH_OPS = frozenset({"prefetch"})
 PY_DATASET_OPS = frozenset({"PyDataset"})
 WORKER_CHOICES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 QUEUE_CHOICES: tuple[int, ...] = POWERS_TO_64
-SITE_KNOB_NAMES = SITE_KNOBS
 GLOBAL_KNOB_NAMES = (
     "threadpool_size",
     "mixed_precision",
@@ -186,10 +186,10 @@ class SearchSpace:
             if k.field != "cycle_length":
                 continue
             par = f"{k.site}/num_parallel_calls"
-            cycle = out.get(k.name, k.as_written)
             calls = out.get(par, written.get(par))
-            if _fixed(cycle) and _fixed(calls) and calls > cycle:  # type: ignore[operator]
-                out[par] = cycle
+            capped = capped_interleave_calls(out.get(k.name, k.as_written), calls)
+            if capped != calls:
+                out[par] = capped  # type: ignore[assignment]
         return out
 
     def config(self, params: Mapping[str, KnobValue], *, apply_fixed: bool = True) -> Config:
@@ -212,11 +212,6 @@ class SearchSpace:
             if v != k.as_written:
                 parts.append(f"{_short(k.name)}={format_value(v)}")
         return ", ".join(parts) if parts else "as written"
-
-
-def _fixed(value: KnobValue) -> bool:
-    """A concrete positive count (not AUTOTUNE, None or a flag)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _short(name: str) -> str:
@@ -247,7 +242,7 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     globals_: dict[str, KnobValue] = {}
     for name, value in values.items():
         site, sep, knob = name.rpartition("/")
-        if sep and knob in SITE_KNOB_NAMES:
+        if sep and knob in SITE_KNOBS:
             if value is not None:
                 if knob in BOOL_SITE_KNOBS:
                     if not isinstance(value, bool):
@@ -538,7 +533,7 @@ def apply_space_file(
         where = f"{p}: knobs[{name!r}]"
         site, sep, knob_field = name.rpartition("/")
         if sep:
-            if knob_field not in SITE_KNOB_NAMES:
+            if knob_field not in SITE_KNOBS:
                 raise ConfigError(f"{where}: unknown knob {knob_field!r}")
             if sites is not None and site not in sites:
                 raise ConfigError(f"{where}: call site {site!r} was not found in the script")
