@@ -103,7 +103,9 @@ def run_once(script: Path, steps: int, probed: bool, work: Path) -> float:
             )
         )
         env["TFTUNE_CHILD_SPEC"] = str(spec)
-        argv = [sys.executable, "-m", "tftune.tuner._bootstrap"]
+        from tftune.tuner.runner import child_argv
+
+        argv = child_argv(sys.executable)
     else:
         argv = [sys.executable, str(script), str(steps)]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)

@@ -31,6 +31,8 @@ FAKE_CHILD = textwrap.dedent(
     with open(spec["clock_file"], "a", buffering=1) as fh:
         if then == "peek":  # one element taken from another dataset first (a setup peek)
             fh.write(f"S 7 {time.time_ns()} {time.time_ns()} 1\\n")
+        if then != "untrained":  # the child found stream 1 feeding optimizer updates
+            fh.write('E training {"stream": 1, "how": "fake"}\\n')
         for i in range(steps):
             t0 = time.time_ns()
             time.sleep(step_s / 4)          # the consumer waits a quarter of each step
@@ -132,7 +134,7 @@ def test_pruning_stops_the_trial(script: Path) -> None:
     ("then", "kind", "words"),
     [
         ("nan", FailureKind.NAN, "NaN"),
-        ("hang", FailureKind.STALL, "no further step for 2 s"),
+        ("hang", FailureKind.STALL, "no further training step for 2 s"),
         ("raise", FailureKind.EXCEPTION, "InvalidArgumentError: bad record"),
     ],
 )
@@ -177,7 +179,7 @@ def test_no_steps_at_all_is_a_failure_with_a_reason(script: Path) -> None:
     assert json.dumps(result.reason)
 
 
-def test_training_is_the_stream_that_delivers_the_most_not_the_first(script: Path) -> None:
+def test_training_is_the_stream_found_training_not_the_first(script: Path) -> None:
     """tf.distribute and Keras' setup may take one element of another dataset before
     training starts: that stream must not become the one measured."""
     result = run_trial(
@@ -185,3 +187,43 @@ def test_training_is_the_stream_that_delivers_the_most_not_the_first(script: Pat
     )
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
     assert result.metrics is not None and result.metrics.examples == 8 * result.metrics.steps
+
+
+def test_steps_of_a_stream_that_feeds_no_update_are_never_measured(script: Path) -> None:
+    """A loop that updates nothing (a counting loop, `adapt`) is seen, not measured: the
+    trial fails with what it saw, once the script ends."""
+    deps = RunnerDeps(launcher=_launcher("60", "0.01", "untrained"), nvml_reader=None)
+    result = run_trial(script, (), None, SPEC, deps=deps)
+    assert result.failure is FailureKind.NO_STEPS, result
+    assert result.reason is not None
+    assert "no dataset fed an optimizer update" in result.reason
+    assert "#1" in result.reason and "60 elements, not training" in result.reason
+
+
+def test_a_script_that_never_trains_is_stopped_at_the_first_step_deadline(
+    script: Path,
+) -> None:
+    deps = RunnerDeps(launcher=_launcher("100000", "0.01", "untrained"), nvml_reader=None)
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.05, window_s=0.3, startup_timeout_s=1.5)
+    result = run_trial(script, (), None, spec, deps=deps)
+    assert result.failure is FailureKind.STALL, result
+    assert result.reason is not None and "no training step within 2 s" in result.reason
+    assert "--step-timeout" in result.reason and result.wall_s < 30
+
+
+def test_a_window_holds_at_least_its_step_count(script: Path) -> None:
+    """Slow steps (real models on a GPU: 0.05-2 s): a window runs until it holds
+    window_steps steps, whatever window_s says."""
+    deps = RunnerDeps(launcher=_launcher("400", "0.05", "end"), nvml_reader=None)
+    spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=0.05, window_steps=6, repeats=2)
+    result = run_trial(script, (), None, spec, deps=deps)
+    assert result.metrics is not None, result.reason
+    assert result.metrics.steps >= 12 and not result.notes
+
+
+def test_a_short_run_says_its_windows_held_too_few_steps(script: Path) -> None:
+    deps = RunnerDeps(launcher=_launcher("12", "0.01", "end"), nvml_reader=None)
+    spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=30, repeats=2)
+    result = run_trial(script, (), None, spec, deps=deps)
+    assert result.metrics is not None and result.metrics.truncated
+    assert any("held only" in n for n in result.notes), result.notes

@@ -25,6 +25,7 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
+from tftune.tuner.runner import Discovery
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
@@ -112,6 +113,36 @@ def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None
     return c
 
 
+def discover_training(
+    path: Path, args: Sequence[str], step_timeout_s: float | None, note: Callable[[str], None]
+) -> Discovery:
+    """Discovery, run until the script trains; `ScriptError` with what was seen (streams,
+    the script's exit code and stderr) when it never does."""
+    from tftune.tuner.runner import discover
+    from tftune.tuner.watch import FALLBACK_S, FIRST_STEP_S
+
+    note(f"discovering the tf.data call sites of {path.name} and its training loop ...")
+    timeout = step_timeout_s if step_timeout_s is not None else FIRST_STEP_S
+    found = discover(path, args, timeout_s=timeout)
+    trains = found.training
+    if trains is None:
+        raise ScriptError(f"{path.name}: {found.no_training()}")
+    others = [s for s in found.streams if s.stream != trains.stream]
+    if found.busiest_loop:
+        note(
+            f"no optimizer update in {FALLBACK_S:.0f} s of iterating: measuring the dataset "
+            f"loop that delivers the most ({trains.where()}), as a pipeline benchmark"
+        )
+    else:
+        note(f"training loop: the dataset {trains.where()}")
+    if others:
+        note(
+            "also iterated, not measured: "
+            + "; ".join(f"{s.where()} ({s.elements:,} elements)" for s in others)
+        )
+    return found
+
+
 # The guided guess profiles steps [START, STOP) of the script as written.
 GUIDE_PROFILE_STEPS = (5, 15)
 GUIDE_PROFILE_TIMEOUT_S = 120.0
@@ -175,6 +206,7 @@ def optimize(
     html_file: str | os.PathLike[str] | None = None,
     window_s: float | None = None,
     repeats: int | None = None,
+    step_timeout_s: float | None = None,
     bounds: bool = True,
     confirm: bool = True,
     profile: bool | None = None,
@@ -196,7 +228,7 @@ def optimize(
     call. ``environment`` replaces `probes.environment.collect` (tests)."""
     from tftune.tuner import emit, parallel
     from tftune.tuner.config import save_config
-    from tftune.tuner.runner import MeasureSpec, check_script, discover
+    from tftune.tuner.runner import MeasureSpec, check_script
     from tftune.tuner.space import (
         BatchBound,
         apply_space_file,
@@ -224,13 +256,7 @@ def optimize(
     if space_file is not None:  # a malformed file fails now, not after discovery
         apply_space_file(build_space([], cores=1), space_file, known_sites=None)
 
-    note(f"discovering the tf.data call sites of {script} ...")
-    found = discover(path, args)
-    if not found.found:
-        raise ScriptError(
-            f"{script}: no tf.data pipeline was built before the script ended, so there is "
-            "nothing to tune (tftune profile and tftune analyze still work on any TF script)"
-        )
+    found = discover_training(path, args, step_timeout_s, note)
     if not found.sites:
         note(
             "note: no map, interleave, batch or prefetch call (nor a Keras PyDataset) in "
@@ -277,7 +303,7 @@ def optimize(
     runners: list[Runner] = []
     injected_runner = runner
     if runner is None:
-        spec = MeasureSpec()
+        spec = MeasureSpec(step_timeout_s=step_timeout_s, busiest_loop=found.busiest_loop)
         if window_s is not None:
             spec = replace(spec, window_s=window_s, warmup_s=min(spec.warmup_s, window_s))
         if repeats is not None:

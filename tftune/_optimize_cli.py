@@ -156,6 +156,7 @@ def _run(
             html_file=opts["html_file"],
             window_s=opts["window"],
             repeats=opts["repeats"],
+            step_timeout_s=opts.get("step_timeout"),
             bounds=opts["bounds"],
             workers=opts.get("workers", 1),
             gpus_per_trial=opts.get("gpus_per_trial"),

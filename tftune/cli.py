@@ -41,7 +41,15 @@ def main() -> None:
     """Find and fix what slows your tf.data input pipeline down."""
 
 
-_SCRIPT_CONTEXT = {"ignore_unknown_options": True}
+# The script's own options go after `--`: an unknown option before it is a usage error
+# with click's suggestion ("No such option: --trails. Did you mean --trials?"), not an
+# argument the script then rejects.
+_SCRIPT_CONTEXT: dict[str, Any] = {}
+
+_STEP_TIMEOUT_HELP = (
+    "Seconds to wait for the first training step and for each one after it "
+    "[first: 300; then 20x the slowest step, at least 60]."
+)
 
 
 @main.command(context_settings=_SCRIPT_CONTEXT)
@@ -99,6 +107,9 @@ def _step_range(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     help="Apply this config while profiling.",
 )
 @click.option("--timeout", type=float, default=None, metavar="S", help="Give up after S seconds.")
+@click.option(
+    "--step-timeout", type=click.FloatRange(min=0, min_open=True), help=_STEP_TIMEOUT_HELP
+)
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def profile(
     script: str,
@@ -106,6 +117,7 @@ def profile(
     logdir: str,
     config_path: str | None,
     timeout: float | None,
+    step_timeout: float | None,
     script_args: tuple[str, ...],
 ) -> None:
     """Capture a TensorBoard profile of SCRIPT, unmodified, with step markers.
@@ -120,17 +132,26 @@ def profile(
 
     config = load_config(config_path) if config_path else None
     result = profile_script(
-        script, script_args, steps[0], steps[1], logdir, config=config, timeout_s=timeout
+        script,
+        script_args,
+        steps[0],
+        steps[1],
+        logdir,
+        config=config,
+        timeout_s=timeout,
+        step_timeout_s=step_timeout,
     )
     if not result.captured:
         raise ScriptError(f"{script}: no profile captured: {result.reason}")
     first, last = result.steps or (steps[0], steps[1] - 1)
     ended = " (the script ended first)" if last < steps[1] - 1 else ""
-    click.echo(f"profile of steps {first}-{last}{ended} written to {result.logdir}")
+    click.echo(f"profile of training steps {first}-{last}{ended} written to {result.logdir}")
+    for seen in result.streams:
+        click.echo(f"  {seen.role}: the dataset {seen.where()} ({seen.elements:,} elements)")
     click.echo(f"next: tftune analyze {logdir}")
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command(context_settings=_SCRIPT_CONTEXT)
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--trials", default=20, show_default=True, help="Finished trials the study holds.")
@@ -176,6 +197,9 @@ def profile(
 )
 @click.option("--window", type=float, help="Seconds per measured window [3].")
 @click.option("--repeats", type=int, help="Measured windows per trial [3].")
+@click.option(
+    "--step-timeout", type=click.FloatRange(min=0, min_open=True), help=_STEP_TIMEOUT_HELP
+)
 @click.option(
     "--bounds/--no-bounds",
     default=True,

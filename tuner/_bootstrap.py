@@ -1,4 +1,4 @@
-"""The child side of a trial: ``python -m tftune.tuner._bootstrap`` runs the user's script.
+"""The child side of a trial: `runner.child_argv` starts it to run the user's script.
 
 The parent passes a JSON spec through the ``TFTUNE_CHILD_SPEC`` environment variable (a
 file path), removed before the script runs so its own subprocesses are left alone. The
@@ -6,7 +6,7 @@ script then runs as ``python train.py ARGS`` would: same argv, cwd, ``sys.path[0
 script's folder) and ``__name__ == "__main__"``.
 
 Modes:
-  ``discover``  record call sites as the pipeline is built; stop at the first iteration.
+  ``discover``  record call sites and the datasets iterated; stop once one is training.
   ``measure``   apply the config and stream step records (`probes.clock`) to a file.
   ``apply``     apply the config; no clock (``tftune run``).
   ``profile``   step clock drives a TensorBoard profile between two steps, with markers.
@@ -15,6 +15,7 @@ Modes:
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import runpy
@@ -23,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -57,10 +59,15 @@ def _die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
 
 
 class _Discovery:
-    """Appends each call site and the first iterated dataset to a JSON-lines file."""
+    """Appends each call site, each iterated dataset and its stream to a JSON-lines file,
+    and leaves once a stream is training (`_roles`): the pipeline that trains is built by
+    then, and counting loops, peeks and `adapt` before it were seen on the way."""
 
     def __init__(self, path: str) -> None:
         self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self._elements: dict[int, int] = {}
+        self._written = 0.0
 
     def site(self, call: SiteCall) -> None:
         row: dict[str, Any] = {
@@ -70,17 +77,41 @@ class _Discovery:
             "function": call.function,
         }
         row["as_written"] = call.as_written.to_json()
-        self._fh.write(json.dumps(row) + "\n")
+        self._write(row)
 
     def iterate(self, info: IterationInfo) -> None:
-        self._fh.write(json.dumps({"kind": "iterate", **asdict(info)}) + "\n")
-        self._fh.flush()
-        # Discovery never needs the script to train: the pipeline is built once it is
-        # iterated. Leave at once, without running atexit handlers or training.
+        self._write({"kind": "iterate", **asdict(info)})
+
+    def stream(self, stream: int, site: str | None, place: str | None) -> None:
+        self._write({"kind": "stream", "stream": stream, "site": site, "place": place})
+
+    def records(self, stream: int, rows: list[tuple[int, int, int]]) -> None:
+        """Element counts per stream, written at most once a second (for the message
+        of a discovery that finds no training)."""
+        with self._lock:
+            self._elements[stream] = self._elements.get(stream, 0) + len(rows)
+            if time.monotonic() - self._written < 1.0:
+                return
+            self._written = time.monotonic()
+            counts = dict(self._elements)
+        self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
+
+    def training(self, stream: int, how: str) -> None:
+        with self._lock:
+            counts = dict(self._elements)
+        self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
+        self._write({"kind": "training", "stream": stream, "how": how})
+        # Discovery never needs the script to train on: leave at once, without atexit
+        # handlers or TF's teardown.
         os._exit(EXIT_DISCOVERY_DONE)
 
     def keras(self, name: str) -> None:
-        self._fh.write(json.dumps({"kind": "keras", "module": name}) + "\n")
+        self._write({"kind": "keras", "module": name})
+
+    def _write(self, row: dict[str, Any]) -> None:
+        with self._lock:
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
 
 
 class _Profiler:
@@ -102,6 +133,8 @@ class _Profiler:
         self.step = 0
         self.trace: Any = None
         self.stopping = False
+        # Only training steps are profiled (a counting loop, a peek, `adapt` are not).
+        self.is_training: Callable[[int], bool] = lambda _stream: True
 
     def _stop(self) -> None:
         import tensorflow as tf
@@ -132,6 +165,8 @@ class _Profiler:
         import tensorflow as tf
 
         if self.main_stream is None:
+            if not self.is_training(stream):
+                return
             self.main_stream = stream
         if stream != self.main_stream or self.stopping:
             return
@@ -149,27 +184,28 @@ class _Profiler:
         self.step += 1
 
 
-def main() -> None:
-    _die_with_parent()
-    spec_path = os.environ.pop(SPEC_ENV)
-    with open(spec_path, encoding="utf-8") as fh:
-        spec: dict[str, Any] = json.load(fh)
-    script = os.path.abspath(spec["script"])
-    script_dir = os.path.dirname(script)
-    config = config_from_json(spec.get("config", {}), "<trial config>")
-    mode = spec["mode"]
-    hooks = Hooks()
-    patcher = Patcher(config, script_dir, hooks)
-    writer: ClockWriter | None = None
+def _wire(
+    mode: str, spec: dict[str, Any], hooks: Hooks, patcher: Patcher, writer: ClockWriter | None
+) -> _Profiler | None:
+    """Connect the patches' hooks to what this mode reports; the profiler, if any."""
     profiler: _Profiler | None = None
-    if spec.get("clock_file"):
-        writer = ClockWriter(spec["clock_file"])
+    fallback = spec.get("fallback_s")  # when nothing updates: the busiest loop (`_roles`)
+    patcher.roles.fallback_s = float(fallback) if fallback is not None else None
+    if writer is not None:
         hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)
         hooks.on_finding = lambda text: writer.event("notes", notes=[text])
+        hooks.on_stream = lambda n, site, place: writer.event(
+            "stream", stream=n, site=site, place=place
+        )
+        hooks.on_training = lambda n, how: writer.event("training", stream=n, how=how)
     if mode == "discover":
         discovery = _Discovery(spec["discovery_file"])
         hooks.on_site = discovery.site
         hooks.on_iterate = discovery.iterate
+        hooks.on_stream = discovery.stream
+        hooks.on_records = discovery.records
+        hooks.on_training = discovery.training
+        patcher.instrument_clock = True
         _PostImportHook.register("keras", lambda m: discovery.keras(m.__name__))
     elif mode == "measure" and writer is not None:
         hooks.on_records = writer.records
@@ -179,14 +215,34 @@ def main() -> None:
         profiler = _Profiler(
             int(prof["start"]), int(prof["stop"]), prof["logdir"], writer, spec["script"]
         )
+        profiler.is_training = lambda n: n in patcher.roles.training
         hooks.on_site = profiler.sites.append
         hooks.on_request = profiler.on_request
         hooks.on_records = writer.records
         patcher.instrument_clock = True
+    return profiler
+
+
+def main() -> None:
+    _die_with_parent()
+    # A native crash (SIGSEGV, SIGABRT) prints every thread's Python stack to stderr,
+    # which the parent keeps with the failed trial.
+    faulthandler.enable()
+    spec_path = os.environ.pop(SPEC_ENV)
+    with open(spec_path, encoding="utf-8") as fh:
+        spec: dict[str, Any] = json.load(fh)
+    script = os.path.abspath(spec["script"])
+    script_dir = os.path.dirname(script)
+    config = config_from_json(spec.get("config", {}), "<trial config>")
+    mode = spec["mode"]
+    hooks = Hooks()
+    patcher = Patcher(config, script_dir, hooks)
+    writer = ClockWriter(spec["clock_file"]) if spec.get("clock_file") else None
+    profiler = _wire(mode, spec, hooks, patcher, writer)
     patcher.install()
 
     sys.argv = [script, *spec.get("args", [])]
-    sys.path[0] = script_dir
+    sys.path.insert(0, script_dir)  # the launcher dropped its own first entry
     exit_code: object = 0
     try:
         runpy.run_path(script, run_name="__main__")

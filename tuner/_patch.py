@@ -33,12 +33,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType, ModuleType
 from typing import Any
 
 from tftune.probes.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
 from tftune.tuner import bounds
+from tftune.tuner._roles import Roles, is_trainable_float
 from tftune.tuner.config import (
     AUTOTUNE,
     BOOL_SITE_KNOBS,
@@ -109,6 +110,7 @@ class IterationInfo:
     batched: bool
     threadpool_size: int | None
     deterministic: bool | None
+    stream: int | None = None  # the clock's stream number (when streams are followed)
 
 
 @dataclass(slots=True)
@@ -127,6 +129,10 @@ class Hooks:
     # A finding about the script as it runs (e.g. a 16-bit output layer), reported at
     # once: a measured trial is stopped by a signal, before any end-of-run hook.
     on_finding: Callable[[str], None] | None = None
+    # A new stream: (stream, the call site that built its dataset, the place that
+    # iterates it); and a stream found to be training: (stream, how it was told).
+    on_stream: Callable[[int, str | None, str | None], None] | None = None
+    on_training: Callable[[int, str], None] | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -199,6 +205,7 @@ class Patcher:
         self._streams_by_place: dict[tuple[str, int, str | None, bool], list[list[Any]]] = {}
         self._model_only_cache: dict[int, Any] = {}
         self._weights = _WeightWatch()
+        self.roles = Roles(on_training=self._on_training)
         self._poller: threading.Thread | None = None
         self._stopping = threading.Event()
         self._flush_lock = threading.Lock()
@@ -258,6 +265,8 @@ class Patcher:
         def _general_purpose_scan(ds: Any, init_state: Any, body: Any) -> Any:
             prepared = patcher.prepare(ds, dataset_clock=True)
             stream = getattr(prepared, "_tftune_stream", None)
+            if stream is not None:
+                patcher.roles.graph_fetch(int(stream))
             if stream is not None and patcher.hooks.on_request is None:
                 init_state, body = patcher._clocked_scan(int(stream), init_state, body)
             return original_scan(prepared, init_state, body)
@@ -266,6 +275,45 @@ class Patcher:
         dataset_autograph._general_purpose_scan = _general_purpose_scan
         self._patch_iterator()
         self._patch_distributed()
+        if self.instrument_clock:
+            self._patch_updates()
+
+    def _on_training(self, stream: int, how: str) -> None:
+        if self.hooks.on_training is not None:
+            self.hooks.on_training(stream, how)
+
+    def _patch_updates(self) -> None:
+        """What tells training apart (`_roles`): calls of tf.functions, TF1 optimizers and
+        raw updates of trainable variables. (Keras optimizers: `_patch_optimizer`.)"""
+        from tensorflow.python.eager.polymorphic_function import polymorphic_function
+        from tensorflow.python.ops import resource_variable_ops
+        from tensorflow.python.training import optimizer as tf1_optimizer
+
+        function_cls: Any = polymorphic_function.Function
+        call = getattr(function_cls.__call__, "__tftune_original__", function_cls.__call__)
+        function_cls.__call__ = self.roles.wrap_call(call)
+        roles = self.roles
+
+        def after_update(original: Callable[..., Any], variable_method: bool) -> Any:
+            @functools.wraps(original)
+            def wrapper(owner: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(owner, *args, **kwargs)
+                if not variable_method or is_trainable_float(owner):
+                    roles.update()
+                return result
+
+            wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
+            return wrapper
+
+        targets: list[tuple[Any, str, bool]] = [
+            (tf1_optimizer.Optimizer, "apply_gradients", False),
+            (resource_variable_ops.BaseResourceVariable, "assign_add", True),
+            (resource_variable_ops.BaseResourceVariable, "assign_sub", True),
+        ]
+        for owner, name, variable_method in targets:
+            current = getattr(owner, name)
+            original = getattr(current, "__tftune_original__", current)
+            setattr(owner, name, after_update(original, variable_method))
 
     def _patch_parallel_interleave(self) -> None:
         from tensorflow.python.data.experimental.ops import interleave_ops
@@ -389,9 +437,6 @@ class Patcher:
             return cached
         self._warn_unknown_sites()
         info = describe(ds, batched_default=self.batch_seen)
-        if self.hooks.on_iterate is not None:
-            self.hooks.on_iterate(info)
-        out = apply_globals(ds, self.config, info)
         stream: int | None = None
         if self.instrument_clock:
             stream = getattr(ds, "_tftune_stream_no", None)
@@ -401,6 +446,10 @@ class Patcher:
                     ds._tftune_stream_no = stream
             self.last_stream = stream
             self._batched[stream] = info.batched
+            info = replace(info, stream=stream)
+        if self.hooks.on_iterate is not None:
+            self.hooks.on_iterate(info)
+        out = apply_globals(ds, self.config, info)
         # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
         bound = bounds.bound_mode(self.config)
         if bound == bounds.MODEL_ONLY:
@@ -476,6 +525,11 @@ class Patcher:
             if key is not None:
                 held.append([ref, stream])
         self._ring(stream)
+        if self.hooks.on_stream is not None:
+            place = None
+            if frame is not None:
+                place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            self.hooks.on_stream(stream, site, place)
         return stream
 
     # ---- the consumer's clock: around the iterator's get-next -----------------------
@@ -590,6 +644,7 @@ class Patcher:
                 self.hooks.on_request(stream)
             element = get()
             delivered = time.time_ns()
+            self.roles.eager_fetch(stream)
             if optional:
                 if not bool(element.has_value()):
                     return element
@@ -616,21 +671,26 @@ class Patcher:
             if due:
                 self._eager_rows[stream] = []
                 self._eager_flushed[stream] = delivered
-                if self.hooks.on_records is not None:
-                    self.hooks.on_records(stream, rows)  # in order: still under the lock
+                self._hand_over(stream, rows)  # in order: still under the lock
 
     def flush(self) -> None:
         """Hand over the steps buffered so far: eager lists and in-graph rings."""
         with self._flush_lock:
             for stream, rows in list(self._eager_rows.items()):
                 self._eager_rows[stream] = []
-                if rows and self.hooks.on_records is not None:
-                    self.hooks.on_records(stream, rows)
+                if rows:
+                    self._hand_over(stream, rows)
         with self._ring_lock:
             for stream, ring in list(self._rings.items()):
                 fresh = ring.poll()
-                if fresh and self.hooks.on_records is not None:
-                    self.hooks.on_records(stream, fresh)
+                if fresh:
+                    self._hand_over(stream, fresh)
+        self.roles.check_fallback()
+
+    def _hand_over(self, stream: int, rows: list[tuple[int, int, int]]) -> None:
+        self.roles.delivered(stream, len(rows))
+        if self.hooks.on_records is not None:
+            self.hooks.on_records(stream, rows)
 
     def _graph_timed_next(self, stream: int, get: Callable[[], Any], optional: bool) -> Any:
         """The same clock as ops in the caller's graph: timestamps around IteratorGetNext,
@@ -639,6 +699,7 @@ class Patcher:
         import tensorflow as tf
 
         hooks = self.hooks
+        self.roles.graph_fetch(stream)
         requested = tf.timestamp()
         deps = [requested]
         if hooks.on_request is not None:
@@ -907,7 +968,10 @@ class Patcher:
             if self.hooks.on_nan is not None:
                 given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
                 watch.add(optimizer, given)
-            return original(optimizer, *args, **kwargs)
+            result = original(optimizer, *args, **kwargs)
+            if self.instrument_clock:
+                self.roles.update()
+            return result
 
         apply.__tftune_original__ = original  # type: ignore[attr-defined]
         owner.apply = apply

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -40,15 +40,26 @@ from tftune.probes.clock import (
 )
 from tftune.probes.errors import ScriptError
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlReader, NvmlSampler, PynvmlReader
+from tftune.tuner._roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
+from tftune.tuner.watch import (
+    FALLBACK_S,
+    FIRST_STEP_S,
+    STALL_FLOOR_S,
+    StreamSeen,
+    StreamWatch,
+    describe_streams,
+)
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 POLL_S = 0.05
-STDERR_TAIL_LINES = 25
+STDERR_TAIL_LINES = 200  # kept with a failed trial: a native crash prints every thread
+# A window of fewer steps than this says little about the noise: with 0.05-2 s steps
+# (real models on a GPU) a window runs until it holds this many, whatever window_s is.
+MIN_WINDOW_STEPS = 10
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
-DISCOVERY_TIMEOUT_S = 300.0
 EXIT_GRACE_S = 10.0  # a script that raised gets this long to print its traceback and exit
 
 
@@ -75,10 +86,17 @@ class MeasureSpec:
 
     warmup_steps: int = 5  # steps skipped (tracing, first-epoch fill) ...
     warmup_s: float = 1.0  # ... and at least this long after the first step
-    window_s: float = 3.0  # length of one repeat window
+    window_s: float = 3.0  # length of one repeat window ...
+    window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
     repeats: int = 3  # consecutive windows; their spread is the noise
-    stall_s: float = 60.0  # no step for this long once steps have started: stalled
-    startup_timeout_s: float = 300.0  # no first step within this: stalled at start
+    # The next training step is due within max(stall_s, 20 x the slowest step so far)
+    # (`tuner.watch`); the first within startup_timeout_s; step_timeout_s sets both.
+    stall_s: float = STALL_FLOOR_S
+    startup_timeout_s: float = FIRST_STEP_S
+    step_timeout_s: float | None = None
+    # The script updates nothing (discovery said so: `Discovery.busiest_loop`): measure
+    # the stream that delivers the most, not the one that feeds updates.
+    busiest_loop: bool = False
     max_wall_s: float | None = None  # hard cap on the whole trial
     term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
     nvml_interval_s: float = 0.2
@@ -137,6 +155,7 @@ class TrialResult:
     returncode: int | None
     wall_s: float
     notes: tuple[str, ...] = ()
+    streams: tuple[StreamSeen, ...] = ()  # the datasets the script iterated, and their roles
 
     @property
     def ok(self) -> bool:
@@ -152,6 +171,7 @@ class TrialResult:
             "returncode": self.returncode,
             "wall_s": self.wall_s,
             "notes": list(self.notes),
+            "streams": [s.to_json() for s in self.streams],
         }
 
 
@@ -178,6 +198,7 @@ class IteratedPipeline:
     batched: bool
     threadpool_size: int | None
     deterministic: bool | None
+    stream: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +209,37 @@ class Discovery:
     uses_keras: bool
     returncode: int | None
     stderr_tail: str
+    streams: tuple[StreamSeen, ...] = ()
+    timed_out: bool = False
+    waited_s: float = 0.0
 
     @property
     def found(self) -> bool:
         return bool(self.sites) or bool(self.pipelines)
+
+    @property
+    def training(self) -> StreamSeen | None:
+        """The stream found training (the run stopped there), or None."""
+        return next((s for s in self.streams if s.training), None)
+
+    @property
+    def busiest_loop(self) -> bool:
+        """Nothing was updated: the busiest loop stands in for training (`_roles`)."""
+        return self.training is not None and self.training.how == FALLBACK_HOW
+
+    def no_training(self) -> str:
+        """Why no training was found, in one paragraph: for the user."""
+        seen = describe_streams(self.streams)
+        if self.timed_out:
+            return (
+                f"no training step within {self.waited_s:.0f} s: no dataset fed an optimizer "
+                f"update; {seen} (--step-timeout sets how long to wait)"
+            )
+        code = self.returncode
+        ended = "ended" if code in (0, None) else f"exited with code {code}"
+        why = f"the script {ended} before any dataset fed an optimizer update; {seen}"
+        tail = "\n".join(f"  {line}" for line in self.stderr_tail.splitlines()[-12:])
+        return f"{why}\nits stderr ends with:\n{tail}" if tail.strip() else why
 
     def site_keys(self) -> frozenset[str]:
         return frozenset(s.site for s in self.sites)
@@ -232,6 +280,7 @@ class ProfileResult:
     reason: str | None
     stderr_tail: str
     steps: tuple[int, int] | None = None  # first and last step captured (inclusive)
+    streams: tuple[StreamSeen, ...] = ()  # the datasets iterated, and their roles
 
 
 # ---- injection points -----------------------------------------------------------------
@@ -291,6 +340,18 @@ def check_script(script: str | os.PathLike[str]) -> Path:
     except ValueError as exc:
         raise ScriptError(f"{script}: cannot parse ({exc})") from None
     return path.resolve()
+
+
+# The child starts with `-c`, whose sys.path[0] is the working directory: it is dropped
+# before tftune is imported, so a folder of the user's (or a checkout of tftune itself,
+# whose `tftune/` is the front package alone) cannot shadow the installed package. The
+# bootstrap then puts the script's folder first, as `python train.py` would.
+_LAUNCH = "import sys; del sys.path[0]; from tftune.tuner._bootstrap import main; main()"
+
+
+def child_argv(python: str) -> list[str]:
+    """The command line of a child that runs a user's script under the bootstrap."""
+    return [python, "-c", _LAUNCH]
 
 
 def _child_env(spec_file: str) -> dict[str, str]:
@@ -378,13 +439,16 @@ def discover(
     args: Sequence[str] = (),
     *,
     cwd: str | os.PathLike[str] | None = None,
-    timeout_s: float = DISCOVERY_TIMEOUT_S,
+    timeout_s: float = FIRST_STEP_S,
     deps: RunnerDeps | None = None,
 ) -> Discovery:
-    """Run the script until it first iterates a dataset; record the call sites on the way.
+    """Run the script until a dataset is found training; record the call sites and the
+    datasets iterated on the way (a counting loop, a peek, `adapt` come before training).
 
-    The script does not train: the child leaves as soon as a dataset is iterated. A script
-    that never builds a pipeline yields an empty `Discovery` (``found`` is False).
+    The child leaves once a stream feeds optimizer updates, or, where nothing updates for
+    `FALLBACK_S` of iterating, once the busiest loop is chosen instead. A script that
+    never builds a pipeline yields an empty `Discovery` (``found`` is False); one that
+    trains on no dataset has no `training` stream, and `no_training()` says what was seen.
     """
     deps = deps or RunnerDeps()
     path = check_script(script)
@@ -396,17 +460,18 @@ def discover(
             "args": list(args),
             "config": Config().to_json(),
             "discovery_file": str(out_file),
+            "fallback_s": FALLBACK_S,
         }
-        proc, returncode, stderr_tail, _ = _run_to_end(
+        _, returncode, stderr_tail, timed_out = _run_to_end(
             deps, work, spec, cwd, timeout_s, capture=True
         )
-        del proc
         rows = []
         if out_file.exists():
             for line in out_file.read_text(encoding="utf-8").splitlines():
                 with contextlib.suppress(json.JSONDecodeError):
                     rows.append(json.loads(line))
-    return _discovery_from_rows(str(path), rows, returncode, stderr_tail)
+    found = _discovery_from_rows(str(path), rows, returncode, stderr_tail)
+    return replace(found, timed_out=timed_out, waited_s=timeout_s)
 
 
 def _discovery_from_rows(
@@ -420,7 +485,12 @@ def _discovery_from_rows(
     from tftune.tuner._patch import OP_KNOBS
     from tftune.tuner.config import config_from_json
 
+    watch = StreamWatch(0.0)
     for row in rows:
+        if row.get("kind") in ("stream", "training"):
+            watch.event(ClockEvent(str(row["kind"]), row))
+        elif row.get("kind") == "elements":
+            watch.elements = {int(k): int(v) for k, v in dict(row.get("counts", {})).items()}
         if row.get("kind") == "site":
             key = (row["site"], row["op"])
             if key not in first:
@@ -435,6 +505,7 @@ def _discovery_from_rows(
                     batched=bool(row.get("batched")),
                     threadpool_size=row.get("threadpool_size"),
                     deterministic=row.get("deterministic"),
+                    stream=row.get("stream"),
                 )
             )
         elif row.get("kind") == "keras":
@@ -453,7 +524,15 @@ def _discovery_from_rows(
                 calls=calls[key],
             )
         )
-    return Discovery(script, tuple(sites), tuple(pipelines), uses_keras, returncode, stderr_tail)
+    return Discovery(
+        script,
+        tuple(sites),
+        tuple(pipelines),
+        uses_keras,
+        returncode,
+        stderr_tail,
+        watch.streams(),
+    )
 
 
 def _run_to_end(
@@ -466,7 +545,7 @@ def _run_to_end(
 ) -> tuple[ChildProcess, int | None, str, bool]:
     """Run a child to its end (or `timeout_s`), then stop its group. (proc, rc, tail, timed out)"""
     spec_file = _write_spec(work, spec)
-    argv = [deps.python, "-m", "tftune.tuner._bootstrap"]
+    argv = child_argv(deps.python)
     err_path = work / "stderr.txt"
     out_path = work / "stdout.txt"
     with contextlib.ExitStack() as stack:
@@ -529,8 +608,16 @@ class _Trial:
     ) -> None:
         self.deps, self.spec, self.config, self.on_report = deps, spec, config, on_report
         self.records: list[StepRecord] = []
-        self.main_stream: int | None = None
-        self.early: dict[int, list[StepRecord]] = {}  # other streams' steps before the window
+        self.main_stream: int | None = None  # the first training stream: its steps count
+        self.pending_examples = 0  # another training stream's, added to the next step
+        self.notes_seen: list[str] = []
+        self.busiest: dict[int, list[StepRecord]] = {}  # (busiest_loop) before the window
+        self.watch = StreamWatch(
+            deps.clock(),
+            first_step_s=spec.startup_timeout_s,
+            stall_floor_s=spec.stall_s,
+            step_timeout_s=spec.step_timeout_s,
+        )
         self.events: list[ClockEvent] = []
         self.window_start_ns: int | None = None
         self.windows: list[tuple[int, list[StepRecord]]] = []
@@ -551,16 +638,14 @@ class _Trial:
         hung = False  # the script said it was done, then did not exit
         self.sampler = self._open_nvml()
         with open(work / "stdout.txt", "wb") as out_fh, open(err_path, "wb") as err_fh:
-            argv = [deps.python, "-m", "tftune.tuner._bootstrap"]
+            argv = child_argv(deps.python)
             proc = deps.launcher(
                 argv, str(cwd or os.getcwd()), _child_env(spec_file), out_fh, err_fh
             )
-            last_progress = deps.clock()
+            self.watch.start = deps.clock()
             try:
                 while True:
-                    items = reader.poll()
-                    if self._consume(items):
-                        last_progress = deps.clock()
+                    self._consume(reader.poll())
                     failure = self._event_failure()
                     if failure is not None or self._done():
                         break
@@ -580,10 +665,9 @@ class _Trial:
                         failure = self._event_failure()
                         break
                     now = deps.clock()
-                    limit = spec.stall_s if self.main_stream is not None else spec.startup_timeout_s
-                    if now - last_progress > limit:
-                        what = "no step" if self.main_stream is None else "no further step"
-                        failure = (FailureKind.STALL, f"stalled: {what} for {limit:.0f} s")
+                    overdue = self.watch.overdue(now)
+                    if overdue is not None:
+                        failure = (FailureKind.STALL, overdue)
                         break
                     if spec.max_wall_s is not None and now - started > spec.max_wall_s:
                         failure = (FailureKind.TIMEOUT, f"timed out after {spec.max_wall_s:.0f} s")
@@ -593,62 +677,74 @@ class _Trial:
                 alive = proc.poll() is None
                 stop_group(proc, spec.term_grace_s, deps.sleep)
             gpu = self._close_nvml()
-        returncode = proc.returncode
+        return self._result(proc.returncode, alive, hung, failure, _tail(err_path), started, gpu)
+
+    def _result(
+        self,
+        returncode: int | None,
+        alive: bool,
+        hung: bool,
+        failure: tuple[FailureKind, str] | None,
+        tail: str,
+        started: float,
+        gpu: GpuFigures | NotMeasured,
+    ) -> TrialResult:
         said = returncode  # the exit code the script gave (the process's own, or as it said)
         if hung:
             alive = False
             said = next(
                 (int(e.payload.get("code") or 0) for e in self.events if e.kind == "finished"), 1
             )
-        tail = _tail(err_path)
-        wall = deps.clock() - started
-        notes = tuple(
-            n for e in self.events if e.kind == "notes" for n in e.payload.get("notes", [])
-        )
+        wall = self.deps.clock() - started
         exc = next((e.payload for e in self.events if e.kind == "exception"), None)
         if failure is None and (exc is not None or (not alive and said not in (0, None))):
             failure = _classify_exit(said if said is not None else 1, exc, tail)
+        metrics = None
+        if failure is None:
+            metrics = self._metrics(gpu, truncated=not alive and not self._done())
+            if metrics is None:
+                failure = (FailureKind.NO_STEPS, self._no_steps_reason())
+        state, reason = TrialState.COMPLETE, None
         if failure is not None:
-            return TrialResult(
-                TrialState.FAILED,
-                self.config,
-                None,
-                failure[0],
-                failure[1],
-                tail,
-                returncode,
-                wall,
-                notes,
-            )
-        metrics = self._metrics(gpu, truncated=not alive and not self._done())
-        if metrics is None:
-            return TrialResult(
-                TrialState.FAILED,
-                self.config,
-                None,
-                FailureKind.NO_STEPS,
-                "no training step was measured (no tf.data pipeline iterated, or the script "
-                "ended during warm-up)",
-                tail,
-                returncode,
-                wall,
-                notes,
-            )
-        if self.pruned_reason is not None:
-            return TrialResult(
-                TrialState.PRUNED,
-                self.config,
-                metrics,
-                None,
-                self.pruned_reason,
-                tail,
-                returncode,
-                wall,
-                notes,
-            )
+            state, reason = TrialState.FAILED, failure[1]
+        elif self.pruned_reason is not None:
+            state, reason = TrialState.PRUNED, self.pruned_reason
         return TrialResult(
-            TrialState.COMPLETE, self.config, metrics, None, None, tail, returncode, wall, notes
+            state,
+            self.config,
+            metrics,
+            failure[0] if failure else None,
+            reason,
+            tail,
+            returncode,
+            wall,
+            self._notes(metrics),
+            self.watch.streams(),
         )
+
+    def _no_steps_reason(self) -> str:
+        if self.main_stream is None:
+            return (
+                "no training step was measured: no dataset fed an optimizer update before "
+                f"the script ended; {describe_streams(self.watch.streams())}"
+            )
+        return (
+            f"no training step was measured: the script ended during warm-up "
+            f"({len(self.records)} training steps)"
+        )
+
+    def _notes(self, metrics: TrialMetrics | None) -> tuple[str, ...]:
+        notes = [n for e in self.events if e.kind == "notes" for n in e.payload.get("notes", [])]
+        notes += self.notes_seen
+        if metrics is not None and metrics.repeats:
+            per_window = metrics.steps / len(metrics.repeats)
+            if per_window < self.spec.window_steps:
+                notes.append(
+                    f"each measured window held only {per_window:.0f} steps (fewer than "
+                    f"{self.spec.window_steps}): its noise figure says little; a longer "
+                    "run (more steps) measures it better"
+                )
+        return tuple(notes)
 
     # -- NVML
     def _open_nvml(self) -> NvmlSampler | NotMeasured:
@@ -666,30 +762,62 @@ class _Trial:
         return sampler if isinstance(sampler, NotMeasured) else NotMeasured("not started")
 
     # -- records
-    def _consume(self, items: list[StepRecord | ClockEvent]) -> bool:
-        progressed = False
+    def _consume(self, items: list[StepRecord | ClockEvent]) -> None:
+        """Only training streams' steps count (`tuner.watch`): a counting loop, a peek,
+        `adapt`, validation and `predict` are seen, never measured."""
         for item in items:
             if isinstance(item, ClockEvent):
                 self.events.append(item)
-                continue
-            if self.window_start_ns is None and item.stream != self.main_stream:
-                # Until the window starts, training is the stream that delivers the most:
-                # not one peeked at once (tf.distribute, Keras' setup) nor a short
-                # validation pass. The warm-up restarts on the new stream.
-                seen = self.early.setdefault(item.stream, [])
-                seen.append(item)
-                if len(seen) <= len(self.records):
-                    continue
-                if self.main_stream is not None:
-                    self.early[self.main_stream] = self.records
-                self.main_stream = item.stream
-                self.records = self.early.pop(item.stream)[:-1]
-            if item.stream != self.main_stream:
-                continue  # validation or another pipeline: not training throughput
-            progressed = True
-            self.records.append(item)
-            self._advance(item)
-        return progressed
+                stream = self.watch.event(item)
+                if stream is not None:
+                    self._adopt(stream)
+            elif self.watch.record(item):
+                self._take(item)
+            elif self.spec.busiest_loop:
+                self._take_busiest(item)
+
+    def _take_busiest(self, rec: StepRecord) -> None:
+        """Until the window starts, the stream that delivers the most is measured: not
+        one peeked at once nor a short validation pass. The warm-up restarts on it."""
+        if self.window_start_ns is None and rec.stream != self.main_stream:
+            seen = self.busiest.setdefault(rec.stream, [])
+            seen.append(rec)
+            if len(seen) <= len(self.records):
+                return
+            if self.main_stream is not None:
+                self.busiest[self.main_stream] = self.records
+            self.main_stream = rec.stream
+            self.records = self.busiest.pop(rec.stream)[:-1]
+        if rec.stream == self.main_stream:
+            self.records.append(rec)
+            self.watch.stepped(self.deps.clock(), rec.deliver_ns)
+            self._advance(rec)
+
+    def _adopt(self, stream: int) -> None:
+        """A stream was found training: its steps so far are replayed (the first) or
+        its examples join the main stream's steps from now on (a second one)."""
+        early = self.watch.take_early(stream)
+        if self.main_stream is None:
+            self.main_stream = stream
+            for rec in early:
+                self._take(rec)
+            return
+        first, other = self.watch.where(self.main_stream), self.watch.where(stream)
+        self.notes_seen.append(
+            f"two datasets feed optimizer updates ({first} and {other}): measured together, "
+            f"steps counted on the first, examples of both"
+        )
+
+    def _take(self, rec: StepRecord) -> None:
+        if rec.stream != self.main_stream:
+            self.pending_examples += rec.examples
+            return
+        if self.pending_examples:
+            rec = replace(rec, examples=rec.examples + self.pending_examples)
+            self.pending_examples = 0
+        self.records.append(rec)
+        self.watch.stepped(self.deps.clock(), rec.deliver_ns)
+        self._advance(rec)
 
     def _advance(self, rec: StepRecord) -> None:
         spec = self.spec
@@ -707,7 +835,8 @@ class _Trial:
         if self._done():
             return
         self.current.append(rec)
-        if (rec.deliver_ns - self.current_start_ns) / 1e9 >= spec.window_s:
+        long_enough = (rec.deliver_ns - self.current_start_ns) / 1e9 >= spec.window_s
+        if long_enough and len(self.current) >= spec.window_steps:
             self.windows.append((self.current_start_ns, self.current))
             stats = window_stats(self.current_start_ns, self.current)
             self.current_start_ns = rec.deliver_ns
@@ -839,11 +968,14 @@ def profile_script(
     config: Config | None = None,
     cwd: str | os.PathLike[str] | None = None,
     timeout_s: float | None = None,
+    step_timeout_s: float | None = None,
     deps: RunnerDeps | None = None,
 ) -> ProfileResult:
-    """``tftune profile``: a TensorBoard trace of steps [start, stop) with step markers.
+    """``tftune profile``: a TensorBoard trace of training steps [start, stop), with markers.
 
-    The script is stopped once the trace is written."""
+    Steps are counted on the stream that feeds optimizer updates (`tuner/_roles.py`), so a
+    counting loop, a peek or `adapt` before training is never what is profiled. The script
+    is stopped once the trace is written, or when a training step is overdue (`watch`)."""
     deps = deps or RunnerDeps()
     path = check_script(script)
     logdir_abs = str(Path(logdir).resolve())
@@ -856,38 +988,71 @@ def profile_script(
             "args": list(args),
             "config": (config or Config()).to_json(),
             "clock_file": str(clock_file),
+            "fallback_s": FALLBACK_S,
             "profile": {"start": start_step, "stop": stop_step, "logdir": logdir_abs},
         }
         spec_file = _write_spec(work, spec)
         reader = ClockReader(str(clock_file))
         err_path = work / "stderr.txt"
         events: list[ClockEvent] = []
+        watch = StreamWatch(deps.clock(), step_timeout_s=step_timeout_s)
+        overdue: str | None = None
         with open(work / "stdout.txt", "wb") as out_fh, open(err_path, "wb") as err_fh:
-            argv = [deps.python, "-m", "tftune.tuner._bootstrap"]
             proc = deps.launcher(
-                argv, str(cwd or os.getcwd()), _child_env(spec_file), out_fh, err_fh
+                child_argv(deps.python),
+                str(cwd or os.getcwd()),
+                _child_env(spec_file),
+                out_fh,
+                err_fh,
             )
-            started = deps.clock()
+            watch.start = started = deps.clock()
             try:
-                while True:
-                    events += [e for e in reader.poll() if isinstance(e, ClockEvent)]
+                while overdue is None:
+                    events += _watched(reader.poll(), watch, deps.clock())
                     if any(e.kind in ("profile_done", "profile_failed") for e in events):
                         break
                     if any(e.kind in ("finished", "exception") for e in events):
                         # Done before the profile ended; TF's teardown may hang: give it
                         # the grace period, then stop it.
                         _wait_exit(proc, EXIT_GRACE_S, deps.sleep)
-                        events += [e for e in reader.poll() if isinstance(e, ClockEvent)]
+                        events += _watched(reader.poll(), watch, deps.clock())
                         break
                     if proc.poll() is not None:
-                        events += [e for e in reader.poll() if isinstance(e, ClockEvent)]
+                        events += _watched(reader.poll(), watch, deps.clock())
                         break
                     if timeout_s is not None and deps.clock() - started > timeout_s:
                         break
+                    overdue = watch.overdue(deps.clock())
                     deps.sleep(POLL_S)
             finally:
                 stop_group(proc, 3.0, deps.sleep)
         tail = _tail(err_path)
+    return _profile_result(logdir_abs, events, proc.returncode, tail, stop_step, overdue, watch)
+
+
+def _watched(
+    items: list[StepRecord | ClockEvent], watch: StreamWatch, now: float
+) -> list[ClockEvent]:
+    """Feed a watch; the events among `items`."""
+    events = []
+    for item in items:
+        if isinstance(item, ClockEvent):
+            events.append(item)
+            watch.event(item)
+        elif watch.record(item):
+            watch.stepped(now, item.deliver_ns)
+    return events
+
+
+def _profile_result(
+    logdir: str,
+    events: list[ClockEvent],
+    returncode: int | None,
+    tail: str,
+    stop_step: int,
+    overdue: str | None,
+    watch: StreamWatch,
+) -> ProfileResult:
     done = any(e.kind == "profile_done" for e in events)
     reason = None
     if not done:
@@ -897,12 +1062,16 @@ def profile_script(
             reason = f"profiler failed: {failed.payload.get('error')}"
         elif exc is not None:
             reason = f"script raised {exc.payload.get('type')}: {exc.payload.get('message')}"
-        elif proc.returncode not in (None, 0) and proc.returncode != -signal.SIGTERM:
-            reason = f"script exited with code {proc.returncode} before step {stop_step}"
+        elif overdue is not None:
+            reason = overdue
+        elif returncode not in (None, 0) and returncode != -signal.SIGTERM:
+            reason = f"script exited with code {returncode} before training step {stop_step}"
         else:
-            reason = f"script ended before step {stop_step}"
+            reason = f"script ended before training step {stop_step}"
+        if watch.last_step is None and overdue is None and exc is None:
+            reason += f"; {describe_streams(watch.streams())}"
     steps = None
     for e in events:
         if e.kind == "profile_done" and "first" in e.payload and "last" in e.payload:
             steps = (int(e.payload["first"]), int(e.payload["last"]))
-    return ProfileResult(logdir_abs, done, proc.returncode, reason, tail, steps)
+    return ProfileResult(logdir, done, returncode, reason, tail, steps, watch.streams())
