@@ -305,11 +305,14 @@ class Patcher:
             wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
             return wrapper
 
-        targets: list[tuple[Any, str, bool]] = [
-            (tf1_optimizer.Optimizer, "apply_gradients", False),
-            (resource_variable_ops.BaseResourceVariable, "assign_add", True),
-            (resource_variable_ops.BaseResourceVariable, "assign_sub", True),
-        ]
+        targets: list[tuple[Any, str, bool]] = [(tf1_optimizer.Optimizer, "apply_gradients", False)]
+        for cls in (
+            resource_variable_ops.BaseResourceVariable,
+            resource_variable_ops.ResourceVariable,
+        ):
+            targets += [
+                (cls, name, True) for name in ("assign_add", "assign_sub") if name in vars(cls)
+            ]
         for owner, name, variable_method in targets:
             current = getattr(owner, name)
             original = getattr(current, "__tftune_original__", current)
