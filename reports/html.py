@@ -193,6 +193,12 @@ tr.hot .bar { background:#dc2626; }
 ul.notes { margin:6px 0 0; padding-left:20px; }
 .warn { background:#fffbeb; border:1px solid #fcd34d; border-radius:8px; padding:8px 12px;
   margin:8px 0; color:#78350f; }
+.warn.crash { background:#fef2f2; border-color:#fca5a5; color:#7f1d1d; }
+pre.crash, pre.tail { margin:4px 0 0; white-space:pre-wrap; overflow-wrap:anywhere;
+  font-size:12px; }
+pre.crash { color:#7f1d1d; }
+pre.tail { max-height:320px; overflow-y:auto; background:#f8fafc; border:1px solid var(--line);
+  border-radius:6px; padding:8px; }
 dl.meta { display:grid; grid-template-columns:max-content 1fr; gap:4px 18px; margin:0; }
 dl.meta dt { color:var(--muted); } dl.meta dd { margin:0; word-break:break-all; }
 details summary { cursor:pointer; color:#1d4ed8; margin-top:8px; }
@@ -698,6 +704,7 @@ def render_tuning_html(
     ids = _Ids()
     body = [
         _tuning_hero(model),
+        _instability_section(model),
         _comparison_section(model),
         _winner_section(model, ids),
         _history_section(model),
@@ -777,6 +784,23 @@ def _tuning_hero(m: TuningReport) -> str:
         + (f'<p class="sub">{_e(ceiling_text)}.</p>' if ceiling_text else "")
         + _confirmed_line(m)
         + f'<div class="stats">{"".join(stats)}</div></section>'
+    )
+
+
+def _instability_section(m: TuningReport) -> str:
+    """The script crashes whatever the config: said before any figure is read."""
+    inst = m.instability
+    if inst is None:
+        return ""
+    sentence = inst.sentence[:1].upper() + inst.sentence[1:]
+    trials = ", ".join(str(n) for n in inst.trials)
+    return (
+        '<section id="instability"><h2>The script crashes on its own</h2>'
+        f'<div class="warn crash">{_e(sentence)}.</div>'
+        '<p class="sub">These runs count as failed trials, but no knob value is blamed for '
+        f"them (crashed: trial{'s' if len(inst.trials) != 1 else ''} {_e(trials)}). Fix the "
+        "crash, then tune again: the figures below come from the runs that did not crash."
+        "</p></section>"
     )
 
 
@@ -925,6 +949,8 @@ def _history_section(m: TuningReport) -> str:
             title += " · on the Pareto front"
         if t.reason:
             title += f" — {t.reason}"
+        if t.crash and t.crash[0] not in (t.reason or ""):
+            title += f"\n{t.crash[0]}"
         if t.params:
             title += "\n" + "\n".join(f"{k} = {v}" for k, v in t.params)
         points.append(
@@ -996,13 +1022,28 @@ def _role(t: Trial) -> str:
     return "" if t.role in (None, "search") else f" ({t.role.replace('_', ' ')})"
 
 
+def _why_cell(t: Trial) -> str:
+    """The reason, a failed trial's crash lines, and its stderr tail (folded)."""
+    out = _h(t.reason or "", unknown=not t.reason)
+    lines = [line for line in t.crash if line not in (t.reason or "")]
+    if lines:
+        out += f'<pre class="crash">{_e(chr(10).join(lines))}</pre>'
+    if t.stderr_tail:
+        count = len(t.stderr_tail.splitlines())
+        out += (
+            f"<details><summary>stderr, last {count} line{'s' if count != 1 else ''}</summary>"
+            f'<pre class="tail">{_e(t.stderr_tail)}</pre></details>'
+        )
+    return out
+
+
 def _failures_section(m: TuningReport) -> str:
     bad = [t for t in m.trials if t.state in ("FAIL", "PRUNED")]
     rows = "".join(
         f'<tr><td class="num">{t.number}</td><td>'
         f'<span class="badge{" red" if t.state == "FAIL" else ""}">'
         f"{'failed' if t.state == 'FAIL' else 'pruned'}</span></td>"
-        f"<td>{_h(t.reason or '', unknown=not t.reason)}</td>"
+        f"<td>{_why_cell(t)}</td>"
         f"<td><code>{_e(_params_text(t))}</code></td></tr>"
         for t in bad
     )

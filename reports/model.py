@@ -29,6 +29,12 @@ MAX_STEPS = 5000
 MAX_STAGES = 400
 MAX_BOTTLENECKS = 20
 MAX_TRIALS = 2000
+# A failed trial's crash lines and stderr tail (tftune stores 4 KB; a hand-made JSON may
+# hold more).
+MAX_CRASH_LINES = 8
+MAX_CRASH_LINE_CHARS = 300
+MAX_STDERR_TAIL_CHARS = 8192
+MAX_STDERR_TAILS = 40  # failed trials whose stderr tail the report shows and embeds
 
 # XProf's bands for the share of step time spent waiting for input.
 HIGHLY_INPUT_BOUND_SHARE = 0.20
@@ -212,6 +218,16 @@ class Trial:
     reason: str | None
     role: str | None = None  # as_written | autotune | heuristic | guided | search | confirm
     description: str | None = None
+    crash: tuple[str, ...] = ()  # a failed trial's crash in a few lines (headline first)
+    stderr_tail: str | None = None  # the end of a failed trial's stderr
+
+
+@dataclass(frozen=True, slots=True)
+class Instability:
+    """The script crashes whatever the config (the tuning JSON's ``instability``)."""
+
+    sentence: str
+    trials: tuple[int, ...]  # the trials that crashed
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +280,7 @@ class TuningReport:
     notes: tuple[str, ...]
     study: tuple[tuple[str, str], ...]  # name, storage, seed, platform ...
     data_json: str
+    instability: Instability | None = None
 
     @property
     def objective_label(self) -> str:
@@ -669,11 +686,13 @@ def build_tuning_model(
     importances.sort(key=lambda kv: (-kv[1], kv[0]))
 
     all_trials = r.objects("trials_detail")
-    trials = tuple(_trial(t, objective) for t in all_trials[:MAX_TRIALS])
+    detail = _cap_stderr_tails(list(data.get("trials_detail") or [])[:MAX_TRIALS])
+    shown = Reader({"trials_detail": detail}, source=source).objects("trials_detail")
+    trials = tuple(_trial(t, objective) for t in shown)
 
     capped = dict(data)
     if all_trials:
-        capped["trials_detail"] = list(data["trials_detail"])[:MAX_TRIALS]
+        capped["trials_detail"] = detail
 
     return TuningReport(
         source=source,
@@ -710,7 +729,39 @@ def build_tuning_model(
         notes=r.strings("notes") + (ceiling.strings("notes") if ceiling else ()),
         study=tuple(study),
         data_json=_dump(capped),
+        instability=_instability(r.obj("instability")),
     )
+
+
+def _cap_stderr_tails(rows: list[Any]) -> list[Any]:
+    """The rows, where only the first `MAX_STDERR_TAILS` keep their ``stderr_tail``."""
+    out, kept = [], 0
+    for row in rows:
+        if isinstance(row, Mapping) and row.get("stderr_tail"):
+            kept += 1
+            if kept > MAX_STDERR_TAILS:
+                row = {**row, "stderr_tail": None}
+        out.append(row)
+    return out
+
+
+def _instability(r: Reader | None) -> Instability | None:
+    sentence = r.string("sentence") if r is not None else None
+    if r is None or not sentence:
+        return None
+    numbers = r.items("trials")
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
+        raise r.error("trials", "must be a list of trial numbers")
+    return Instability(sentence, tuple(numbers))
+
+
+def _crash_lines(t: Reader) -> tuple[str, ...]:
+    """A failed trial's ``crash.key_lines`` (else its ``headline``), capped."""
+    crash = t.obj("crash")
+    if crash is None:
+        return ()
+    lines = crash.strings("key_lines") or tuple(h for h in (crash.string("headline"),) if h)
+    return tuple(line[:MAX_CRASH_LINE_CHARS] for line in lines[:MAX_CRASH_LINES])
 
 
 _CONFIG_META_KEYS = frozenset({"schema", "meta"})
@@ -774,4 +825,6 @@ def _trial(t: Reader, objective: str) -> Trial:
         reason=t.string("reason"),
         role=t.string("role"),
         description=t.string("description"),
+        crash=_crash_lines(t),
+        stderr_tail=(t.string("stderr_tail") or "")[-MAX_STDERR_TAIL_CHARS:] or None,
     )

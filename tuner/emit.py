@@ -6,7 +6,9 @@
   a code snippet for the global ones (thread pool, final prefetch, mixed precision).
 - `run_command`: the exact ``tftune run --config ...`` line.
 - `tuning_json`: the tuning JSON (docs/ARCHITECTURE.md), and `write_json_atomic`.
-- `render_table`, `TrialLine`: the terminal table and the per-trial status lines.
+- `render_table`, `trial_line`: the terminal table (with the warning when the script
+  crashes on its own: `StudyOutcome.instability`) and the per-trial status lines (a
+  failed trial's crash in a few lines: `crashes.CrashSummary.key_lines`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tftune.probes.userfiles import write_text_atomic
 from tftune.tuner._patch import OP_KNOBS
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, SITE_KNOBS, Config, SiteConfig
+from tftune.tuner.crashes import CrashSummary
 from tftune.tuner.space import SearchSpace, format_value
 from tftune.tuner.study import INPUT_BOUND_SHARE, Role, State, StudyOutcome, TrialRecord
 
@@ -34,6 +37,16 @@ SCHEMA = 1
 DEFAULT_BEST_FILE = "tftune-best.json"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
 CEILING_REACHED = 0.9
+# A failed trial's status line is followed by at most this many of its crash's key lines
+# (its messages, then the frames: `crashes.CrashSummary.key_lines`).
+TRIAL_CRASH_LINES = 5
+# ... and, for a Python exception (its reason already names it), where it was raised.
+TRIAL_EXCEPTION_LINES = 1
+# What the terminal adds below the instability sentence.
+INSTABILITY_CONSEQUENCE = (
+    "its crashes are counted as failed trials, but no knob value is blamed for them; "
+    "fix the crash, then tune again"
+)
 # TensorFlow's positional parameter order (after self), for knobs passed positionally.
 _POSITIONAL: dict[str, dict[str, int]] = {
     "map": {"num_parallel_calls": 1},
@@ -273,6 +286,10 @@ def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> dict[str, Any] | 
     return out
 
 
+def _crash_json(crash: CrashSummary | None) -> dict[str, Any] | None:
+    return crash.to_json() if crash is not None else None
+
+
 def _round(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(float(x), nd)
 
@@ -375,9 +392,12 @@ def tuning_json(
                 "reason": r.reason,
                 "wall_s": _round(r.wall_s),
                 "notes": list(r.notes),
+                "stderr_tail": (r.stderr_tail or None) if r.state is State.FAILED else None,
+                "crash": _crash_json(r.crash) if r.state is State.FAILED else None,
             }
             for r in outcome.records
         ],
+        "instability": outcome.instability.to_json() if outcome.instability else None,
         "importances": dict(outcome.importances),
         "study": {"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
         "command": command,
@@ -435,8 +455,11 @@ def table_rows(outcome: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
 
 
 def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
-    """A rich Table (rendered by the CLI's console)."""
+    """A rich Table (rendered by the CLI's console); when the script crashes on its own
+    (`StudyOutcome.instability`), a Group of the table and that warning below it."""
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     util = "GPU util" if outcome.utilization_kind == "nvml" else "duty cycle"
     t = Table(title="tftune optimize: measured in this run", title_justify="left")
@@ -453,7 +476,10 @@ def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
     if ceiling is not None and ceiling.examples_per_s is not None:
         t.caption = ceiling_sentence(outcome, ceiling)
         t.caption_justify = "left"
-    return t
+    if outcome.instability is None:
+        return t
+    warning = Text(f"warning: {outcome.instability.sentence}", style="bold red")
+    return Group(t, warning, Text(f"  {INSTABILITY_CONSEQUENCE}"))
 
 
 def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
@@ -538,4 +564,10 @@ def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:
     else:
         body = f"failed: {r.reason or 'unknown reason'}"
     star = " *best*" if best is not None and best.number == r.number else ""
-    return f"{head} {body}{star}  [{r.description}]"
+    line = f"{head} {body}{star}  [{r.description}]"
+    if r.state is not State.FAILED or r.crash is None:
+        return line
+    # The reason is one line ("killed by signal 6"); the crash says what the script said.
+    shown = [k for k in r.crash.key_lines() if k not in (r.reason or "")]
+    limit = TRIAL_CRASH_LINES if r.crash.native else TRIAL_EXCEPTION_LINES
+    return "\n".join([line, *(f"    {k}" for k in shown[:limit])])

@@ -20,6 +20,12 @@ written in it by more than the noise (`required_gain`), the winner is the
 script as written: tftune never ends below it, and never recommends a change that does
 not pay for itself. A close call (at least `MIN_GAIN`, but within the round's noise) is
 settled by more runs of it and the script as written, alternately (`decide_close_call`).
+
+A failed trial keeps the end of its stderr and what it says (`tuner.crashes`: the signal,
+the fatal error, the native message, the last exception, the crashing thread's frames).
+When the script crashes on its own (the script as written crashed too, or one crash
+showed in configs that share no knob value), the outcome says so (`instability`) and no
+knob value is blamed for its native crashes (`dead_values`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,14 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.probes.errors import ConfigError, ScriptError, UserError
 from tftune.tuner.config import AUTOTUNE, Config
+from tftune.tuner.crashes import (
+    CrashSummary,
+    Instability,
+    Run,
+    bounded_tail,
+    find_instability,
+    summarize_crash,
+)
 from tftune.tuner.parallel import booked, study_lock, wait_for_others
 from tftune.tuner.space import KnobValue, SearchSpace
 
@@ -106,6 +120,13 @@ RETRY_OF_ATTR = "retry_of"
 # stuck on it cannot spin).
 DEAD_AFTER = 2
 SKIPPED_ATTR = "skipped"
+# A failed trial keeps the end of its stderr (`crashes.bounded_tail`) and what it says
+# (`crashes.CrashSummary.to_json`). When the script crashes on its own
+# (`crashes.find_instability`: the script as written crashed too, or one crash showed in
+# configs that share no knob value), a native crash is no knob value's fault, and
+# `dead_values` does not count it.
+STDERR_TAIL_ATTR = "stderr_tail"
+CRASH_ATTR = "crash"
 
 
 class Objective(str, enum.Enum):
@@ -155,6 +176,15 @@ class Measurement:
     reason: str | None = None
     wall_s: float = 0.0
     notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit output layer)
+    # A failed run's end of stderr and exit status (negative: the signal that killed it).
+    stderr_tail: str = ""
+    returncode: int | None = None
+
+    def failure(self) -> tuple[str, CrashSummary | None]:
+        """(the end of stderr to keep, what it says) for a failed run; ("", None) else."""
+        if self.state is not State.FAILED and self.examples_per_s is not None:
+            return "", None
+        return bounded_tail(self.stderr_tail), summarize_crash(self.stderr_tail, self.returncode)
 
 
 RepeatCallback = Callable[[int, float], bool]
@@ -165,10 +195,12 @@ class Runner:
 
     Contract: the study calls `measure` once per trial, sequentially, from one thread.
     `measure` must not raise for a failing script: a crash, OOM, stall or NaN loss is a
-    `Measurement` with ``state=FAILED`` and a reason. After each measured repeat it calls
-    ``on_repeat(index, examples_per_s)``; when that returns False it stops the script and
-    returns ``state=PRUNED`` with the repeats so far. ``mode`` selects what is measured
-    (`Mode`); a runner that cannot measure a mode returns FAILED with the reason.
+    `Measurement` with ``state=FAILED``, a reason and, where it has them, the end of the
+    script's stderr and its exit status (the study reads the crash from them). After each
+    measured repeat it calls ``on_repeat(index, examples_per_s)``; when that returns False
+    it stops the script and returns ``state=PRUNED`` with the repeats so far. ``mode``
+    selects what is measured (`Mode`); a runner that cannot measure a mode returns FAILED
+    with the reason.
     """
 
     gpu_visible: bool = False
@@ -201,6 +233,8 @@ class TrialRecord:
     wall_s: float = 0.0
     feasible: bool = False
     notes: tuple[str, ...] = ()
+    stderr_tail: str = ""  # a failed trial's, bounded (`crashes.bounded_tail`)
+    crash: CrashSummary | None = None  # what a failed trial's stderr says
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +278,8 @@ class StudyOutcome:
     notes: tuple[str, ...] = field(default_factory=tuple)
     # The final round: role CONFIRM, `number` the trial each one re-measures.
     final: tuple[TrialRecord, ...] = ()
+    # The script crashes whatever the config (`crashes.find_instability`), else None.
+    instability: Instability | None = None
 
     def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
         """`r`'s figure from the final round where it has one (side by side with the
@@ -664,6 +700,7 @@ def final_round(
                 else f"{m.state.value}: {m.reason or ''}".strip()
             )
             on_note(f"  trial {c.number} ({c.role.value}) again: {figure}  [{c.description}]")
+        tail, crash = m.failure()
         out.append(
             TrialRecord(
                 number=c.number,
@@ -679,6 +716,8 @@ def final_round(
                 reason=m.reason,
                 wall_s=m.wall_s,
                 notes=m.notes,
+                stderr_tail=tail,
+                crash=crash,
             )
         )
     return tuple(out)
@@ -896,6 +935,8 @@ def _record(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         wall_s=float(ua.get("wall_s", 0.0)),
         feasible=bool(ua.get("feasible", False)),
         notes=tuple(str(n) for n in ua.get("notes", ())),
+        stderr_tail=str(ua.get(STDERR_TAIL_ATTR) or ""),
+        crash=CrashSummary.from_json(ua.get(CRASH_ATTR)),
     )
 
 
@@ -920,19 +961,59 @@ def _uncounted(t: optuna.trial.FrozenTrial) -> bool:
     return bool(t.user_attrs.get(INTERRUPTED_ATTR) or t.user_attrs.get(SKIPPED_ATTR))
 
 
+def _ran(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials whose script ran to an end: not skipped, not interrupted (FAIL)."""
+    import optuna
+
+    ts = optuna.trial.TrialState
+    return [
+        t
+        for t in trials
+        if t.state in (ts.COMPLETE, ts.PRUNED) and not t.user_attrs.get(SKIPPED_ATTR)
+    ]
+
+
+def _crash(t: optuna.trial.FrozenTrial) -> CrashSummary | None:
+    if not t.user_attrs.get(FAILED_ATTR):
+        return None
+    return CrashSummary.from_json(t.user_attrs.get(CRASH_ATTR))
+
+
+def _trial_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[Run]:
+    """The study's runs of the script, as `crashes.find_instability` sees them."""
+    return [
+        Run(t.number, t.user_attrs.get("role") == Role.AS_WRITTEN.value, dict(t.params), _crash(t))
+        for t in _ran(trials)
+    ]
+
+
+def _final_runs(final: Sequence[TrialRecord], as_written: TrialRecord) -> list[Run]:
+    """The final round's runs (each one, before `merge_as_written` pools them)."""
+    return [
+        Run(
+            f.number,
+            f.number == as_written.number,
+            dict(f.params),
+            f.crash if f.state is State.FAILED else None,
+        )
+        for f in final
+    ]
+
+
 def dead_values(
     trials: Sequence[optuna.trial.FrozenTrial],
 ) -> dict[tuple[str, KnobValue], tuple[list[int], str]]:
     """(knob, value) -> (the trials it failed in, the last reason) for every value that
     failed in at least DEAD_AFTER trials and never ran through (completed or pruned for
-    being slow) in any trial."""
-    import optuna
-
-    ts = optuna.trial.TrialState
+    being slow) in any trial. When the script crashes on its own
+    (`crashes.find_instability`), a native crash is nobody's knob: it counts neither way."""
+    ran_trials = _ran(trials)
+    unstable = find_instability(_trial_runs(ran_trials)) is not None
     failed: dict[tuple[str, KnobValue], tuple[list[int], str]] = {}
     ran: set[tuple[str, KnobValue]] = set()
-    for t in trials:
-        if t.state not in (ts.COMPLETE, ts.PRUNED) or t.user_attrs.get(SKIPPED_ATTR):
+    for t in ran_trials:
+        crash = _crash(t)
+        if unstable and crash is not None and crash.native:
             continue
         for key in t.params.items():
             if t.user_attrs.get(FAILED_ATTR):
@@ -1119,6 +1200,9 @@ def run_study(
             # keep sampling a config that crashes (e.g. a 16-bit policy the loss code
             # cannot take).
             trial.set_user_attr(FAILED_ATTR, True)
+            tail, crash = m.failure()
+            trial.set_user_attr(STDERR_TAIL_ATTR, tail)
+            trial.set_user_attr(CRASH_ATTR, crash.to_json() if crash is not None else None)
             if not trial.user_attrs.get("reason"):
                 trial.set_user_attr("reason", "no examples were measured")
             raise optuna.TrialPruned(m.reason or "no examples were measured")
@@ -1221,6 +1305,9 @@ def run_study(
     if aw is None:
         failed = [r for r in recs if r.role is Role.AS_WRITTEN]
         why = failed[-1].reason if failed else "it was not measured (timeout?)"
+        crash = failed[-1].crash if failed else None
+        if crash is not None and crash.headline not in (why or ""):
+            why = f"{why} ({crash.headline})"
         raise ScriptError(f"the script as written could not be measured: {why}")
     guided, guided_why = guided_params(space, aw, cores, settings.hint)
     with enqueue_lock():
@@ -1250,6 +1337,7 @@ def run_study(
     best = choose_winner(recs, aw, settings.objective)
     confirm: TrialRecord | None = None
     final: tuple[TrialRecord, ...] = ()
+    runs: tuple[TrialRecord, ...] = ()
     if settings.confirm and best.role is not Role.AS_WRITTEN:
         # The best of N noisy trials is biased upwards, and the baselines were measured
         # minutes apart from it: measure the leaders and the baselines once more, side
@@ -1302,6 +1390,7 @@ def run_study(
         best_config=best_config,
         confirm=confirm,
         final=final,
+        instability=find_instability([*_trial_runs(_finished(study)), *_final_runs(runs, aw)]),
         pareto=pareto_front([r for r in recs if r.state is State.COMPLETE and r.feasible]),
         importances=_importances(study, settings.objective),
         wall_s=clock() - t0,
@@ -1401,7 +1490,12 @@ class ScriptRunner(Runner):
         }.get(r.state, State.FAILED)
         if m is None:
             return Measurement(
-                state=State.FAILED, reason=r.reason, wall_s=r.wall_s, notes=tuple(r.notes)
+                state=State.FAILED,
+                reason=r.reason,
+                wall_s=r.wall_s,
+                notes=tuple(r.notes),
+                stderr_tail=r.stderr_tail,
+                returncode=r.returncode,
             )
         return Measurement(
             state=state,
@@ -1414,4 +1508,6 @@ class ScriptRunner(Runner):
             reason=r.reason or m.utilization_note,
             wall_s=r.wall_s,
             notes=tuple(r.notes),
+            stderr_tail=r.stderr_tail if state is State.FAILED else "",
+            returncode=r.returncode,
         )

@@ -1,0 +1,278 @@
+"""Crashes explained: a failed trial keeps its stderr and crash, a script that crashes on
+its own is said to, and its crashes are blamed on no knob value (fake runner, no TF)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from test_crashes import GLIBC_ABORT, TF_NOISE
+from test_optimize_study import SITES, FakeRunner, latency_bound, settings, space
+
+from tftune.probes.errors import ScriptError
+from tftune.reports.html import render_tuning_html
+from tftune.reports.model import build_tuning_model
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.config import Config
+from tftune.tuner.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
+from tftune.tuner.emit import render_table, trial_line, tuning_json
+from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.study import (
+    CRASH_ATTR,
+    DEAD_AFTER,
+    STDERR_TAIL_ATTR,
+    Measurement,
+    Mode,
+    RepeatCallback,
+    Role,
+    State,
+    StudyOutcome,
+    dead_values,
+    open_storage,
+    run_study,
+)
+
+# What the runner keeps of a crashed run: up to 200 lines, the crash at the end.
+LONG_TAIL = "".join(f"step {i}: loss 0.{i:03d}\n" for i in range(180)) + GLIBC_ABORT
+CORES = 2
+
+
+class CrashingRunner(FakeRunner):
+    """The fake runner, where some runs crash in native code (glibc abort) whatever their
+    config (`crash_calls`: indices of the runner's calls), and some configs fail."""
+
+    def __init__(
+        self,
+        crash_calls: set[int],
+        *,
+        crashes: Callable[[Config], bool] = lambda c: False,
+        nan: Callable[[Config], bool] = lambda c: False,
+    ) -> None:
+        super().__init__(latency_bound)
+        self.crash_calls, self.crashes, self.nan = crash_calls, crashes, nan
+
+    def measure(
+        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
+    ) -> Measurement:
+        if len(self.calls) in self.crash_calls or self.crashes(config):
+            self.calls.append(config)
+            return Measurement(
+                State.FAILED, reason="killed by signal 6", stderr_tail=LONG_TAIL, returncode=-6
+            )
+        if self.nan(config):
+            self.calls.append(config)
+            # The runner stops a NaN run itself (SIGTERM): an attributable failure.
+            return Measurement(
+                State.FAILED,
+                reason="NaN loss under mixed_bfloat16",
+                stderr_tail=TF_NOISE,
+                returncode=-15,
+            )
+        return super().measure(config, mode=mode, on_repeat=on_repeat)
+
+
+def _bf16() -> SearchSpace:
+    bf16 = build_space(SITES, cores=CORES, flags={"avx512_bf16"}, uses_keras=True)
+    assert "mixed_precision" in bf16.names
+    return bf16
+
+
+def _json(out: StudyOutcome, sp: SearchSpace) -> dict[str, Any]:
+    data = tuning_json(
+        script="train.py",
+        outcome=out,
+        space=sp,
+        ceiling=None,
+        device="CPU_ONLY",
+        config_file="tftune-best.json",
+        command="tftune run --config tftune-best.json train.py",
+        diff="",
+        snippet="",
+        seed=0,
+    )
+    return json.loads(json.dumps(data))  # as written to the file
+
+
+def _stored(tmp_path: Path) -> list[Any]:
+    import optuna
+
+    storage = open_storage(str(tmp_path / "study.journal"))[0]
+    return optuna.load_study(study_name="t", storage=storage).get_trials()
+
+
+def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
+    tmp_path: Path,
+) -> None:
+    # The script as written crashes on its first run, and two search runs crash too.
+    runner = CrashingRunner({0, 6, 9})
+    sp = space()
+    out = run_study(sp, runner, settings(tmp_path))
+    first = out.records[0]
+    assert first.role is Role.AS_WRITTEN and first.state is State.FAILED
+    assert first.reason == "killed by signal 6"
+    assert first.crash is not None and first.crash.headline == "corrupted double-linked list"
+    assert "Fatal Python error: Aborted" in first.stderr_tail
+    assert len(first.stderr_tail) <= STORED_TAIL_CHARS
+    assert len(first.stderr_tail.splitlines()) <= STORED_TAIL_LINES
+    assert "step 0:" not in first.stderr_tail  # the start of a long tail is dropped
+    # ... in the study itself, for `tftune status` and later runs.
+    stored = _stored(tmp_path)[0]
+    assert stored.user_attrs[STDERR_TAIL_ATTR] == first.stderr_tail
+    assert stored.user_attrs[CRASH_ATTR]["signal"] == "SIGABRT"
+    # The retry of the script as written ran through, so the study went on.
+    assert out.baselines[Role.AS_WRITTEN].state is State.COMPLETE
+
+    inst = out.instability
+    assert inst is not None and inst.as_written == 1
+    assert inst.crashed == 3 and inst.runs == len(runner.calls)  # the final round too
+    assert inst.sentence == (
+        f"the script is unstable on its own: it crashed in 3 of {len(runner.calls)} runs, "
+        "the script as written among them; its message: corrupted double-linked list"
+    )
+
+    data = _json(out, sp)
+    assert data["instability"]["sentence"] == inst.sentence
+    assert data["instability"]["trials"] == list(inst.trials)
+    row = data["trials_detail"][0]
+    assert row["state"] == "failed" and row["reason"] == "killed by signal 6"
+    assert row["stderr_tail"] == first.stderr_tail
+    assert row["crash"]["key_lines"][:2] == [
+        "corrupted double-linked list",
+        "Fatal Python error: Aborted",
+    ]
+    assert all(r["stderr_tail"] is None for r in data["trials_detail"] if r["state"] != "failed")
+
+    console = Console(width=200, record=True)
+    console.print(render_table(out, Ceiling(300.0, 9000.0)))
+    shown = console.export_text()
+    assert f"warning: {inst.sentence}" in shown and "no knob value is blamed" in shown
+    line = trial_line(first, None)
+    assert line.splitlines()[0].endswith("]") and "failed: killed by signal 6" in line
+    assert line.splitlines()[1:3] == [
+        "    corrupted double-linked list",
+        "    Fatal Python error: Aborted",
+    ]
+    assert line.splitlines()[-1] == "    at /home/u/train.py:41 in train"
+
+
+def test_a_stable_script_has_no_instability(tmp_path: Path) -> None:
+    runner = CrashingRunner(set())
+    sp = space()
+    out = run_study(sp, runner, settings(tmp_path))
+    assert out.instability is None and _json(out, sp)["instability"] is None
+    console = Console(width=200, record=True)
+    console.print(render_table(out, None))
+    assert "unstable" not in console.export_text()
+
+
+def _policy(config: Config) -> bool:
+    return config.mixed_precision is not None
+
+
+def test_a_value_failing_only_beside_an_unstable_script_is_not_excluded(tmp_path: Path) -> None:
+    """The policy's runs crash (glibc abort), as the script as written did: the crash is
+    the script's, so the policy is measured again and never skipped."""
+    runner = CrashingRunner({0}, crashes=_policy)
+    out = run_study(_bf16(), runner, settings(tmp_path, n_trials=20))
+    tried = [c for c in runner.calls if _policy(c)]
+    assert len(tried) > DEAD_AFTER
+    assert not [r for r in out.records if (r.reason or "").startswith("skipped:")]
+    assert dead_values(_stored(tmp_path)) == {}
+    assert out.instability is not None and out.instability.as_written == 1
+
+
+def test_an_attributable_failure_is_still_excluded_beside_an_unstable_script(
+    tmp_path: Path,
+) -> None:
+    """A NaN loss under the policy is the policy's, whatever else crashes."""
+    runner = CrashingRunner({0}, nan=_policy)
+    out = run_study(_bf16(), runner, settings(tmp_path, n_trials=20))
+    assert len([c for c in runner.calls if _policy(c)]) == DEAD_AFTER
+    skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
+    assert skipped and all("mixed_precision=mixed_bfloat16" in (r.reason or "") for r in skipped)
+    assert out.instability is not None
+    assert out.best_config.mixed_precision is None
+
+
+def test_a_crash_that_follows_a_value_is_blamed_on_it_when_the_script_is_stable(
+    tmp_path: Path,
+) -> None:
+    runner = CrashingRunner(set(), crashes=_policy)
+    out = run_study(_bf16(), runner, settings(tmp_path, n_trials=20))
+    assert len([c for c in runner.calls if _policy(c)]) == DEAD_AFTER
+    assert any((r.reason or "").startswith("skipped:") for r in out.records)
+    assert out.instability is None  # the crashes share the policy
+
+
+def test_a_script_as_written_that_always_crashes_says_its_message(tmp_path: Path) -> None:
+    runner = CrashingRunner({0, 1})
+    with pytest.raises(ScriptError, match=r"signal 6 \(corrupted double-linked list\)"):
+        run_study(space(), runner, settings(tmp_path))
+
+
+# --- the report ---------------------------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tuning_latency.json"
+WHEN = "2026-11-30 03:40 UTC"
+
+
+def _with_crash() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(FIXTURE.read_text())
+    failed = next(t for t in data["trials_detail"] if t["state"].lower().startswith("fail"))
+    failed["reason"] = "killed by signal 6"
+    failed["stderr_tail"] = "noise <b>\ncorrupted double-linked list\nFatal Python error: Aborted"
+    failed["crash"] = {
+        "kind": "native",
+        "headline": "corrupted double-linked list",
+        "key_lines": [
+            "corrupted double-linked list",
+            "Fatal Python error: Aborted",
+            "at /home/u/train.py:60 in <module>",
+        ],
+    }
+    data["instability"] = {
+        "sentence": "the script is unstable on its own: it crashed in 4 of 12 runs, the script "
+        "as written among them; its message: corrupted double-linked list <&>",
+        "trials": [0, failed["number"]],
+    }
+    return data
+
+
+def test_the_report_model_reads_the_crash_and_the_instability() -> None:
+    data = _with_crash()
+    m = build_tuning_model(data, generated_at=WHEN)
+    failed = next(t for t in m.trials if t.crash)
+    assert failed.crash[0] == "corrupted double-linked list"
+    assert failed.stderr_tail is not None and failed.stderr_tail.endswith("Aborted")
+    assert m.instability is not None and m.instability.trials[0] == 0
+    assert all(not t.crash and t.stderr_tail is None for t in m.trials if t is not failed)
+    # Older JSON (no crash, no instability) still reads.
+    plain = build_tuning_model(json.loads(FIXTURE.read_text()), generated_at=WHEN)
+    assert plain.instability is None and all(not t.crash for t in plain.trials)
+
+
+def test_the_html_report_shows_the_crash_lines_escaped() -> None:
+    page = render_tuning_html(_with_crash(), generated_at=WHEN)
+    assert '<section id="instability">' in page
+    assert "The script is unstable on its own: it crashed in 4 of 12 runs" in page
+    assert "corrupted double-linked list &lt;&amp;&gt;" in page
+    assert '<pre class="crash">' in page
+    assert "Fatal Python error: Aborted\nat /home/u/train.py:60 in &lt;module&gt;</pre>" in page
+    assert "noise &lt;b&gt;" in page and "<b>\ncorrupted" not in page
+    assert "in <module>" not in page.split('id="tftune-data"')[0]
+    assert page.index('id="instability"') < page.index('id="comparison"')
+
+
+def test_the_report_keeps_only_a_few_stderr_tails() -> None:
+    from tftune.reports.model import MAX_STDERR_TAILS
+
+    data = json.loads(FIXTURE.read_text())
+    row = dict(data["trials_detail"][0], state="FAIL", stderr_tail="x" * 4000)
+    data["trials_detail"] = [dict(row, number=i) for i in range(MAX_STDERR_TAILS + 10)]
+    m = build_tuning_model(data, generated_at=WHEN)
+    assert sum(1 for t in m.trials if t.stderr_tail) == MAX_STDERR_TAILS
+    assert len(m.data_json) < len(json.dumps(data)) - 9 * 4000
