@@ -80,8 +80,10 @@ PIPELINE = """
 import sys, time
 import tensorflow as tf
 ds = tf.data.Dataset.range(10**9).map(lambda x: x * 2).batch(4)
+w = tf.Variable(0.0)  # trained by a raw update: the loop is training
 for step, batch in enumerate(ds):
     time.sleep(0.002)
+    w.assign_sub(1e-9 * tf.cast(tf.reduce_sum(batch), tf.float32))
     if step == 20:
         {action}
 """
@@ -102,14 +104,56 @@ def test_discovery_finds_call_sites_with_values_as_written() -> None:
     assert pipeline.final_prefetch and pipeline.batched and pipeline.site == batch_site
 
 
-def test_discovery_stops_without_training(tmp_path: Path) -> None:
-    # The loop would run for an hour; discovery returns as soon as the pipeline is iterated.
+def test_discovery_stops_once_the_loop_trains(tmp_path: Path) -> None:
+    # The loop would run for an hour; discovery returns as soon as it is seen training.
     script = _script(tmp_path, PIPELINE.format(action="time.sleep(3600)"))
     started = time.monotonic()
     found = discover(script)
     assert time.monotonic() - started < 60
     assert [(s.site, s.op) for s in found.sites] == [("train.py:4", "map"), ("train.py:4", "batch")]
     assert found.sites[0].as_written == SiteConfig()  # map without num_parallel_calls
+    assert found.training is not None and found.training.place == "train.py:6"
+    assert not found.busiest_loop
+
+
+CONSUMER = """
+import time
+import tensorflow as tf
+count = sum(1 for _ in tf.data.Dataset.range(50))  # a counting loop first
+ds = tf.data.Dataset.range(10**9).map(lambda x: x * 2).batch(4)
+for batch in ds:  # consumes, updates nothing: a pipeline benchmark
+    time.sleep(0.002)
+"""
+
+
+def test_a_loop_that_updates_nothing_is_measured_as_the_busiest_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tftune.tuner.runner as runner
+
+    monkeypatch.setattr(runner, "FALLBACK_S", 2.0)
+    script = _script(tmp_path, CONSUMER)
+    found = discover(script)
+    assert found.busiest_loop and found.training is not None
+    assert found.training.site == "train.py:5" and found.training.place == "train.py:6"
+    assert "the busiest loop" in found.training.role
+    counting = next(s for s in found.streams if s.place == "train.py:4")
+    assert counting.elements == 50 and not counting.training
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.5, repeats=1, busiest_loop=True)
+    result = run_trial(script, (), None, spec)
+    assert result.ok, (result.reason, result.stderr_tail)
+    assert result.metrics is not None and result.metrics.examples == 4 * result.metrics.steps
+
+
+def test_without_the_busiest_loop_a_loop_that_updates_nothing_is_not_training(
+    tmp_path: Path,
+) -> None:
+    script = _script(tmp_path, CONSUMER)
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.5, repeats=1, step_timeout_s=8)
+    result = run_trial(script, (), None, spec)
+    assert result.failure is FailureKind.STALL, result
+    assert result.reason is not None and "no dataset fed an optimizer update" in result.reason
+    assert "built at train.py:5, iterated at train.py:6" in result.reason
 
 
 def test_discovery_of_interleave_kin_and_padded_batch(tmp_path: Path) -> None:
@@ -309,9 +353,10 @@ def test_a_dataset_rebuilt_every_epoch_is_one_training_stream(tmp_path: Path) ->
             return tf.data.Dataset.range(n).map(lambda i: tf.cast(i, tf.float32)).batch(4)
 
         val = tf.data.Dataset.range(8).batch(2)
+        w = tf.Variable(0.0)
         for epoch in range(10**6):
             for x in make(64):
-                tf.reduce_sum(x)
+                w.assign_sub(1e-9 * tf.reduce_sum(x))
             for v in val:
                 tf.reduce_sum(v)
         """,
@@ -331,14 +376,18 @@ HELPER_TRAIN_VAL = {
         def make(n, batch):
             return tf.data.Dataset.range(n).map(lambda i: tf.cast(i, tf.float32)).batch(batch)
 
-        def run(ds):
+        w = tf.Variable(0.0)
+
+        def run(ds, learn):
             for x in ds:
-                tf.reduce_sum(x)
+                loss = tf.reduce_sum(x)
+                if learn:
+                    w.assign_sub(1e-9 * loss)
 
         train, val = make(64, 4), make(8, 2)
         for epoch in range(10**6):
-            run(train)
-            run(val)
+            run(train, True)
+            run(val, False)
         """,
     "keras_fit": """
         import numpy as np
@@ -396,11 +445,14 @@ def test_a_loop_inside_a_tf_function_is_timed_per_step(
         ds = tf.data.Dataset.range(10**9).map(
             lambda i: tf.numpy_function(slow, [i], tf.float32)).batch(2)
 
+        w = tf.Variable(0.0)
+
         @tf.function
         def train(dataset):
             total = tf.constant(0.0)
             for x in dataset:
                 total += tf.reduce_sum(tf.numpy_function(work, [x], tf.float32))
+                w.assign_sub(1e-9 * total)
             return total
 
         train(ds)
@@ -539,8 +591,9 @@ def test_a_finite_script_with_a_py_function_exits_on_its_own(tmp_path: Path) -> 
         lines = tf.data.Dataset.from_tensor_slices(["a b", "c d e"]).repeat()
         ds = lines.map(encode).ragged_batch(32).map(lambda r: r.to_tensor(shape=[32, 8]))
         it = iter(ds)
+        w = tf.Variable(0.0)
         for _ in range(200):
-            tf.reduce_sum(next(it))
+            w.assign_add(1e-9 * tf.cast(tf.reduce_sum(next(it)), tf.float32))
         """,
     )
     spec = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=60, repeats=2, stall_s=60)
@@ -616,8 +669,10 @@ def test_no_child_survives_a_trial_even_a_forked_one(tmp_path: Path) -> None:
             while True:
                 time.sleep(1)
         open({str(pid_file)!r}, "w").write(str(pid))
+        w = tf.Variable(0.0)
         for batch in tf.data.Dataset.range(10**9).batch(8):
             time.sleep(0.005)
+            w.assign_sub(1e-9)
         """,
     )
     result = run_trial(script, (), None, QUICK)

@@ -203,6 +203,7 @@ class Patcher:
         self._rings: dict[int, _Ring] = {}
         # place -> [weak reference to the dataset last given the stream, stream]
         self._streams_by_place: dict[tuple[str, int, str | None, bool], list[list[Any]]] = {}
+        self._places: dict[int, str | None] = {}  # the place each stream was last reported at
         self._model_only_cache: dict[int, Any] = {}
         self._weights = _WeightWatch()
         self.roles = Roles(on_training=self._on_training)
@@ -447,6 +448,8 @@ class Patcher:
                 stream = self._new_stream(ds, info.site)
                 with contextlib.suppress(AttributeError):
                     ds._tftune_stream_no = stream
+            else:  # iterated again, maybe elsewhere (a peek first, then the training loop)
+                self._report_stream(stream, info.site, self._user_frame())
             self.last_stream = stream
             self._batched[stream] = info.batched
             info = replace(info, stream=stream)
@@ -506,9 +509,7 @@ class Patcher:
         import tensorflow as tf
 
         key: tuple[str, int, str | None, bool] | None = None
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
-            frame = frame.f_back  # type: ignore[assignment]
+        frame = self._user_frame()
         eager = tf.executing_eagerly()
         if frame is not None:
             key = (frame.f_code.co_filename, frame.f_lineno, site if eager else None, eager)
@@ -528,12 +529,26 @@ class Patcher:
             if key is not None:
                 held.append([ref, stream])
         self._ring(stream)
-        if self.hooks.on_stream is not None:
-            place = None
-            if frame is not None:
-                place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
-            self.hooks.on_stream(stream, site, place)
+        self._report_stream(stream, site, frame)
         return stream
+
+    def _user_frame(self) -> FrameType | None:
+        """The first frame outside TensorFlow, Keras and tftune: where the user iterates."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
+            frame = frame.f_back
+        return frame
+
+    def _report_stream(self, stream: int, site: str | None, frame: FrameType | None) -> None:
+        """Tell the parent where a stream is built and iterated, when that is news: the
+        last place it is iterated at names it (the training loop, after a peek)."""
+        place = None
+        if frame is not None:
+            place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        if self.hooks.on_stream is None or self._places.get(stream) == place:
+            return
+        self._places[stream] = place
+        self.hooks.on_stream(stream, site, place)
 
     # ---- the consumer's clock: around the iterator's get-next -----------------------
     def _patch_iterator(self) -> None:
@@ -663,7 +678,13 @@ class Patcher:
             return 1
         leaf = _first_leaf(element)
         replicas = _replica_values(leaf)
-        return sum(_leading(v) for v in replicas) if replicas is not None else _leading(leaf)
+        if replicas is not None:
+            return sum(_leading(v) for v in replicas)
+        if _rank(leaf) == 0:  # e.g. `enumerate()`'s index first: the batch is further on
+            import tensorflow as tf
+
+            leaf = next((v for v in tf.nest.flatten(element) if _rank(v) != 0), leaf)
+        return _leading(leaf)
 
     def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
         with self._flush_lock:  # the poller thread may be handing this list over
@@ -769,6 +790,8 @@ class Patcher:
 
         if not self._batched.get(stream, False) or not leaves:
             return 1
+        # The first leaf with a batch dimension (`enumerate()` puts a scalar index first).
+        leaves = [next((t for t in leaves if t.shape.rank != 0), leaves[0])]
         shape = leaves[0].shape
         if shape.rank == 0:
             return 1
@@ -1120,6 +1143,18 @@ def _replica_values(leaf: Any) -> tuple[Any, ...] | None:
     return values if isinstance(values, tuple) else None
 
 
+def _rank(value: Any) -> int | None:
+    """An element leaf's rank, None when unknown."""
+    dims = getattr(value, "_shape_tuple", None)
+    if dims is not None:
+        with contextlib.suppress(Exception):
+            known = dims()
+            if isinstance(known, tuple):
+                return len(known)
+    shape = getattr(value, "shape", None)
+    return len(shape) if shape is not None and getattr(shape, "rank", 0) is not None else None
+
+
 def _leading(value: Any) -> int:
     """An eager element's examples: its leading dimension, 1 for a scalar."""
     dims = getattr(value, "_shape_tuple", None)  # an EagerTensor's dims, no TensorShape
@@ -1212,12 +1247,25 @@ def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
     except Exception:
         threadpool, deterministic = None, None
     return IterationInfo(
-        site=getattr(ds, "_tftune_site", None),
+        site=_lineage_site(ds),
         final_prefetch="Prefetch" in type(last).__name__,
         batched=batched if (batched := _is_batched(ds)) is not None else batched_default,
         threadpool_size=threadpool or None,
         deterministic=deterministic,
     )
+
+
+def _lineage_site(ds: Any, depth: int = 0) -> str | None:
+    """The call site of the nearest transformation the user called on `ds`'s lineage:
+    ``ds.repeat().take(n).enumerate()`` is built at its ``batch`` line."""
+    site: str | None = getattr(ds, "_tftune_site", None)
+    if site is not None or depth > 16:
+        return site
+    for parent in _inputs(ds):
+        found = _lineage_site(parent, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _emulate_injected_prefetch(ds: Any) -> Any:
