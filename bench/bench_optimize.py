@@ -224,7 +224,7 @@ def main() -> int:
     unknown = [n for n in names if n not in CASES]
     if unknown:
         parser.error(f"unknown case {unknown[0]!r}; known: {', '.join(CASES)}")
-    from tftune.probes.errors import UserError
+    from tftune.core.errors import UserError
 
     results = []
     for n in names:

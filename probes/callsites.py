@@ -22,8 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tftune.core.userfiles import write_text_atomic
 from tftune.probes.stages import Stage
-from tftune.probes.userfiles import write_text_atomic
 
 SITES_FILE = "tftune-sites.json"
 SCHEMA = 1

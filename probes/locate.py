@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tftune.probes.errors import TraceError
+from tftune.core.errors import TraceError
 from tftune.probes.trace import host_name_of
 
 SUFFIX = ".xplane.pb"

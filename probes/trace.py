@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tftune.core.errors import TraceError
 from tftune.probes._schema import (
     xevent_class,
     xline_events_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes.errors import TraceError
 
 I64 = npt.NDArray[np.int64]
 

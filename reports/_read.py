@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tftune.probes.errors import UserError
+from tftune.core.errors import UserError
 
 _MISSING = object()
 

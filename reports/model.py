@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tftune.probes.errors import UserError
+from tftune.core.errors import UserError
 from tftune.reports._read import Reader
 
 SUPPORTED_SCHEMA = 1

@@ -165,7 +165,7 @@ def test_optimize_output_that_cannot_be_written_fails_before_any_trial(
 
 
 def test_best_file_write_failure_is_one_line_and_atomic(tmp_path: Path) -> None:
-    from tftune.probes.errors import ConfigError
+    from tftune.core.errors import ConfigError
     from tftune.tuner.config import Config, save_config
     from tftune.tuner.emit import write_json_atomic
 

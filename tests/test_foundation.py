@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import tftune
 from tftune import cli
-from tftune.probes.errors import UserError
+from tftune.core.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,5 +111,5 @@ def test_wheel_installs_only_tftune(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"tftune", f"tftune-{tftune.__version__}.dist-info"}, tops
-    for sub in ("probes", "tuner", "reports"):
+    for sub in ("core", "probes", "tuner", "reports"):
         assert f"tftune/{sub}/__init__.py" in names

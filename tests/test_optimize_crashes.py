@@ -13,7 +13,7 @@ from rich.console import Console
 from test_crashes import GLIBC_ABORT, TF_NOISE
 from test_optimize_study import SITES, FakeRunner, latency_bound, settings, space
 
-from tftune.probes.errors import ScriptError
+from tftune.core.errors import ScriptError
 from tftune.reports.html import render_tuning_html
 from tftune.reports.model import build_tuning_model
 from tftune.tuner.bounds import Ceiling

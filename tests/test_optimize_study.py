@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tftune.probes.errors import ConfigError, ScriptError
+from tftune.core.errors import ConfigError, ScriptError
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.runner import CallSite
 from tftune.tuner.space import SearchSpace, build_space

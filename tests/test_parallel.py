@@ -22,7 +22,7 @@ import pytest
 from conftest import requires_tf
 from pgserver import postgres_server, server_bin
 
-from tftune.probes.errors import ConfigError
+from tftune.core.errors import ConfigError
 from tftune.probes.nvml import GpuSample, NvmlSampler, PynvmlReader
 from tftune.tuner import parallel
 from tftune.tuner.config import Config

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tftune.core.errors import TraceError
 from tftune.probes import locate, trace
-from tftune.probes.errors import TraceError
 
 
 def _one_file(logdir: Path) -> Path:

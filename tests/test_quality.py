@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_DIRS = ["tftune", "probes", "tuner", "reports"]
+PACKAGE_DIRS = ["tftune", "core", "probes", "tuner", "reports"]
 
 
 def _run(module: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

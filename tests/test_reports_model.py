@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tftune.probes.errors import UserError
+from tftune.core.errors import UserError
 from tftune.reports import model
 from tftune.reports.html import render_analysis_html, render_tuning_html
 from tftune.reports.model import build_analysis_model, build_tuning_model, detect_kind

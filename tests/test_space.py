@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tftune.probes.errors import ConfigError
+from tftune.core.errors import ConfigError
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, config_from_json
 from tftune.tuner.runner import CallSite
 from tftune.tuner.space import (

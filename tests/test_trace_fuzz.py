@@ -16,8 +16,8 @@ import tracegen_steps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tftune.core.errors import TraceError
 from tftune.probes import breakdown, steps, trace
-from tftune.probes.errors import TraceError
 
 EXAMPLES = 250
 HANG_SECONDS = 20  # far above the few ms one input takes; only a hang reaches it

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tftune.probes.errors import ConfigError, UserError
+from tftune.core.errors import ConfigError, UserError
 from tftune.tuner.config import (
     AUTOTUNE,
     Config,

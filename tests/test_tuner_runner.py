@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import requires_tf
 
-from tftune.probes.errors import ScriptError
+from tftune.core.errors import ScriptError
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.runner import (
     FailureKind,

@@ -31,7 +31,7 @@ def analyze(
     """Analyze a profiler logdir (or run folder, or `.xplane.pb`): the newest run by default.
 
     Returns a frozen `Analysis`; `analysis.to_json()` is the documented JSON contract.
-    Raises `tftune.probes.errors.TraceError` (a `UserError`) on unreadable input.
+    Raises `tftune.core.errors.TraceError` (a `UserError`) on unreadable input.
     Does not import TensorFlow.
     """
     from tftune.probes.analysis import analyze as _analyze

@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.userfiles import write_text_atomic
 from tftune.probes.environment import Environment, collect
-from tftune.probes.errors import ConfigError, ScriptError
-from tftune.probes.userfiles import write_text_atomic
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
@@ -155,8 +155,8 @@ def profile_hint(
     share and the bottleneck call sites. None (and a note) when no profile could be
     taken or read; the guided guess then uses the as-written trial's own measurement."""
 
+    from tftune.core.errors import UserError
     from tftune.probes.analysis import analyze
-    from tftune.probes.errors import UserError
     from tftune.tuner.runner import profile_script
 
     start, stop = GUIDE_PROFILE_STEPS

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from tftune.probes.errors import Terminated
+from tftune.core.errors import Terminated
 from tftune.tuner.study import TrialRecord
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import click
 
 from tftune import __version__
-from tftune.probes.errors import Terminated, UserError
-from tftune.probes.userfiles import write_text_atomic
+from tftune.core.errors import Terminated, UserError
+from tftune.core.userfiles import write_text_atomic
 
 
 class _Group(click.Group):
@@ -126,7 +126,7 @@ def profile(
     tftune profile train.py --steps 20:40 -o logdir/ -- --epochs 1
     then: tftune analyze logdir/
     """
-    from tftune.probes.errors import ScriptError
+    from tftune.core.errors import ScriptError
     from tftune.tuner.config import load_config
     from tftune.tuner.runner import profile_script
 
@@ -264,7 +264,7 @@ def generated_at() -> str:
 
 def read_json_file(path: Path) -> Any:
     """Parse a JSON file, or fail with one line naming it."""
-    from tftune.probes.userfiles import read_json
+    from tftune.core.userfiles import read_json
 
     return read_json(path)
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.errors import ConfigError
-from tftune.probes.userfiles import read_json, write_text_atomic
+from tftune.core.errors import ConfigError
+from tftune.core.userfiles import read_json, write_text_atomic
 
 SCHEMA = 1
 AUTOTUNE = -1
@@ -212,7 +212,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
 
 
 def save_config(config: Config, path: str | os.PathLike[str]) -> Path:
-    """Write `config` atomically (see `tftune.probes.userfiles`)."""
+    """Write `config` atomically (see `tftune.core.userfiles`)."""
     text = json.dumps(config.to_json(), indent=2) + "\n"
     return write_text_atomic(path, text, ConfigError)
 

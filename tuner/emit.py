@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.errors import ConfigError
-from tftune.probes.userfiles import write_text_atomic
+from tftune.core.errors import ConfigError
+from tftune.core.userfiles import write_text_atomic
 from tftune.tuner._patch import OP_KNOBS
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, SITE_KNOBS, Config, SiteConfig
@@ -319,7 +319,7 @@ def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
 
 
 def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write JSON atomically (see `tftune.probes.userfiles`)."""
+    """Write JSON atomically (see `tftune.core.userfiles`)."""
     return write_text_atomic(path, json.dumps(data, indent=2) + "\n", ConfigError)
 
 

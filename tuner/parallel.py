@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from tftune.probes.errors import ConfigError
+from tftune.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from tftune.tuner.runner import ChildProcess, RunnerDeps

@@ -29,6 +29,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from tftune.core.errors import ScriptError
 from tftune.probes.clock import (
     ClockEvent,
     ClockReader,
@@ -38,7 +39,6 @@ from tftune.probes.clock import (
     step_durations_ms,
     window_stats,
 )
-from tftune.probes.errors import ScriptError
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlReader, NvmlSampler, PynvmlReader
 from tftune.tuner._roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig

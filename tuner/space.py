@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from tftune.probes.errors import ConfigError
-from tftune.probes.userfiles import read_json
+from tftune.core.errors import ConfigError
+from tftune.core.userfiles import read_json
 from tftune.tuner._patch import READERS
 from tftune.tuner.config import (
     AUTOTUNE,

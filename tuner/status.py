@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.errors import UserError
+from tftune.core.errors import UserError
 from tftune.tuner.space import KnobValue
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tftune.probes.errors import ConfigError, ScriptError, UserError
+from tftune.core.errors import ConfigError, ScriptError, UserError
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.crashes import (
     CrashSummary,

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.errors import UserError
+from tftune.core.errors import UserError
 
 
 def write_text_atomic(

@@ -1,0 +1,150 @@
+"""The words tftune speaks, defined once: categories, input-bound bands, stage names and
+trial states. The analysis, the reports and the tuner import them from here, so a user
+never reads two words for one thing (`tftune analyze` and `tftune optimize` once called
+one 7% input wait "moderately input-bound" and "not the input pipeline").
+
+Pure Python: no TensorFlow, no NumPy.
+"""
+
+from __future__ import annotations
+
+import enum
+
+# ---- categories -------------------------------------------------------------------------
+# Where step time goes (the analysis JSON's `breakdown`), in the order a reader expects:
+# input first, then the device. `device_to_device` is XProf's device-to-device copies and
+# collectives.
+BREAKDOWN_CATEGORIES = (
+    "input_wait",
+    "host_to_device",
+    "device_compute",
+    "host_compute",
+    "kernel_launch",
+    "compilation",
+    "output",
+    "device_to_device",
+    "other",
+)
+# What a bottleneck is (the analysis JSON's `bottlenecks[].category`).
+BOTTLENECK_CATEGORIES = (
+    "io",
+    "tokenization",
+    "python",
+    "preprocessing",
+    "host_to_device",
+    "device_compute",
+    "host_compute",
+    "other",
+)
+CATEGORY_LABELS = {
+    "input_wait": "Input wait",
+    "host_to_device": "Host → device",
+    "device_compute": "Device compute",
+    "host_compute": "Host compute",
+    "kernel_launch": "Kernel launch",
+    "compilation": "Compilation",
+    "output": "Output",
+    "device_to_device": "Device → device",
+    "other": "Other",
+    "io": "I/O",
+    "tokenization": "Tokenization",
+    "python": "Python",
+    "preprocessing": "Preprocessing",
+}
+CATEGORY_COLORS = {
+    "input_wait": "#dc4c2c",
+    "host_to_device": "#e69b00",
+    "device_compute": "#2563eb",
+    "host_compute": "#0f9d76",
+    "kernel_launch": "#7c3aed",
+    "compilation": "#a16207",
+    "output": "#64748b",
+    "device_to_device": "#0369a1",
+    "other": "#9ca3af",
+    "io": "#b45309",
+    "tokenization": "#be185d",
+    "python": "#c2410c",
+    "preprocessing": "#0e7490",
+}
+
+
+def category_label(category: str) -> str:
+    """A category as a reader sees it ("Host → device"); unknown ones as given."""
+    return CATEGORY_LABELS.get(category, category.replace("_", " ").capitalize())
+
+
+# ---- input-bound bands ------------------------------------------------------------------
+# XProf's bands for the share of step time spent waiting for input. One set, for
+# `tftune analyze`, the reports and `tftune optimize` alike.
+HIGHLY_INPUT_BOUND = 0.20
+MODERATELY_INPUT_BOUND = 0.05
+
+
+class Band(str, enum.Enum):
+    """How input-bound a run is."""
+
+    HIGH = "high"
+    MODERATE = "moderate"
+    LOW = "low"
+
+    @property
+    def input_bound(self) -> bool:
+        return self is not Band.LOW
+
+    @property
+    def words(self) -> str:
+        return {
+            Band.HIGH: "highly input-bound",
+            Band.MODERATE: "moderately input-bound",
+            Band.LOW: "not input-bound",
+        }[self]
+
+
+def input_band(share: float) -> Band:
+    """The band of an input-wait share of step time (0..1)."""
+    if share >= HIGHLY_INPUT_BOUND:
+        return Band.HIGH
+    if share >= MODERATELY_INPUT_BOUND:
+        return Band.MODERATE
+    return Band.LOW
+
+
+# ---- tf.data stages ---------------------------------------------------------------------
+STAGE_SEPARATOR = "::"
+
+
+def stage_kind(name: str) -> str:
+    """A stage's own kind, the last part of its iterator path:
+    ``Iterator::Root::Prefetch::ParallelMapV2`` → ``ParallelMapV2``."""
+    return name.rsplit(STAGE_SEPARATOR, 1)[-1]
+
+
+def stage_parent(name: str) -> str | None:
+    """The iterator path of a stage's consumer, None for the root."""
+    return name.rsplit(STAGE_SEPARATOR, 1)[0] if name.count(STAGE_SEPARATOR) > 1 else None
+
+
+def stage_short_name(name: str) -> str:
+    """A stage as a reader sees it in a narrow column: its kind and its consumer's
+    (``Prefetch::ParallelMapV2``), enough to tell two maps apart."""
+    parts = name.split(STAGE_SEPARATOR)
+    return STAGE_SEPARATOR.join(parts[-2:]) if len(parts) > 2 else name
+
+
+# ---- trials -----------------------------------------------------------------------------
+class TrialState(str, enum.Enum):
+    """How one trial ended: the runner's result, the study's record and the reports say it
+    with these words."""
+
+    COMPLETE = "complete"
+    PRUNED = "pruned"
+    FAILED = "failed"
+
+
+# Optuna's own state names, as a study's trial history (the tuning JSON's `history`) holds
+# them, and what tftune calls each.
+OPTUNA_STATES = {
+    "COMPLETE": TrialState.COMPLETE,
+    "PRUNED": TrialState.PRUNED,
+    "FAIL": TrialState.FAILED,
+}

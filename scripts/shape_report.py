@@ -1,0 +1,180 @@
+"""The shape of the package: module sizes, the longest functions and the import graph.
+
+    python scripts/shape_report.py            # a Markdown table, for docs/ARCHITECTURE.md
+    python scripts/shape_report.py --check    # exit 1 if a limit is broken (tests do this)
+
+Limits (GUIDE.md): a module at most 500 lines, a function at most 80 (data tables are
+not functions), no import cycle between the package's modules. Reads the source with
+`ast`; imports nothing of the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The source folders and the package each installs as (pyproject's package-dir).
+PACKAGES = {
+    "tftune": "tftune",
+    "core": "tftune.core",
+    "probes": "tftune.probes",
+    "tuner": "tftune.tuner",
+    "reports": "tftune.reports",
+}
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+
+def modules() -> Iterator[tuple[str, Path]]:
+    for folder, package in PACKAGES.items():
+        base = ROOT / folder
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(base).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            yield ".".join([package, *parts]), path
+
+
+def functions(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """(qualified name, lines) of every function, nested ones included."""
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                yield name, (child.end_lineno or child.lineno) - child.lineno + 1
+                yield from walk(child, f"{name}.")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, f"{prefix}{child.name}.")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(tree, "")
+
+
+def imports(tree: ast.AST, module: str, is_package: bool) -> set[str]:
+    """The package modules this one imports, at any level (lazy imports count too)."""
+    out: set[str] = set()
+    base = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = base.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                target = ".".join([*anchor, node.module] if node.module else anchor)
+            else:
+                target = node.module or ""
+            out.add(target)
+            out.update(f"{target}.{a.name}" for a in node.names)
+    return {m for m in out if m == "tftune" or m.startswith("tftune.")}
+
+
+def graph() -> dict[str, set[str]]:
+    known = {name: path for name, path in modules()}
+    edges: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        targets = imports(tree, name, path.name == "__init__.py")
+        edges[name] = {t for t in targets if t in known and t != name}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _package_parents(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Edges without the package-to-submodule ones that `import a.b` implies."""
+    return {m: {t for t in ts if not m.startswith(f"{t}.")} for m, ts in edges.items()}
+
+
+def report() -> tuple[str, list[str]]:
+    rows, problems = [], []
+    longest: list[tuple[int, str]] = []
+    for name, path in modules():
+        text = path.read_text(encoding="utf-8")
+        lines = len(text.splitlines())
+        rows.append((lines, name))
+        if lines > MAX_MODULE_LINES:
+            problems.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
+        for fn, size in functions(ast.parse(text)):
+            longest.append((size, f"{name}:{fn}"))
+            if size > MAX_FUNCTION_LINES:
+                problems.append(f"{name}:{fn}: {size} lines (at most {MAX_FUNCTION_LINES})")
+    found = cycles(_package_parents(graph()))
+    problems += [f"import cycle: {' <-> '.join(c)}" for c in found]
+    rows.sort(reverse=True)
+    longest.sort(reverse=True)
+    out = ["| module | lines |", "|---|---|"]
+    out += [f"| `{n}` | {lines} |" for lines, n in rows[:15]]
+    out += ["", "| function | lines |", "|---|---|"]
+    out += [f"| `{n}` | {size} |" for size, n in longest[:10]]
+    total = sum(lines for lines, _ in rows)
+    over = sum(1 for lines, _ in rows if lines > MAX_MODULE_LINES)
+    long_fns = sum(1 for size, _ in longest if size > MAX_FUNCTION_LINES)
+    out += [
+        "",
+        f"{len(rows)} modules, {total} lines; {over} over {MAX_MODULE_LINES} lines, "
+        f"{long_fns} functions over {MAX_FUNCTION_LINES} lines, {len(found)} import cycles",
+    ]
+    return "\n".join(out), problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a limit is broken")
+    parser.add_argument("--root", type=Path, help="another checkout (e.g. a `git worktree`)")
+    args = parser.parse_args()
+    if args.root is not None:
+        global ROOT
+        ROOT = args.root.resolve()
+    table, problems = report()
+    if args.check:
+        for p in problems:
+            print(p)
+        return 1 if problems else 0
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
