@@ -12,13 +12,14 @@ cd "$work/tftune"
 python3 -m venv .venv
 # shellcheck disable=SC1091
 . .venv/bin/activate
-python -m pip install -q --upgrade pip
-pip install -q ".[tensorflow]"
+quiet() { "$@" 2> >(grep -v "WARNING: Location" >&2); }  # this workplace's pip config
+quiet python -m pip install -q --upgrade pip
+quiet pip install -q ".[tensorflow]"
 set +e
 out="$(tftune optimize examples/latency_bound.py --trials 2 2>&1)"
 rc=$?
 set -e
-echo "$out" | tail -25
+echo "$out" | tail -45
 if [ $rc -ne 0 ] || ! grep -q "^winner:" <<<"$out" || ! grep -q "tuned" <<<"$out"; then
   echo "newcomer check: FAILED (exit code $rc)"
   exit 1
