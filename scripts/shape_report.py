@@ -127,6 +127,46 @@ def _package_parents(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return {m: {t for t in ts if not m.startswith(f"{t}.")} for m, ts in edges.items()}
 
 
+# Which layer may import which (GUIDE.md): dependencies point one way.
+LAYERS = {
+    "tftune.core": set(),
+    "tftune.probes": {"tftune.core"},
+    "tftune.reports": {"tftune.core", "tftune.probes"},
+    "tftune.tuner": {"tftune.core", "tftune.probes"},
+}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return (
+        ".".join(parts[:2])
+        if len(parts) > 1 and parts[1] in {"core", "probes", "reports", "tuner"}
+        else "tftune"
+    )
+
+
+def layer_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, targets in edges.items():
+        for t in targets:
+            a, b = layer_of(m), layer_of(t)
+            if a != b:
+                out.setdefault(a, set()).add(b)
+    return out
+
+
+def layer_problems(edges: dict[str, set[str]]) -> list[str]:
+    problems = []
+    for m, targets in sorted(edges.items()):
+        for t in sorted(targets):
+            if t == "tftune.cli" and m != "tftune.__main__":
+                problems.append(f"{m} imports tftune.cli (nothing may)")
+            a, b = layer_of(m), layer_of(t)
+            if a in LAYERS and b != a and b not in LAYERS[a]:
+                problems.append(f"{m} imports {t}: {a} may import only {sorted(LAYERS[a])}")
+    return problems
+
+
 def report() -> tuple[str, list[str]]:
     rows, problems = [], []
     longest: list[tuple[int, str]] = []
@@ -140,14 +180,19 @@ def report() -> tuple[str, list[str]]:
             longest.append((size, f"{name}:{fn}"))
             if size > MAX_FUNCTION_LINES:
                 problems.append(f"{name}:{fn}: {size} lines (at most {MAX_FUNCTION_LINES})")
-    found = cycles(_package_parents(graph()))
+    edges = _package_parents(graph())
+    found = cycles(edges)
     problems += [f"import cycle: {' <-> '.join(c)}" for c in found]
+    problems += layer_problems(edges)
     rows.sort(reverse=True)
     longest.sort(reverse=True)
     out = ["| module | lines |", "|---|---|"]
     out += [f"| `{n}` | {lines} |" for lines, n in rows[:15]]
     out += ["", "| function | lines |", "|---|---|"]
     out += [f"| `{n}` | {size} |" for size, n in longest[:10]]
+    out += ["", "| layer | imports |", "|---|---|"]
+    for layer, targets in sorted(layer_graph(edges).items()):
+        out.append(f"| `{layer}` | {', '.join(f'`{t}`' for t in sorted(targets))} |")
     total = sum(lines for lines, _ in rows)
     over = sum(1 for lines, _ in rows if lines > MAX_MODULE_LINES)
     long_fns = sum(1 for size, _ in longest if size > MAX_FUNCTION_LINES)
