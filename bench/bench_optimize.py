@@ -78,16 +78,17 @@ def coarse(space: Any) -> Any:
 
 
 def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from tftune.tuner.runner import MeasureSpec, discover
-    from tftune.tuner.space import build_space, cpu_flags, mentions_keras
+    from tftune.core.vocabulary import TrialState as State
+    from tftune.tuner.platform import cpu_flags, mentions_keras
+    from tftune.tuner.space import build_space
     from tftune.tuner.study import (
         Role,
         ScriptRunner,
-        State,
         StudySettings,
         baseline_params,
         run_study,
     )
+    from tftune.tuner.trial import MeasureSpec, discover
 
     spec = MeasureSpec(warmup_s=args.window, window_s=args.window, repeats=args.repeats)
     runner = ScriptRunner(path, FOREVER, spec=spec)

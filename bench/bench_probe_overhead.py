@@ -103,7 +103,7 @@ def run_once(script: Path, steps: int, probed: bool, work: Path) -> float:
             )
         )
         env["TFTUNE_CHILD_SPEC"] = str(spec)
-        from tftune.tuner.runner import child_argv
+        from tftune.tuner.trial.launch import child_argv
 
         argv = child_argv(sys.executable)
     else:
@@ -121,7 +121,8 @@ def clock_cost_us(rounds: int, calls: int) -> dict[str, tuple[float, float]]:
     only ever adds time, so the minimum is the least disturbed estimate."""
     import tensorflow as tf
 
-    from tftune.tuner._patch import Hooks, Patcher
+    from tftune.tuner.child.patcher import Patcher
+    from tftune.tuner.child.state import Hooks
     from tftune.tuner.config import Config
 
     written: list[int] = []
@@ -290,7 +291,8 @@ def paired_overhead(
     block times), in ms per step; the two halves of each pair run in alternating order."""
     import tensorflow as tf  # noqa: F401  (patched below, before any dataset exists)
 
-    from tftune.tuner._patch import Hooks, Patcher
+    from tftune.tuner.child.patcher import Patcher
+    from tftune.tuner.child.state import Hooks
     from tftune.tuner.config import Config
 
     delivered: list[int] = []

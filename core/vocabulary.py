@@ -148,3 +148,9 @@ OPTUNA_STATES = {
     "PRUNED": TrialState.PRUNED,
     "FAIL": TrialState.FAILED,
 }
+
+
+# ---- input categories -------------------------------------------------------------------
+# What the consumer's input wait was spent on (the analysis JSON's `input_categories`), in
+# the order the analysis ranks them; `other` is stage overhead outside functions.
+INPUT_CATEGORIES = ("io", "tokenization", "python", "preprocessing", "other")

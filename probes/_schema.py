@@ -153,12 +153,6 @@ def _message(pool: Any, package: str, name: str) -> Any:
 
 
 @cache
-def xspace_class() -> Any:
-    """The XSpace message class, built once from our own descriptor."""
-    return _message(_build(_PACKAGE, {}), _PACKAGE, "XSpace")
-
-
-@cache
 def xevent_class() -> Any:
     """The full XEvent class, to decode one event's stats on demand."""
     return _message(_build(_PACKAGE, {}), _PACKAGE, "XEvent")

@@ -1,7 +1,9 @@
 """One run's analysis: locate → load → steps → breakdown → stages → findings → `Analysis`.
 
 `Analysis` is frozen; `Analysis.to_json()` is the analysis JSON contract (schema 1, see
-docs/ARCHITECTURE.md). Nothing here imports TensorFlow.
+docs/ARCHITECTURE.md). With `xprof=True`, XProf's own step time and input share of the
+analyzed host's file sit beside tftune's (`probes.xprof_check`, the JSON's optional
+`xprof` object; absent otherwise). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from typing import Any
 
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
 from tftune.probes.callsites import read_sites
-from tftune.probes.findings import Findings, Recommendation, dedupe, find
+from tftune.probes.findings import Findings, dedupe, find
 from tftune.probes.locate import locate
+from tftune.probes.recommendations import Recommendation
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
+from tftune.probes.xprof_check import XprofComparison, compare_with_xprof
 
 SCHEMA = 1
 PS_PER_MS = 1e9
@@ -41,6 +45,7 @@ class Analysis:
     timeline: Timeline | None
     tool_version: str
     notes: tuple[str, ...] = ()
+    xprof: XprofComparison | None = None  # only when asked for (`analyze --xprof`)
 
     @property
     def input_share(self) -> float | None:
@@ -72,7 +77,7 @@ class Analysis:
                 f"{len(self.run.hosts)} hosts in this run; analyzed {self.host.host} "
                 "(choose another with --host)"
             )
-        return {
+        out = {
             "schema": SCHEMA,
             "tool": {"name": "tftune", "version": self.tool_version},
             "run": self.run.name,
@@ -124,6 +129,9 @@ class Analysis:
             "timeline": self.timeline.to_json() if self.timeline is not None else None,
             "notes": notes,
         }
+        if self.xprof is not None:
+            out["xprof"] = self.xprof.to_json()
+        return out
 
 
 def _rec_json(r: Recommendation | None) -> dict[str, Any] | None:
@@ -211,7 +219,9 @@ def _pick_host(run: RunTrace) -> HostTrace:
     return max(run.hosts, key=weight)
 
 
-def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
+def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = False) -> Analysis:
+    """Analyze the busiest host of a loaded run; `xprof`: also run XProf's converter on
+    that host's file, for the `xprof` cross-check."""
     host = _pick_host(run)
     device = "GPU" if host.gpu_planes else "CPU_ONLY"
     steps = detect_steps(host)
@@ -244,16 +254,33 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str) -> Analysis:
         sites=sites,
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
+    check = compare_with_xprof(host.path, steps, bd) if xprof else None
     return Analysis(
-        logdir, run, host, device, steps, bd, tree, findings, timeline, tool_version, tuple(notes)
+        logdir,
+        run,
+        host,
+        device,
+        steps,
+        bd,
+        tree,
+        findings,
+        timeline,
+        tool_version,
+        tuple(notes),
+        check,
     )
 
 
 def analyze(
-    path: Path | str, run: str | None = None, host: str | None = None, tool_version: str = "0"
+    path: Path | str,
+    run: str | None = None,
+    host: str | None = None,
+    tool_version: str = "0",
+    xprof: bool = False,
 ) -> Analysis:
-    """Analyze the newest run under `path` (or `run`), optionally one `host` only."""
+    """Analyze the newest run under `path` (or `run`), optionally one `host` only;
+    `xprof`: put XProf's own step time and input share beside tftune's."""
     p = Path(path)
     info = locate(p, run=run, host=host)
     loaded = load_run(info.name, info.path, [(h.host, h.path) for h in info.hosts])
-    return analyze_run(p, loaded, tool_version)
+    return analyze_run(p, loaded, tool_version, xprof=xprof)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 from tftune.probes.steps import XPROF_MARKER_PREFIXES, Steps
 from tftune.probes.trace import HostTrace, Line, Plane
 
@@ -45,18 +46,6 @@ F64 = npt.NDArray[np.float64]
 
 PS_PER_MS = 1e9
 
-# Categories of the analysis JSON's `breakdown`, in its order.
-CATEGORIES = (
-    "input_wait",
-    "host_to_device",
-    "device_compute",
-    "host_compute",
-    "kernel_launch",
-    "compilation",
-    "output",
-    "device_to_device",
-    "other",
-)
 # Internal kinds, highest priority first (XProf EventType values in comments).
 DEVICE_COMPUTE = "device_compute"  # DEVICE_COMPUTE_16/32 = 150/140
 OUTPUT = "output"  # DEVICE_TO_HOST = 130
@@ -117,8 +106,8 @@ class Breakdown:
         """The analysis JSON's `breakdown`: each category's share of all step time."""
         total = int(self.steps.duration_ps.sum())
         if total <= 0:
-            return {c: None for c in CATEGORIES}
-        return {c: round(self._total(c) / total, 4) for c in CATEGORIES}
+            return {c: None for c in BREAKDOWN_CATEGORIES}
+        return {c: round(self._total(c) / total, 4) for c in BREAKDOWN_CATEGORIES}
 
     @property
     def input_share(self) -> float | None:
@@ -132,8 +121,8 @@ class Breakdown:
         """Average milliseconds per step of each category."""
         n = len(self.steps)
         if not n:
-            return {c: None for c in CATEGORIES}
-        return {c: self._total(c) / n / PS_PER_MS for c in CATEGORIES}
+            return {c: None for c in BREAKDOWN_CATEGORIES}
+        return {c: self._total(c) / n / PS_PER_MS for c in BREAKDOWN_CATEGORIES}
 
     def per_step(self) -> list[dict[str, Any]]:
         """The analysis JSON's `per_step` rows (milliseconds, trace time base)."""
@@ -147,7 +136,7 @@ class Breakdown:
             "start_ms": ms(st.start_ps),
             "duration_ms": ms(st.duration_ps),
         }
-        for c in CATEGORIES:
+        for c in BREAKDOWN_CATEGORIES:
             columns[f"{c}_ms"] = ms(self.ps[c])
         columns["host_to_device_bytes"] = (
             self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
@@ -249,7 +238,7 @@ def compute_breakdown(host: HostTrace, steps: Steps) -> Breakdown:
     a, b = steps.start_ps, steps.end_ps
     gpus = host.gpu_planes
     has_device = bool(gpus)
-    ps = {k: np.zeros(n, dtype=np.int64) for k in (*PRIORITY, "other")}
+    ps = {k: np.zeros(n, dtype=np.int64) for k in BREAKDOWN_CATEGORIES}
     h2d_bytes = np.zeros(n, dtype=np.int64)
     if not n:
         return Breakdown(steps, ps, h2d_bytes, has_device)

@@ -25,6 +25,7 @@ from tftune.probes._schema import (
     xline_events_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
+from tftune.probes._wire import line_columns, line_header, slow_columns
 
 I64 = npt.NDArray[np.int64]
 
@@ -136,12 +137,6 @@ class Plane:
             for s in md.stats
         }
 
-    def line_named(self, name: str) -> Line | None:
-        return next((ln for ln in self.lines if ln.name == name), None)
-
-    def lines_with_prefix(self, prefix: str) -> tuple[Line, ...]:
-        return tuple(ln for ln in self.lines if ln.name.startswith(prefix))
-
 
 @dataclass(frozen=True, slots=True, eq=False)
 class HostTrace:
@@ -186,158 +181,6 @@ class HostTrace:
         return (lo or 0, hi or 0)
 
 
-_U8 = npt.NDArray[np.uint8]
-_EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
-# XEvent fields decoded in bulk: (wire tag, column); proto serializers write fields in
-# number order, so these come first, before stats (0x22) and num_occurrences (0x28).
-_EVENT_FIELDS = ((0x08, 0), (0x10, 1), (0x18, 2))
-_MAX_VARINT = 10
-
-
-def _varint_size(values: I64) -> I64:
-    size = np.ones(values.shape, dtype=np.int64)
-    v = values.astype(np.uint64) >> np.uint64(7)
-    while True:
-        more = v > 0
-        if not more.any():
-            return size
-        size += more
-        v >>= np.uint64(7)
-
-
-def _read_varints(buf: _U8, pos: I64) -> tuple[npt.NDArray[np.uint64], I64, npt.NDArray[np.bool_]]:
-    """Decode one varint at each position: (value, size, ok). Vectorized over events.
-
-    One pass per byte of the longest varint, each over the events still unfinished
-    (measured 2x faster here than gathering a 10-byte window per event at once).
-    """
-    n = pos.shape[0]
-    value = np.zeros(n, dtype=np.uint64)
-    size = np.zeros(n, dtype=np.int64)
-    ok = np.zeros(n, dtype=bool)
-    active = np.arange(n)
-    last = buf.shape[0] - 1
-    for i in range(_MAX_VARINT):
-        p = pos[active] + i
-        inside = p <= last
-        active, p = active[inside], p[inside]
-        b = buf[p]
-        value[active] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * i)
-        done = b < 0x80
-        size[active[done]] = i + 1
-        ok[active[done]] = True
-        active = active[~done]
-        if not active.size:
-            break
-    return value, size, ok
-
-
-# Events decoded per numpy batch: bounds the temporaries on million-event lines.
-_DECODE_BATCH = 1 << 18
-
-
-def _line_columns(data: bytes, n: int, lengths: I64) -> tuple[I64, I64, I64, I64] | None:
-    """Columns (metadata id, offset, duration) and event positions, decoded in bulk.
-
-    Needs the events to be contiguous in the line's bytes (as every protobuf serializer
-    writes them); returns None otherwise, and the caller takes the slow path.
-    """
-    buf = np.frombuffer(data, dtype=np.uint8)
-    first = _first_event_offset(data)
-    if first is None:
-        return None
-    # Each record is: tag byte, length varint, payload. `pos` is each payload's start.
-    pos = 1 + _varint_size(lengths)
-    pos += lengths
-    end_all = first + int(pos.sum())
-    if end_all > buf.shape[0] or (end_all < buf.shape[0] and buf[end_all] == _EVENT_TAG):
-        return None
-    np.cumsum(pos, out=pos)
-    pos -= lengths
-    pos += first
-    cols = np.zeros((3, n), dtype=np.int64)
-    for lo in range(0, n, _DECODE_BATCH):
-        hi = min(lo + _DECODE_BATCH, n)
-        if not _decode_fields(buf, pos[lo:hi], pos[lo:hi] + lengths[lo:hi], cols[:, lo:hi]):
-            return None
-    return cols[0], cols[1], cols[2], pos
-
-
-def _decode_fields(buf: _U8, start: I64, end: I64, out: I64) -> bool:
-    """Decode the leading varint fields of a batch of events into `out` (3 x n)."""
-    last = buf.shape[0] - 1
-    cur = start.copy()
-    for tag, col in _EVENT_FIELDS:
-        here = np.flatnonzero((cur < end) & (buf[np.minimum(cur, last)] == tag))
-        if not here.size:
-            continue
-        value, size, ok = _read_varints(buf, cur[here] + 1)
-        if not ok.all():
-            return False
-        out[col, here] = value.view(np.int64)
-        cur[here] += 1 + size
-    # Anything after the bulk fields must be stats or num_occurrences; otherwise the
-    # event's fields are out of the usual order and bulk decoding would misread them.
-    if (cur > end).any():
-        return False
-    rest = cur < end
-    return bool(np.isin(buf[np.minimum(cur[rest], last)], (0x22, 0x28)).all())
-
-
-def _first_event_offset(data: bytes) -> int | None:
-    """Byte offset of the first `events` record in a serialized XLine."""
-    i, n = 0, len(data)
-    while i < n:
-        tag, i = _varint_at(data, i)
-        if tag == _EVENT_TAG:
-            return i - 1 if data[i - 1] == _EVENT_TAG else None
-        wire = tag & 7
-        if wire == 0:
-            _, i = _varint_at(data, i)
-        elif wire == 2:
-            size, i = _varint_at(data, i)
-            i += size
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            return None
-    return None
-
-
-def _varint_at(data: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while i < len(data) and shift < 70:
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return value, i
-        shift += 7
-    raise ValueError("truncated varint")
-
-
-def _slow_columns(data: bytes) -> tuple[I64, I64, I64, I64, npt.NDArray[np.int32]]:
-    """Columns by re-serializing each event: for lines with an unusual field layout."""
-    line = xline_events_as_bytes_class().FromString(data)
-    xev = xevent_class()
-    parts = list(line.events)
-    n = len(parts)
-    mids = np.zeros(n, dtype=np.int64)
-    offs = np.zeros(n, dtype=np.int64)
-    durs = np.zeros(n, dtype=np.int64)
-    for k, raw in enumerate(parts):
-        ev = xev.FromString(raw)
-        mids[k], offs[k], durs[k] = ev.metadata_id, ev.offset_ps, ev.duration_ps
-    # Keep the events as one buffer of their own, laid end to end.
-    lens = np.fromiter(map(len, parts), dtype=np.int64, count=n)
-    pos = np.zeros(n, dtype=np.int64)
-    if n:
-        np.cumsum(lens[:-1], out=pos[1:])
-    return mids, offs, durs, pos, lens.astype(np.int32)
-
-
 def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -> Line:
     light = xline_events_as_bytes_class().FromString(data)
     n = len(light.events)
@@ -345,9 +188,9 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
     line_id, name, display_name = light.id, light.name, light.display_name
     timestamp_ns = light.timestamp_ns
     del light  # its per-event copies are not needed for the bulk decode
-    bulk = _line_columns(data, n, lengths) if n else None
+    bulk = line_columns(data, n, lengths) if n else None
     if n and bulk is None:
-        mids, offs, durs, pos, lens32 = _slow_columns(data)
+        mids, offs, durs, pos, lens32 = slow_columns(data)
         events_data = b"".join(xline_events_as_bytes_class().FromString(data).events)
     else:
         z = np.zeros(0, dtype=np.int64)
@@ -381,36 +224,6 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
     )
 
 
-_LINE_TIMESTAMP_TAG = 0x18  # XLine field 3 (timestamp_ns), varint
-
-
-def _line_header(data: bytes) -> tuple[bool, int]:
-    """(has events, timestamp_ns) of a serialized line, reading only its first fields."""
-    first = _first_event_offset(data)
-    i, stamp = 0, 0
-    while i < (first if first is not None else len(data)):
-        tag, i = _varint_at(data, i)
-        wire = tag & 7
-        if wire == 0:
-            value, i = _varint_at(data, i)
-            if tag == _LINE_TIMESTAMP_TAG:
-                stamp = value - (1 << 64) if value >= 1 << 63 else value
-        elif wire == 2:
-            size, i = _varint_at(data, i)
-            i += size
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            break
-    if first is None or stamp == 0:
-        # Unusual layout (timestamp after the events, or none): decode the line.
-        light = xline_events_as_bytes_class().FromString(data)
-        return len(light.events) > 0, int(light.timestamp_ns)
-    return True, stamp
-
-
 def _split_planes(space: Any) -> list[tuple[Any, list[bytes]]]:
     """Each plane as (header without lines, its lines' serialized bytes)."""
     out = []
@@ -426,11 +239,6 @@ def _split_planes(space: Any) -> list[tuple[Any, list[bytes]]]:
     return out
 
 
-def parse_xspace(data: bytes, path: Path, host: str) -> HostTrace:
-    """Parse one `.xplane.pb` payload. Raises `TraceError` naming the file on bad input."""
-    return _parse_owned([data], path, host)
-
-
 def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
     """Parse, dropping the file's bytes as soon as the lines are split out of them.
 
@@ -438,25 +246,50 @@ def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
     Peak memory is about the file size twice plus the columns, instead of one Python
     protobuf object per event.
     """
-    data = holder.pop()
-    size = len(data)
+    size = len(holder[0])
     if not size:
         raise TraceError(f"{path}: file is empty (0 bytes)")
+    raw_planes, (hostnames, errors, warnings), stamps = _split_space(holder, path)
+    if not raw_planes:
+        raise TraceError(f"{path}: not an XSpace trace (no planes in {size} bytes)")
+    origin_ns = min(stamps) if stamps else 0
+    built = _build_lines(raw_planes, origin_ns, path)
+    planes = [
+        _plane(header, tuple(built[pi, li] for li in range(len(lines))))
+        for pi, (header, lines) in enumerate(raw_planes)
+    ]
+    return HostTrace(
+        host=host,
+        path=path,
+        size_bytes=size,
+        origin_ns=origin_ns,
+        planes=tuple(planes),
+        hostnames=hostnames,
+        errors=errors,
+        warnings=warnings,
+    )
+
+
+_SpaceNotes = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def _split_space(
+    holder: list[bytes], path: Path
+) -> tuple[list[tuple[Any, list[bytes]]], _SpaceNotes, list[int]]:
+    """The planes (header, serialized lines), the space's hostnames, errors and warnings,
+    and the timestamps of the lines with events. Takes the bytes out of `holder`."""
+    data = holder.pop()
     space = xspace_lines_as_bytes_class()()
     try:
         space.ParseFromString(data)
         del data
         raw_planes = _split_planes(space)
-        hostnames, errors, warnings = (
-            tuple(space.hostnames),
-            tuple(space.errors),
-            tuple(space.warnings),
-        )
+        notes = (tuple(space.hostnames), tuple(space.errors), tuple(space.warnings))
         del space  # frees the parsed copy: only the per-line bytes remain
         stamps = []
         for _, lines in raw_planes:
             for ln in lines:
-                has_events, stamp = _line_header(ln)
+                has_events, stamp = line_header(ln)
                 if has_events:
                     stamps.append(stamp)
     except TraceError:
@@ -465,9 +298,13 @@ def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
         raise TraceError(
             f"{path}: not a readable XSpace trace (truncated or corrupt protobuf: {exc})"
         ) from None
-    if not raw_planes:
-        raise TraceError(f"{path}: not an XSpace trace (no planes in {size} bytes)")
-    origin_ns = min(stamps) if stamps else 0
+    return raw_planes, notes, stamps
+
+
+def _build_lines(
+    raw_planes: list[tuple[Any, list[bytes]]], origin_ns: int, path: Path
+) -> dict[tuple[int, int], Line]:
+    """Every line decoded, keyed by (plane, line) position."""
     # Decode the largest lines first: their temporaries then coincide with the fewest
     # finished columns, which keeps the peak memory near the final size.
     order = sorted(
@@ -486,33 +323,22 @@ def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
                 f"{path}: not a readable XSpace trace (corrupt line in plane "
                 f"'{header.name}': {exc})"
             ) from None
-    planes = []
-    for pi, (header, lines) in enumerate(raw_planes):
-        stat_names = {int(k): v.name for k, v in header.stat_metadata.items()}
-        event_names = {int(k): v.name for k, v in header.event_metadata.items()}
-        planes.append(
-            Plane(
-                id=header.id,
-                name=header.name,
-                lines=tuple(built[pi, li] for li in range(len(lines))),
-                event_names=event_names,
-                stat_names=stat_names,
-                stats={
-                    stat_names.get(s.metadata_id, str(s.metadata_id)): decode_stat(s, stat_names)
-                    for s in header.stats
-                },
-                _raw=header,
-            )
-        )
-    return HostTrace(
-        host=host,
-        path=path,
-        size_bytes=size,
-        origin_ns=origin_ns,
-        planes=tuple(planes),
-        hostnames=hostnames,
-        errors=errors,
-        warnings=warnings,
+    return built
+
+
+def _plane(header: Any, lines: tuple[Line, ...]) -> Plane:
+    stat_names = {int(k): v.name for k, v in header.stat_metadata.items()}
+    return Plane(
+        id=header.id,
+        name=header.name,
+        lines=lines,
+        event_names={int(k): v.name for k, v in header.event_metadata.items()},
+        stat_names=stat_names,
+        stats={
+            stat_names.get(s.metadata_id, str(s.metadata_id)): decode_stat(s, stat_names)
+            for s in header.stats
+        },
+        _raw=header,
     )
 
 

@@ -1,19 +1,41 @@
-"""XProf's own input-pipeline analysis of a trace, as typed data, for cross-checks.
+"""XProf's own input-pipeline analysis of a trace, beside tftune's: `tftune analyze --xprof`.
 
-XProf (tensorboard-plugin-profile / `xprof`) converts an XSpace without TensorFlow.
-This module is optional: xprof is imported inside the function, so `probes` works
-without it. Times are milliseconds, as XProf reports them.
+XProf (tensorboard-plugin-profile / `xprof`) converts an XSpace without TensorFlow;
+`xprof_input_pipeline` runs its `input_pipeline_analyzer` and returns its steps as typed
+data. `compare_with_xprof` puts XProf's mean step time and input share beside tftune's
+for the same file: the analysis JSON's optional `xprof` object. Users trust XProf;
+seeing the two agree is what lets them trust tftune's finer split.
+
+The contract of the comparison: it never raises for XProf's sake. XProf missing, its
+converter failing or XProf finding no steps each give `null` figures and a one-line
+`note`. tftune's figures are over the steps XProf kept (XProf drops the first and last
+step when it has more than five), matched by step number, so the two speak of the same
+steps; over all of tftune's steps, with a note, when the numbers do not match.
+
+Read-only, like every probe: XProf reads the trace through a link in a temporary folder,
+where it leaves the op stats it saves beside what it reads, and its C++ log lines on
+stderr are held back. xprof is imported inside the functions (it is slow to import), so
+`probes` imports and works without it. Times are milliseconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tftune.probes.breakdown import Breakdown
+from tftune.probes.steps import Steps
+
 TOOL = "input_pipeline_analyzer"
+PS_PER_MS = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +68,17 @@ class XprofInputPipeline:
         return sum(s.input_ms for s in self.steps) / total if total > 0 else None
 
 
+def _linked(path: Path, folder: Path, i: int) -> Path:
+    """`path` as seen from `folder` (a symbolic link; a copy where links are refused)."""
+    target = folder / str(i) / path.name
+    target.parent.mkdir()
+    try:
+        target.symlink_to(path.resolve())
+    except OSError:
+        shutil.copyfile(path, target)
+    return target
+
+
 def _table_with(tables: list[Any], column: str) -> dict[str, Any] | None:
     for t in tables:
         if isinstance(t, dict) and any(c.get("id") == column for c in t.get("cols", [])):
@@ -55,9 +88,13 @@ def _table_with(tables: list[Any], column: str) -> dict[str, Any] | None:
 
 def xprof_input_pipeline(paths: Sequence[Path]) -> XprofInputPipeline:
     """Run XProf's `input_pipeline_analyzer` converter on `.xplane.pb` files."""
-    from xprof.convert import raw_to_tool_data  # optional dependency, imported on use
+    with _native_stderr_quiet(), tempfile.TemporaryDirectory(prefix="tftune-xprof-") as tmp:
+        from xprof.convert import raw_to_tool_data  # imported on use: slow, logs from C++
 
-    data, _ = raw_to_tool_data.xspace_to_tool_data([str(p) for p in paths], TOOL, {})
+        # XProf saves its converted op stats beside the files it reads (and reuses them):
+        # it reads links in a folder of our own, so the user's run folder stays untouched.
+        links = [_linked(Path(p), Path(tmp), i) for i, p in enumerate(paths)]
+        data, _ = raw_to_tool_data.xspace_to_tool_data([str(p) for p in links], TOOL, {})
     tables = json.loads(data)
     table = _table_with(tables, "stepTimeMs")
     if table is None:
@@ -85,3 +122,112 @@ def xprof_input_pipeline(paths: Sequence[Path]) -> XprofInputPipeline:
         summary=props,
         conclusion=props.get("input_conclusion", ""),
     )
+
+
+@contextlib.contextmanager
+def _native_stderr_quiet() -> Iterator[None]:
+    """Hold back what native code writes to file descriptor 2 (XProf's C++ logs a few
+    dozen INFO lines per conversion), so the user's terminal shows tftune's output only."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # no real stderr (captured, embedded)
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), fd)
+            try:
+                yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, fd)
+    finally:
+        os.close(saved)
+
+
+@dataclass(frozen=True, slots=True)
+class XprofComparison:
+    """XProf's and tftune's step time and input share for one file (`null`: not known)."""
+
+    steptime_ms: float | None
+    input_share: float | None
+    tftune_steptime_ms: float | None
+    tftune_input_share: float | None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The analysis JSON's `xprof` object."""
+        return {
+            "steptime_ms": _round(self.steptime_ms, 3),
+            "input_share": _round(self.input_share, 4),
+            "tftune_steptime_ms": _round(self.tftune_steptime_ms, 3),
+            "tftune_input_share": _round(self.tftune_input_share, 4),
+            "note": self.note,
+        }
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def compare_with_xprof(path: Path, steps: Steps, breakdown: Breakdown) -> XprofComparison:
+    """XProf's figures for the `.xplane.pb` at `path` beside tftune's `steps` and
+    `breakdown` of it. Never raises for XProf: a failure is a `note`."""
+    try:
+        xp: XprofInputPipeline | None = xprof_input_pipeline([path])
+        failure = None
+    except ImportError:
+        xp, failure = None, "XProf is not installed (pip install tensorboard-plugin-profile)"
+    except Exception as exc:  # XProf's converter: any failure is a note, never ours
+        first = _first_line(str(exc))
+        detail = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        xp, failure = None, f"XProf's converter failed ({detail})"
+    kept = _kept_steps(xp, steps) if xp is not None and xp.steps else None
+    ours_ms, ours_share = _ours(steps, breakdown, kept)
+    if xp is None:
+        return XprofComparison(None, None, ours_ms, ours_share, failure)
+    if not xp.steps:
+        why = _first_line(xp.conclusion).split(". ")[0].rstrip(".")
+        found_none = "XProf found no steps" + (f" ({why})" if why else "")
+        return XprofComparison(None, None, ours_ms, ours_share, found_none)
+    unmatched = (
+        "XProf's steps could not be matched to tftune's by number: "
+        "tftune's figures are over all its steps"
+    )
+    note = unmatched if kept is None else None
+    return XprofComparison(xp.mean_step_ms, xp.input_share, ours_ms, ours_share, note)
+
+
+def _kept_steps(xp: XprofInputPipeline, steps: Steps) -> list[int] | None:
+    """Indices into `steps` of the steps XProf kept, by step number; None if any is not
+    found."""
+    by_num = {int(n): i for i, n in enumerate(steps.numbers.tolist())}
+    kept = []
+    for s in xp.steps:
+        label = s.name.split()[-1] if s.name.split() else ""
+        if not label.lstrip("-").isdigit() or int(label) not in by_num:
+            return None
+        kept.append(by_num[int(label)])
+    return kept
+
+
+def _ours(
+    steps: Steps, breakdown: Breakdown, kept: list[int] | None
+) -> tuple[float | None, float | None]:
+    """tftune's mean step time (ms) and input share, over `kept` steps or all of them."""
+    which = kept if kept is not None else list(range(len(steps)))
+    if not which:
+        return None, None
+    total = sum(int(steps.duration_ps[i]) for i in which)
+    if total <= 0:
+        return None, None
+    wait, h2d = breakdown.ps["input_wait"], breakdown.ps["host_to_device"]
+    inputs = sum(int(wait[i] + h2d[i]) for i in which)
+    return total / len(which) / PS_PER_MS, inputs / total

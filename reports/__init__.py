@@ -1,12 +1,18 @@
 """tftune.reports: everything that shows.
 
 A pure `build_*_model(...)` step, then renderers that only format (`render(model) -> str`).
-Writing files belongs to the CLI. Nothing here imports tensorflow or optuna.
+Writing files belongs to the CLI. Nothing here imports tensorflow, optuna or the tuner.
 
     model = build_analysis_model(json.loads(text), generated_at="2026-11-30 03:40 UTC")
     html = render_analysis_html(model)
 
 `render_report_json` does both for either kind of JSON (what `tftune report` needs).
+
+- analysis: `analysis_model` → `analysis_html` (the page), `analysis_terminal` (the summary);
+- tuning: `tuning_model` → `tuning_html` (the page), `tuning_terminal` (the table, the
+  ceiling caption and the per-trial lines, from the tuning JSON);
+- shared: `_read` (validating readers, `detect_kind`, `timestamp_now`), `_page` (the HTML
+  shell), `_svg` (the charts).
 """
 
 from __future__ import annotations
@@ -14,14 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tftune.reports.html import render_analysis_html, render_tuning_html
-from tftune.reports.model import (
-    AnalysisReport,
-    TuningReport,
-    build_analysis_model,
-    build_tuning_model,
-    detect_kind,
-)
+from tftune.reports._read import detect_kind, timestamp_now
+from tftune.reports.analysis_html import render_analysis_html
+from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
+from tftune.reports.tuning_html import render_tuning_html
+from tftune.reports.tuning_model import TuningReport, build_tuning_model
 
 __all__ = [
     "AnalysisReport",
@@ -32,6 +35,7 @@ __all__ = [
     "render_analysis_html",
     "render_report_json",
     "render_tuning_html",
+    "timestamp_now",
 ]
 
 

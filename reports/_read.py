@@ -1,7 +1,9 @@
-"""Typed, path-aware reading of untrusted JSON.
+"""Typed, path-aware reading of untrusted JSON, and what both report models share.
 
 Every accessor names the file and the dotted field in its error, so a malformed report
 JSON fails as one line: ``analysis.json: field 'steps.mean_ms' must be a number, got "x"``.
+`top_reader` checks the schema, `detect_kind` tells an analysis JSON from a tuning JSON,
+and `timestamp_now` stamps a report (or honours $SOURCE_DATE_EPOCH).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from tftune.core.errors import UserError
 
@@ -159,3 +161,69 @@ class Reader:
 
     def mapping(self) -> Mapping[str, Any]:
         return self._data
+
+
+# ---- what both report models share ---------------------------------------------------
+
+SUPPORTED_SCHEMA = 1
+
+Kind = Literal["analysis", "tuning"]
+
+
+def top_reader(data: Mapping[str, Any], *, source: str) -> Reader:
+    """A reader of a report JSON's top level, whose schema this tftune reads."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{source}: expected a JSON object at the top level")
+    r = Reader(data, source=source)
+    schema = r.integer("schema", required=True, nullable=False)
+    if schema != SUPPORTED_SCHEMA:
+        raise r.error(
+            "schema", f"is {schema}; this tftune reads schema {SUPPORTED_SCHEMA} (upgrade tftune)"
+        )
+    return r
+
+
+def share(r: Reader, key: str) -> float | None:
+    """A fraction of something (0..1); None is "not measured"."""
+    value = r.number(key)
+    if value is not None and not -1e-6 <= value <= 1.0 + 1e-6:
+        raise r.error(key, f"must be a fraction between 0 and 1, got {value}")
+    return value
+
+
+def dump(data: Any) -> str:
+    """The (capped) input as the compact JSON a page embeds: always valid JSON."""
+    try:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # a NaN somewhere in a free-form field: keep the report valid JSON
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).replace(
+            "NaN", "null"
+        )
+
+
+def timestamp_now() -> str:
+    """The report timestamp: now in UTC, or $SOURCE_DATE_EPOCH for reproducible output."""
+    import datetime as dt
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    when = (
+        dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
+        if epoch.isdigit()
+        else dt.datetime.now(dt.timezone.utc)
+    )
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def detect_kind(data: Mapping[str, Any], *, source: str = "report JSON") -> Kind:
+    """Tell an analysis JSON from a tuning JSON by its content."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{source}: expected a JSON object at the top level")
+    if "bottlenecks" in data or "breakdown" in data or "verdict" in data:
+        return "analysis"
+    if "baselines" in data or "best" in data or "trials_detail" in data:
+        return "tuning"
+    raise UserError(
+        f"{source}: not a tftune analysis or tuning JSON "
+        "(no 'bottlenecks'/'breakdown' nor 'baselines'/'best' field)"
+    )

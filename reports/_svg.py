@@ -78,6 +78,28 @@ class Column:
     title: str  # hover text
 
 
+def _column_scale(totals: Sequence[float], reference: float) -> float:
+    """The value the axis must reach: every column and the reference, unless a few
+    outliers (beyond OUTLIER_FACTOR x the median) would flatten the others."""
+    positive = sorted(t for t in totals if t > 0)
+    median = positive[len(positive) // 2] if positive else 0.0
+    high = max([*totals, reference, 1e-9])
+    if median > 0 and high > OUTLIER_FACTOR * median:
+        high = max(OUTLIER_FACTOR * median * 0.8, reference)
+    return high
+
+
+def _cut_mark(x: float, bar_w: float, top: float, caption: str) -> str:
+    """The break on a column cut at the top of the axis, labelled with its real value."""
+    yb = top + 8
+    return (
+        f'<path class="cut" d="M{_f(x - 2)},{_f(yb + 3)}L{_f(x + bar_w + 2)},{_f(yb - 3)}'
+        f'M{_f(x - 2)},{_f(yb + 8)}L{_f(x + bar_w + 2)},{_f(yb + 2)}" stroke="#fff" '
+        f'stroke-width="2.5"/><text x="{_f(x + bar_w / 2)}" y="{_f(top - 5)}" '
+        f'text-anchor="middle" fill="#111827" font-weight="600">{_e(caption)}</text>'
+    )
+
+
 def stacked_columns(
     columns: Sequence[Column],
     colors: Callable[[str], str],
@@ -97,12 +119,7 @@ def stacked_columns(
     left, right, top, bottom = 52.0, 12.0, 22.0, 26.0
     plot_w, plot_h = width - left - right, height - top - bottom
     totals = [sum(v for _, v in c.parts if v is not None and v > 0) for c in columns]
-    positive = sorted(t for t in totals if t > 0)
-    median = positive[len(positive) // 2] if positive else 0.0
-    high = max([*totals, reference[0] if reference else 0.0, 1e-9])
-    if median > 0 and high > OUTLIER_FACTOR * median:
-        high = max(OUTLIER_FACTOR * median * 0.8, reference[0] if reference else 0.0)
-    ticks = nice_ticks(high)
+    ticks = nice_ticks(_column_scale(totals, reference[0] if reference else 0.0))
     top_v = ticks[-1]
 
     def y_of(v: float) -> float:
@@ -130,14 +147,7 @@ def stacked_columns(
             )
             acc += v
         if totals[i] > top_v:
-            yb = top + 8
-            out.append(
-                f'<path class="cut" d="M{_f(x - 2)},{_f(yb + 3)}L{_f(x + bar_w + 2)},{_f(yb - 3)}'
-                f'M{_f(x - 2)},{_f(yb + 8)}L{_f(x + bar_w + 2)},{_f(yb + 2)}" stroke="#fff" '
-                f'stroke-width="2.5"/><text x="{_f(x + bar_w / 2)}" y="{_f(top - 5)}" '
-                f'text-anchor="middle" fill="#111827" font-weight="600">'
-                f"{tick_label(totals[i])} {_e(unit)}</text>"
-            )
+            out.append(_cut_mark(x, bar_w, top, f"{tick_label(totals[i])} {unit}"))
         out.append("</g>")
         if i % every == 0:
             out.append(
@@ -149,8 +159,6 @@ def stacked_columns(
         out.append(
             f'<line x1="{_f(left)}" x2="{_f(width - right)}" y1="{_f(y)}" y2="{_f(y)}" '
             f'stroke="#111827" stroke-dasharray="5 4" stroke-width="1.2"/>'
-        )
-        out.append(
             f'<text x="{_f(width - right - 4)}" y="{_f(y - 5)}" text-anchor="end" '
             f'fill="#111827" font-weight="600">{_e(reference[1])}</text>'
         )
@@ -236,6 +244,62 @@ class Point:
     title: str
 
 
+def _reference_lines(
+    references: Sequence[tuple[float, str, str]],
+    y_of: Callable[[float], float],
+    left: float,
+    right: float,
+    base: float,
+) -> list[str]:
+    """Dashed (value, label, colour) lines, labelled right of the plot."""
+    out = []
+    label_y = base + 12.0  # push labels of close reference lines apart, bottom up
+    for value, name, color in sorted(references):
+        y = y_of(value)
+        label_y = min(y + 4, label_y - 13)
+        out.append(
+            f'<line x1="{_f(left)}" x2="{_f(right)}" y1="{_f(y)}" y2="{_f(y)}" '
+            f'stroke="{color}" stroke-dasharray="5 4" stroke-width="1.2"/>'
+            f'<text x="{_f(right + 6)}" y="{_f(label_y)}" fill="{color}">{_e(name)}</text>'
+        )
+    return out
+
+
+def _best_so_far(
+    points: Sequence[Point], x_of: Callable[[float], float], y_of: Callable[[float], float]
+) -> tuple[float | None, list[str]]:
+    """(the best value, the step line of the best so far) over the complete trials."""
+    best: float | None = None
+    path: list[str] = []
+    for p in points:
+        if p.kind != "complete" or p.y is None:
+            continue
+        if best is None:
+            best = p.y
+            path.append(f"M{_f(x_of(p.x))},{_f(y_of(best))}")
+        elif p.y > best:
+            path.append(f"H{_f(x_of(p.x))}")
+            best = p.y
+            path.append(f"V{_f(y_of(best))}")
+    return best, path
+
+
+def _trial_mark(p: Point, cx: float, y_of: Callable[[float], float], base: float) -> str:
+    """A complete trial's dot at its value; a pruned or failed one's cross on the axis."""
+    if p.kind == "complete" and p.y is not None:
+        return (
+            f'<circle cx="{_f(cx)}" cy="{_f(y_of(p.y))}" r="4.5" fill="#2563eb" '
+            f'fill-opacity="0.85"><title>{_e(p.title)}</title></circle>'
+        )
+    color = "#dc2626" if p.kind == "failed" else "#9ca3af"
+    y = base - 7
+    return (
+        f'<g><title>{_e(p.title)}</title><path d="M{_f(cx - 4)},{_f(y - 4)}'
+        f"L{_f(cx + 4)},{_f(y + 4)}M{_f(cx - 4)},{_f(y + 4)}L{_f(cx + 4)},{_f(y - 4)}"
+        f'" stroke="{color}" stroke-width="2"/></g>'
+    )
+
+
 def history(
     points: Sequence[Point],
     *,
@@ -284,48 +348,15 @@ def history(
         f'<text x="{_f(left + plot_w / 2)}" y="{_f(height - 3)}" text-anchor="middle" '
         f'fill="{AXIS}">trial</text>'
     )
-    label_y = base + 12.0  # push labels of close reference lines apart, bottom up
-    for value, name, color in sorted(references):
-        y = y_of(value)
-        label_y = min(y + 4, label_y - 13)
-        out.append(
-            f'<line x1="{_f(left)}" x2="{_f(width - right)}" y1="{_f(y)}" y2="{_f(y)}" '
-            f'stroke="{color}" stroke-dasharray="5 4" stroke-width="1.2"/>'
-            f'<text x="{_f(width - right + 6)}" y="{_f(label_y)}" fill="{color}">{_e(name)}</text>'
-        )
-    best: float | None = None
-    path: list[str] = []
-    for p in points:
-        if p.kind != "complete" or p.y is None:
-            continue
-        if best is None:
-            best = p.y
-            path.append(f"M{_f(x_of(p.x))},{_f(y_of(best))}")
-        elif p.y > best:
-            path.append(f"H{_f(x_of(p.x))}")
-            best = p.y
-            path.append(f"V{_f(y_of(best))}")
+    out += _reference_lines(references, y_of, left, width - right, base)
+    best, path = _best_so_far(points, x_of, y_of)
     if path:
         path.append(f"H{_f(x_of(x_hi))}")
         out.append(
             f'<path class="best" d="{"".join(path)}" fill="none" stroke="#c2410c" '
             f'stroke-width="2.2"/>'
         )
-    for p in points:
-        cx = x_of(p.x)
-        if p.kind == "complete" and p.y is not None:
-            out.append(
-                f'<circle cx="{_f(cx)}" cy="{_f(y_of(p.y))}" r="4.5" fill="#2563eb" '
-                f'fill-opacity="0.85"><title>{_e(p.title)}</title></circle>'
-            )
-        else:
-            color = "#dc2626" if p.kind == "failed" else "#9ca3af"
-            y = base - 7
-            out.append(
-                f'<g><title>{_e(p.title)}</title><path d="M{_f(cx - 4)},{_f(y - 4)}'
-                f"L{_f(cx + 4)},{_f(y + 4)}M{_f(cx - 4)},{_f(y + 4)}L{_f(cx + 4)},{_f(y - 4)}"
-                f'" stroke="{color}" stroke-width="2"/></g>'
-            )
+    out += [_trial_mark(p, x_of(p.x), y_of, base) for p in points]
     if best is not None:
         out.append(
             f'<text x="{_f(width - right + 6)}" y="{_f(y_of(best) + 4)}" fill="#c2410c" '

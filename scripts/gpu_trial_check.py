@@ -18,7 +18,8 @@ from typing import Any
 
 from tftune.probes.nvml import NotMeasured, NvmlSampler
 from tftune.tuner.config import Config
-from tftune.tuner.runner import MeasureSpec, TrialResult, run_trial
+from tftune.tuner.measurement import Measurement
+from tftune.tuner.trial import MeasureSpec, run_trial
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "keras_fit.py"
@@ -26,12 +27,12 @@ ARGS = ["--steps", "100000", "--batch-size", "256"]
 SPEC = MeasureSpec(warmup_steps=10, warmup_s=2.0, window_s=3.0, repeats=3, stall_s=120)
 
 
-def _row(result: TrialResult) -> dict[str, Any]:
+def _row(result: Measurement) -> dict[str, Any]:
     return {
         "state": result.state.value,
         "reason": result.reason,
         "wall_s": round(result.wall_s, 2),
-        "metrics": result.metrics.to_json() if result.metrics else None,
+        "metrics": result.metrics_json(),
         "notes": list(result.notes),
         "stderr_tail": result.stderr_tail[-1500:] if not result.ok else "",
     }

@@ -19,10 +19,22 @@ the names the CUPTI collector and XProf's converter use:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tftune.probes._schema import xspace_class
+from google.protobuf import message_factory
+
+from tftune.probes._schema import xevent_class
+
+
+@cache
+def xspace_class() -> Any:
+    """The full XSpace message class of tftune's own schema (from the descriptor pool
+    its XEvent class lives in): what these traces are written with."""
+    pool = xevent_class().DESCRIPTOR.file.pool
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tftune.xplane.XSpace"))
+
 
 US = 1_000_000  # picoseconds per microsecond
 MS = 1_000_000_000  # picoseconds per millisecond

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tftune.reports.terminal import render
+from tftune.reports.analysis_terminal import render
 
 
 def test_analyze_cli_writes_json_and_summary(trace_case, run_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -90,3 +90,11 @@ def test_terminal_summary_renders_a_saved_analysis_without_the_trace() -> None:
     text = render(data, width=80)
     assert "No steps were found." in text and "with Trace(...):" in text
     assert "not measured" in text and "0%" not in text
+
+
+def test_the_xprof_cross_check_is_only_there_when_asked_for(trace_case, run_cli) -> None:  # type: ignore[no-untyped-def]
+    import tftune
+
+    assert "xprof" not in tftune.analyze(trace_case("latency_py")).to_json()
+    proc = run_cli("analyze", "--help")
+    assert proc.returncode == 0 and "--xprof" in proc.stdout

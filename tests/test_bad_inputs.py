@@ -206,6 +206,49 @@ def test_optimize_a_script_without_a_pipeline_says_what_still_works(tmp_path: Pa
     assert not (tmp_path / "tftune-best.json").exists()
 
 
+def test_a_script_that_fails_before_training_shows_its_exit_code_and_stderr(
+    tmp_path: Path,
+) -> None:
+    """The script's own message, not a guess: an argparse error before any pipeline."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--epochs', type=int)\n"
+        "parser.parse_args()\n"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tftune",
+            "optimize",
+            str(script),
+            "--storage",
+            "s.journal",
+            "--",
+            "--steps",
+            "3",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert "exited with code 2" in out.stderr, out.stderr
+    assert "unrecognized arguments: --steps 3" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_an_unknown_option_before_the_separator_is_a_usage_error(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('never run')\n")
+    code, output = _invoke("optimize", str(script), "--trails", "2")
+    assert code == 2
+    assert "No such option" in output and "--trials" in output
+
+
 @pytest.mark.parametrize("command", ["run", "profile"])
 def test_run_and_profile_a_script_with_a_syntax_error(tmp_path: Path, command: str) -> None:
     script = tmp_path / "train.py"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tftune.core.vocabulary import stage_kind
 from tftune.probes.callsites import (
     SITES_FILE,
     RecordedSite,
@@ -13,7 +14,7 @@ from tftune.probes.callsites import (
     site_for_stage,
     write_sites,
 )
-from tftune.probes.stages import Stage, stage_kind
+from tftune.probes.stages import Stage
 
 SITES = (
     RecordedSite("train.py:4", "TFRecordDataset"),

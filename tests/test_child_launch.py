@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tftune.tuner.runner import MeasureSpec, TrialState, discover, profile_script, run_trial
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.trial import MeasureSpec, discover, profile_script, run_trial
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def test_discovery_and_a_trial_ignore_the_working_directory(shadowed: tuple[Path
     spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.3, repeats=1)
     result = run_trial(script, (), None, spec, cwd=cwd)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail[-2000:])
-    assert result.metrics is not None and result.metrics.examples == 8 * result.metrics.steps
+    assert result.measured and result.examples == 8 * result.steps
 
 
 def test_profile_ignores_the_working_directory(shadowed: tuple[Path, Path]) -> None:

@@ -121,13 +121,14 @@ def test_the_launchers_frames_are_dropped_and_a_deep_scripts_frame_is_kept() -> 
         '  File "/tmp/e2e/crash.py", line 12 in <module>\n'
         '  File "<frozen runpy>", line 88 in _run_code\n'
         '  File "<frozen runpy>", line 291 in run_path\n'
-        '  File "/venv/lib/python3.11/site-packages/tftune/tuner/_bootstrap.py", line 248 in main\n'
+        '  File "/venv/lib/python3.11/site-packages/tftune/tuner/child/bootstrap.py", '
+        "line 248 in main\n"
         '  File "<string>", line 1 in <module>\n'
     )
     s = summarize_crash(text, -6)
     assert s is not None and len(s.stack) == MAX_FRAMES
     assert s.stack[-1] == "/tmp/e2e/crash.py:9 in train_step"
-    assert not any("runpy" in f or "_bootstrap" in f for f in s.stack)
+    assert not any("runpy" in f or "bootstrap.py" in f for f in s.stack)
     assert s.key_lines()[-1] == "called from /tmp/e2e/crash.py:9 in train_step"
     shallow = summarize_crash(text.replace(deep, ""), -6)
     assert shallow is not None

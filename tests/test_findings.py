@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from tftune.core.vocabulary import MODERATELY_INPUT_BOUND
 from tftune.probes.analysis import Analysis, analyze
-from tftune.probes.findings import MODERATELY_INPUT_BOUND, verdict
+from tftune.probes.findings import verdict
 
 
 def _top(a: Analysis) -> Any:

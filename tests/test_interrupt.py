@@ -23,19 +23,15 @@ from conftest import requires_tf
 from test_optimize_study import FakeRunner, latency_bound, settings, space
 
 from tftune.tuner.config import Config
-from tftune.tuner.study import (
+from tftune.tuner.study import Mode, RepeatCallback, Role, open_storage, run_study
+from tftune.tuner.study.storage import (
     HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
     RETRY_OF_ATTR,
     STALE_AFTER_S,
     WORKER_ATTR,
-    Mode,
-    RepeatCallback,
-    Role,
     fail_stale_trials,
     heartbeat,
-    open_storage,
-    run_study,
     this_worker,
 )
 

@@ -131,8 +131,10 @@ def test_help_imports_neither_tensorflow_nor_optuna() -> None:
 def _fake_runner() -> Any:
     """Trials faked from the config: a latency-bound map that parallelism and the pool
     speed up, against a model that takes 20,000 ex/s."""
+    from tftune.core.vocabulary import TrialState
     from tftune.tuner.config import AUTOTUNE, Config
-    from tftune.tuner.study import Measurement, Mode, RepeatCallback, Runner, State
+    from tftune.tuner.measurement import Measurement
+    from tftune.tuner.study import Mode, RepeatCallback, Runner
 
     class Fake(Runner):
         def measure(
@@ -143,13 +145,21 @@ def _fake_runner() -> Any:
             on_repeat: RepeatCallback | None = None,
         ) -> Measurement:
             if mode is Mode.MODEL_ONLY:
-                return Measurement(State.COMPLETE, 20000.0, 0.9, repeats=(20000.0,))
+                return Measurement(TrialState.COMPLETE, 20000.0, 0.9, repeats=(20000.0,))
             pool = config.threadpool_size or 2
             pars = [s.num_parallel_calls for s in config.sites.values() if s.num_parallel_calls]
             par = pars[0] if pars else 1
             eps = 240.0 * min(pool if par == AUTOTUNE else par, pool)
             wait = max(0.0, 1 - eps / 20000)
-            return Measurement(State.COMPLETE, eps, 1 - wait, "duty_cycle", 0.02, wait, (eps,))
+            return Measurement(
+                TrialState.COMPLETE,
+                eps,
+                1 - wait,
+                "duty_cycle",
+                spread=0.02,
+                input_wait_share=wait,
+                repeats=(eps,),
+            )
 
     return Fake()
 

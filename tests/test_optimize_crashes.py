@@ -11,30 +11,28 @@ from typing import Any
 import pytest
 from rich.console import Console
 from test_crashes import GLIBC_ABORT, TF_NOISE
+from test_optimize_emit import render_table, trial_line
 from test_optimize_study import SITES, FakeRunner, latency_bound, settings, space
 
 from tftune.core.errors import ScriptError
-from tftune.reports.html import render_tuning_html
-from tftune.reports.model import build_tuning_model
+from tftune.core.vocabulary import TrialState
+from tftune.reports.tuning_html import render_tuning_html
+from tftune.reports.tuning_model import build_tuning_model
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
-from tftune.tuner.emit import render_table, trial_line, tuning_json
+from tftune.tuner.emit import tuning_json
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
-    CRASH_ATTR,
-    DEAD_AFTER,
-    STDERR_TAIL_ATTR,
-    Measurement,
     Mode,
     RepeatCallback,
     Role,
-    State,
     StudyOutcome,
-    dead_values,
     open_storage,
     run_study,
 )
+from tftune.tuner.study.records import CRASH_ATTR, DEAD_AFTER, STDERR_TAIL_ATTR, dead_values
 
 # What the runner keeps of a crashed run: up to 200 lines, the crash at the end.
 LONG_TAIL = "".join(f"step {i}: loss 0.{i:03d}\n" for i in range(180)) + GLIBC_ABORT
@@ -61,13 +59,13 @@ class CrashingRunner(FakeRunner):
         if len(self.calls) in self.crash_calls or self.crashes(config):
             self.calls.append(config)
             return Measurement(
-                State.FAILED, reason="killed by signal 6", stderr_tail=LONG_TAIL, returncode=-6
+                TrialState.FAILED, reason="killed by signal 6", stderr_tail=LONG_TAIL, returncode=-6
             )
         if self.nan(config):
             self.calls.append(config)
             # The runner stops a NaN run itself (SIGTERM): an attributable failure.
             return Measurement(
-                State.FAILED,
+                TrialState.FAILED,
                 reason="NaN loss under mixed_bfloat16",
                 stderr_tail=TF_NOISE,
                 returncode=-15,
@@ -112,7 +110,7 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
     sp = space()
     out = run_study(sp, runner, settings(tmp_path))
     first = out.records[0]
-    assert first.role is Role.AS_WRITTEN and first.state is State.FAILED
+    assert first.role is Role.AS_WRITTEN and first.state is TrialState.FAILED
     assert first.reason == "killed by signal 6"
     assert first.crash is not None and first.crash.headline == "corrupted double-linked list"
     assert "Fatal Python error: Aborted" in first.stderr_tail
@@ -124,7 +122,7 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
     assert stored.user_attrs[STDERR_TAIL_ATTR] == first.stderr_tail
     assert stored.user_attrs[CRASH_ATTR]["signal"] == "SIGABRT"
     # The retry of the script as written ran through, so the study went on.
-    assert out.baselines[Role.AS_WRITTEN].state is State.COMPLETE
+    assert out.baselines[Role.AS_WRITTEN].state is TrialState.COMPLETE
 
     inst = out.instability
     assert inst is not None and inst.as_written == 1
@@ -268,7 +266,7 @@ def test_the_html_report_shows_the_crash_lines_escaped() -> None:
 
 
 def test_the_report_keeps_only_a_few_stderr_tails() -> None:
-    from tftune.reports.model import MAX_STDERR_TAILS
+    from tftune.reports.tuning_model import MAX_STDERR_TAILS
 
     data = json.loads(FIXTURE.read_text())
     row = dict(data["trials_detail"][0], state="FAIL", stderr_tail="x" * 4000)

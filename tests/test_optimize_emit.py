@@ -1,4 +1,5 @@
-"""Emitting the winner: the diff against the user's lines, the snippet, the files."""
+"""Emitting the winner: the diff against the user's lines, the snippet, the files, and the
+tuning JSON that the terminal's table and trial lines are drawn from."""
 
 from __future__ import annotations
 
@@ -8,27 +9,66 @@ import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Group
+from rich.table import Table
 
+from tftune.core.vocabulary import TrialState
+from tftune.reports import tuning_terminal
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
 from tftune.tuner.emit import (
     best_config_with_metrics,
-    ceiling_sentence,
     globals_snippet,
-    render_table,
+    record_json,
     rewrite_sources,
     run_command,
     source_diff,
-    table_rows,
-    trial_line,
     tuning_json,
     write_json_atomic,
 )
-from tftune.tuner.runner import CallSite
 from tftune.tuner.space import build_space
-from tftune.tuner.study import Objective, Role, State, StudyOutcome, TrialRecord
+from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
+from tftune.tuner.trial.discovery import CallSite
+
+
+# The terminal's renderers read the tuning JSON (`reports.tuning_terminal`); these draw an
+# outcome as `tftune optimize` does: its JSON, as written to the file, then the renderer.
+def outcome_json(out: StudyOutcome, ceiling: Ceiling | None = None) -> dict[str, Any]:
+    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
+    data = tuning_json(
+        script="t.py",
+        outcome=out,
+        space=space,
+        ceiling=ceiling,
+        device="CPU_ONLY",
+        config_file="tftune-best.json",
+        command="tftune run --config tftune-best.json t.py",
+        diff="",
+        snippet="",
+        seed=0,
+    )
+    loaded: dict[str, Any] = json.loads(json.dumps(data))
+    return loaded
+
+
+def render_table(out: StudyOutcome, ceiling: Ceiling | None) -> Table | Group:
+    return tuning_terminal.render_table(outcome_json(out, ceiling))
+
+
+def table_rows(out: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
+    return tuning_terminal.table_rows(outcome_json(out))
+
+
+def ceiling_sentence(out: StudyOutcome, ceiling: Ceiling) -> str:
+    return tuning_terminal.ceiling_sentence(outcome_json(out, ceiling))
+
+
+def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:
+    return tuning_terminal.trial_line(record_json(r), best.number if best is not None else None)
+
 
 SCRIPT = """\
 import tensorflow as tf2
@@ -123,7 +163,7 @@ def test_run_command_quotes_and_passes_arguments() -> None:
     assert cmd == "tftune run --config best.json 'my train.py' -- --steps 10"
 
 
-def _rec(n: int, role: Role, eps: float, state: State = State.COMPLETE) -> TrialRecord:
+def _rec(n: int, role: Role, eps: float, state: TrialState = TrialState.COMPLETE) -> TrialRecord:
     return TrialRecord(n, role, state, {}, role.value, eps, 0.5, 0.04, 0.5, (eps, eps))
 
 
@@ -132,7 +172,7 @@ def _outcome() -> StudyOutcome:
     at = _rec(1, Role.AUTOTUNE, 400.0)
     he = _rec(2, Role.HEURISTIC, 410.0)
     best = _rec(3, Role.SEARCH, 4000.0)
-    pruned = TrialRecord(4, Role.SEARCH, State.PRUNED, {}, "x", 100.0, reason="pruned")
+    pruned = TrialRecord(4, Role.SEARCH, TrialState.PRUNED, {}, "x", 100.0, reason="pruned")
     return StudyOutcome(
         study_name="s",
         storage="s.journal",
@@ -211,9 +251,9 @@ def test_table_has_four_rows_with_speedups() -> None:
 
 
 @pytest.mark.parametrize(
-    ("state", "needle"), [(State.PRUNED, "pruned"), (State.FAILED, "failed: boom")]
+    ("state", "needle"), [(TrialState.PRUNED, "pruned"), (TrialState.FAILED, "failed: boom")]
 )
-def test_trial_line_says_why(state: State, needle: str) -> None:
+def test_trial_line_says_why(state: TrialState, needle: str) -> None:
     r = TrialRecord(7, Role.SEARCH, state, {}, "t.py/par=4", 10.0, reason="boom")
     line = trial_line(r, None)
     assert needle in line and "t.py/par=4" in line and "\n" not in line

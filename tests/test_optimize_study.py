@@ -10,27 +10,25 @@ from pathlib import Path
 import pytest
 
 from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.vocabulary import TrialState
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.runner import CallSite
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
-    Measurement,
     Mode,
     Objective,
     RepeatCallback,
     Role,
     Runner,
-    State,
     StorageError,
     StudySettings,
     TrialRecord,
-    choose_final,
-    choose_winner,
-    guided_params,
     open_storage,
-    pareto_front,
     run_study,
 )
+from tftune.tuner.study.baselines import guided_params
+from tftune.tuner.study.final import choose_final, choose_winner, pareto_front
+from tftune.tuner.trial.discovery import CallSite
 
 MAP = "train.py:10"
 MAP_PAR = f"{MAP}/num_parallel_calls"
@@ -71,16 +69,16 @@ class FakeRunner(Runner):
     ) -> Measurement:
         self.calls.append(config)
         if self.fail is not bool and self.fail(config):
-            return Measurement(State.FAILED, reason="out of memory (exit code 137)")
+            return Measurement(TrialState.FAILED, reason="out of memory (exit code 137)")
         eps, util = self.model(config)
         done: list[float] = []
         for i in range(self.repeats):
             done.append(eps)
             if on_repeat is not None and not on_repeat(i, eps):
-                return Measurement(State.PRUNED, eps, repeats=tuple(done), reason="pruned")
+                return Measurement(TrialState.PRUNED, eps, repeats=tuple(done), reason="pruned")
         wait = max(0.0, 1.0 - util)
         return Measurement(
-            State.COMPLETE, eps, util, spread=0.02, input_wait_share=wait, repeats=tuple(done)
+            TrialState.COMPLETE, eps, util, spread=0.02, input_wait_share=wait, repeats=tuple(done)
         )
 
 
@@ -113,9 +111,9 @@ def test_baselines_run_first_and_the_search_finds_the_latency_fix(tmp_path: Path
 
 def test_clearly_slower_search_trials_are_pruned(tmp_path: Path) -> None:
     out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=16))
-    pruned = [r for r in out.records if r.state is State.PRUNED]
+    pruned = [r for r in out.records if r.state is TrialState.PRUNED]
     assert pruned, "no trial was pruned"
-    best = max(r.examples_per_s or 0 for r in out.records if r.state is State.COMPLETE)
+    best = max(r.examples_per_s or 0 for r in out.records if r.state is TrialState.COMPLETE)
     for r in pruned:
         assert r.role is Role.SEARCH
         assert (r.examples_per_s or 0) < 0.5 * best
@@ -138,7 +136,7 @@ def test_winner_never_has_fewer_examples_per_s_than_as_written(tmp_path: Path) -
 
 def test_choose_winner_guard_with_injected_results() -> None:
     def rec(n: int, role: Role, eps: float, util: float) -> TrialRecord:
-        return TrialRecord(n, role, State.COMPLETE, {}, "", eps, util, feasible=True)
+        return TrialRecord(n, role, TrialState.COMPLETE, {}, "", eps, util, feasible=True)
 
     aw = rec(0, Role.AS_WRITTEN, 500.0, 0.5)
     greedy = rec(1, Role.SEARCH, 400.0, 0.99)  # higher utilization, fewer examples/s
@@ -167,7 +165,7 @@ def test_a_winner_that_does_not_hold_up_falls_back_to_as_written(tmp_path: Path)
     assert any("did not hold up" in n and "900.0 vs 1000.0 examples/s" in n for n in out.notes)
     # the fluke was re-measured in the final round, beside the script as written
     lucky = next(f for f in out.final if f.role is Role.CONFIRM and f.examples_per_s == 900.0)
-    assert lucky.state is State.COMPLETE
+    assert lucky.state is TrialState.COMPLETE
     assert any(f.number == out.best.number for f in out.final)
 
 
@@ -175,7 +173,7 @@ def test_a_search_best_that_repeats_a_baseline_is_judged_by_its_re_measure() -> 
     # TPE sampled AUTOTUNE's params again (trial 4); the final round re-measured that
     # config once, as trial 1. The notes must use that figure, not "not measured".
     def rec(n: int, role: Role, eps: float, params: dict[str, int]) -> TrialRecord:
-        return TrialRecord(n, role, State.COMPLETE, params, f"par={params}", eps, 0.5)
+        return TrialRecord(n, role, TrialState.COMPLETE, params, f"par={params}", eps, 0.5)
 
     aw = rec(0, Role.AS_WRITTEN, 1000.0, {})
     autotune = rec(1, Role.AUTOTUNE, 950.0, {MAP_PAR: AUTOTUNE})
@@ -197,7 +195,9 @@ def test_a_search_best_that_repeats_a_baseline_is_judged_by_its_re_measure() -> 
 def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     """The search's best was a fluke; re-measured beside the others, AUTOTUNE everywhere
     (a real 2x) wins, and the table and JSON show the final round's figures."""
-    from tftune.tuner.emit import table_rows, tuning_json
+    from test_optimize_emit import table_rows
+
+    from tftune.tuner.emit import tuning_json
 
     first_seen: dict[str, int] = {}
 
@@ -241,10 +241,10 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
 
 
 def test_final_candidates_are_the_baselines_and_the_distinct_leaders() -> None:
-    from tftune.tuner.study import final_candidates
+    from tftune.tuner.study.final import final_candidates
 
     def rec(n: int, role: Role, eps: float, params: dict[str, object]) -> TrialRecord:
-        return TrialRecord(n, role, State.COMPLETE, params, "", eps, 0.5, feasible=True)  # type: ignore[arg-type]
+        return TrialRecord(n, role, TrialState.COMPLETE, params, "", eps, 0.5, feasible=True)  # type: ignore[arg-type]
 
     aw = rec(0, Role.AS_WRITTEN, 100.0, {"p": 1})
     records = [
@@ -269,15 +269,15 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path: Path) -> Non
 
     runner = FakeRunner(latency_bound, fail=big_batch)
     out = run_study(space(), runner, settings(tmp_path, n_trials=16))
-    failed = [r for r in out.records if r.state is State.FAILED]
+    failed = [r for r in out.records if r.state is TrialState.FAILED]
     assert failed and all("out of memory" in (r.reason or "") for r in failed)
-    assert out.best.state is State.COMPLETE
+    assert out.best.state is TrialState.COMPLETE
     # In storage a failed trial is pruned and infeasible, so that TPE learns from it;
     # tftune status still counts it as failed.
     import optuna
 
     from tftune.tuner.status import study_status
-    from tftune.tuner.study import FAILED_ATTR
+    from tftune.tuner.study.records import FAILED_ATTR
 
     study = optuna.load_study(
         study_name="t", storage=open_storage(str(tmp_path / "study.journal"))[0]
@@ -303,7 +303,9 @@ def test_the_search_learns_to_avoid_configs_that_crash(tmp_path: Path) -> None:
             FakeRunner(latency_bound, fail=crashes),
             settings(tmp_path, n_trials=30, seed=seed, study_name=f"s{seed}"),
         )
-        failed += sum(1 for r in out.records if r.state is State.FAILED and r.role is Role.SEARCH)
+        failed += sum(
+            1 for r in out.records if r.state is TrialState.FAILED and r.role is Role.SEARCH
+        )
     assert failed <= 15
 
 
@@ -313,7 +315,7 @@ def test_a_value_that_only_ever_fails_is_skipped_and_not_counted(tmp_path: Path)
     not use the budget, so the search still measures --trials configs."""
     import optuna
 
-    from tftune.tuner.study import SKIPPED_ATTR
+    from tftune.tuner.study.storage import SKIPPED_ATTR
 
     bf16 = build_space(SITES, cores=CORES, flags={"avx512_bf16"}, uses_keras=True)
     assert "mixed_precision" in bf16.names
@@ -328,7 +330,7 @@ def test_a_value_that_only_ever_fails_is_skipped_and_not_counted(tmp_path: Path)
     skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
     assert skipped, "the sampler never came back to the policy"
     assert all("mixed_precision=mixed_bfloat16" in (r.reason or "") for r in skipped)
-    assert all(r.state is State.FAILED for r in skipped)
+    assert all(r.state is TrialState.FAILED for r in skipped)
     assert len(out.records) - len(skipped) == 20  # the budget, all measured
     study = optuna.load_study(
         study_name="t", storage=open_storage(str(tmp_path / "study.journal"))[0]
@@ -400,18 +402,18 @@ def test_both_objective_reports_a_pareto_front(tmp_path: Path) -> None:
             (o.examples_per_s or 0) > (r.examples_per_s or 0)
             and (o.utilization or 0) > (r.utilization or 0)
             for o in out.records
-            if o.state is State.COMPLETE
+            if o.state is TrialState.COMPLETE
         )
 
 
 def test_guided_guess_scales_parallelism_with_the_input_wait() -> None:
     sp = space()
-    aw = TrialRecord(0, Role.AS_WRITTEN, State.COMPLETE, {}, "", 250.0, 0.02, 0.0, 0.98)
+    aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 250.0, 0.02, 0.0, 0.98)
     params, why = guided_params(sp, aw, CORES)
     assert params[f"{MAP}/num_parallel_calls"] == 64  # 1 / (1 - 0.98) = 50 -> 64
     assert params["threadpool_size"] == 64
     assert "input-bound" in why
-    busy = TrialRecord(0, Role.AS_WRITTEN, State.COMPLETE, {}, "", 250.0, 0.98, 0.0, 0.02)
+    busy = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 250.0, 0.98, 0.0, 0.02)
     params, why = guided_params(sp, busy, CORES)
     assert params[f"{MAP}/num_parallel_calls"] == AUTOTUNE and "not input-bound" in why
 
@@ -435,7 +437,8 @@ def test_sqlite_storage_url_works(tmp_path: Path) -> None:
 def test_a_killed_workers_as_written_trial_is_waited_for_then_rerun(tmp_path: Path) -> None:
     import optuna
 
-    from tftune.tuner.study import AS_WRITTEN_WAIT_S, open_storage
+    from tftune.tuner.study import open_storage
+    from tftune.tuner.study.search import AS_WRITTEN_WAIT_S
 
     sp = space()
     storage, _ = open_storage(str(tmp_path / "study.journal"))
@@ -448,7 +451,7 @@ def test_a_killed_workers_as_written_trial_is_waited_for_then_rerun(tmp_path: Pa
     out = run_study(sp, runner, settings(tmp_path, n_trials=5), sleep=waits.append)
     assert sum(waits) >= AS_WRITTEN_WAIT_S  # it waited for the other worker first
     assert runner.calls[0] == Config()  # then measured the script as written itself
-    assert out.baselines[Role.AS_WRITTEN].state is State.COMPLETE
+    assert out.baselines[Role.AS_WRITTEN].state is TrialState.COMPLETE
 
 
 def test_guided_guess_from_a_profile_targets_the_bottleneck_site() -> None:
@@ -461,7 +464,7 @@ def test_guided_guess_from_a_profile_targets_the_bottleneck_site() -> None:
         ],
         cores=CORES,
     )
-    aw = TrialRecord(0, Role.AS_WRITTEN, State.COMPLETE, {}, "", 250.0, 0.5, 0.0, 0.5)
+    aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 250.0, 0.5, 0.0, 0.5)
     hint = GuidedHint(input_share=0.95, bottleneck_sites=(MAP,))
     params, why = guided_params(two, aw, CORES, hint)
     assert params[f"{MAP}/num_parallel_calls"] == 32  # 1 / (1 - 0.95) = 20 -> 32
@@ -486,10 +489,10 @@ def test_a_gain_within_the_noise_keeps_the_script_as_written(tmp_path: Path) -> 
 
 
 def test_required_gain_grows_with_the_noise() -> None:
-    from tftune.tuner.study import MIN_GAIN, required_gain
+    from tftune.tuner.study.final import MIN_GAIN, required_gain
 
     def rec(spread: float | None) -> TrialRecord:
-        return TrialRecord(0, Role.SEARCH, State.COMPLETE, {}, "", 100.0, spread=spread)
+        return TrialRecord(0, Role.SEARCH, TrialState.COMPLETE, {}, "", 100.0, spread=spread)
 
     assert required_gain(rec(None), rec(0.01)) == MIN_GAIN
     assert required_gain(rec(0.2), rec(0.2)) == pytest.approx(0.1)
@@ -523,7 +526,7 @@ def test_a_close_call_with_a_real_gain_is_decided_by_more_runs(tmp_path: Path) -
     class NoisyWindows(FakeRunner):
         def measure(self, config: Config, **kw: object) -> Measurement:
             m = super().measure(config, **kw)  # type: ignore[arg-type]
-            return replace(m, spread=0.3) if m.state is State.COMPLETE else m
+            return replace(m, spread=0.3) if m.state is TrialState.COMPLETE else m
 
     def steady(config: Config) -> tuple[float, float]:
         s = config.sites.get(MAP) or SiteConfig()
@@ -544,7 +547,7 @@ def test_a_close_call_with_a_real_gain_is_decided_by_more_runs(tmp_path: Path) -
 
 
 def test_welch_t() -> None:
-    from tftune.tuner.study import welch_t
+    from tftune.tuner.study.final import welch_t
 
     assert welch_t([1.0, 1.0], [2.0, 2.0]) == math.inf
     assert welch_t([1.0, 1.0], [1.0]) == 0.0

@@ -23,25 +23,38 @@ from conftest import requires_tf
 from pgserver import postgres_server, server_bin
 
 from tftune.core.errors import ConfigError
+from tftune.core.vocabulary import TrialState
 from tftune.probes.nvml import GpuSample, NvmlSampler, PynvmlReader
-from tftune.tuner import parallel
 from tftune.tuner.config import Config
-from tftune.tuner.parallel import Slot, assign_slots, run_parallel, slot_deps, study_lock
-from tftune.tuner.runner import RunnerDeps, popen_launcher
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.study import (
-    HEARTBEAT_ATTR,
-    STALE_AFTER_S,
-    WORKER_ATTR,
-    Measurement,
     Mode,
     RepeatCallback,
     Role,
     Runner,
-    State,
     StudySettings,
     run_study,
+)
+from tftune.tuner.study.storage import (
+    HEARTBEAT_ATTR,
+    STALE_AFTER_S,
+    STALE_RUNNING_S,
+    WORKER_ATTR,
+    booked,
+    running_fresh,
+    study_lock,
     this_worker,
 )
+from tftune.tuner.study.workers import (
+    Slot,
+    WorkerStopped,
+    assign_slots,
+    available_cpus,
+    run_parallel,
+    slot_deps,
+    visible_gpus,
+)
+from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_optimize_study import latency_bound, space
@@ -120,7 +133,7 @@ def test_slot_launcher_sets_the_trials_gpus_in_the_child_environment() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
 def test_slot_launcher_pins_the_child_to_its_cpus(tmp_path: Path) -> None:
-    cpus = parallel.available_cpus()
+    cpus = available_cpus()
     mine = (cpus[-1],)
     deps, launcher = slot_deps(Slot(0, cpus=mine), threading.Event(), RunnerDeps())
     out = tmp_path / "out.txt"
@@ -138,7 +151,7 @@ def test_a_stop_request_raises_once_in_the_runner_sleep() -> None:
     deps, _ = slot_deps(Slot(0), stop, RunnerDeps(sleep=lambda s: None, launcher=popen_launcher))
     deps.sleep(0.1)  # not stopped: sleeps
     stop.set()
-    with pytest.raises(parallel.WorkerStopped):
+    with pytest.raises(WorkerStopped):
         deps.sleep(0.1)
     deps.sleep(0.1)  # the runner's cleanup sleeps too: it must run to the end
 
@@ -178,10 +191,10 @@ def test_utilization_is_the_mean_over_the_trials_gpus(monkeypatch: pytest.Monkey
     whole = NvmlSampler(PynvmlReader())
     whole.sample_once()
     assert whole.stop().utilization == pytest.approx(0.6)  # type: ignore[union-attr]
-    assert parallel.visible_gpus() == (0, 1, 2, 3)
+    assert visible_gpus() == (0, 1, 2, 3)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    assert parallel.visible_gpus() == (2, 3)
-    slots = assign_slots(2, gpus=parallel.visible_gpus(), gpus_per_trial=1)
+    assert visible_gpus() == (2, 3)
+    slots = assign_slots(2, gpus=visible_gpus(), gpus_per_trial=1)
     assert [s.gpus for s in slots] == [(2,), (3,)]
 
 
@@ -261,7 +274,7 @@ class SlowFakeRunner(Runner):
         eps, util = latency_bound(config)
         time.sleep(self.seconds)
         return Measurement(
-            State.COMPLETE, eps, util, spread=0.01, input_wait_share=0.9, repeats=(eps,)
+            TrialState.COMPLETE, eps, util, spread=0.01, input_wait_share=0.9, repeats=(eps,)
         )
 
 
@@ -290,7 +303,7 @@ def test_worker_threads_share_one_study(
     kind: str, tmp_path: Path, request: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The others poll for the as-written trial quickly; trials take longer than that.
-    monkeypatch.setattr("tftune.tuner.study.AS_WRITTEN_POLL_S", 0.05)
+    monkeypatch.setattr("tftune.tuner.study.search.AS_WRITTEN_POLL_S", 0.05)
     storage = (
         str(tmp_path / "s.journal") if kind == "journal" else request.getfixturevalue("pg_url")
     )
@@ -338,30 +351,30 @@ def test_budget_counts_other_workers_running_trials(tmp_path: Path) -> None:
     st = open_storage(storage)[0]
     study = optuna.create_study(storage=st, study_name="b", direction="maximize")
     study.ask()  # another worker's trial, running now
-    assert parallel.booked(study.get_trials()) == 1
-    later = time.time() + parallel.STALE_RUNNING_S + 1
-    assert parallel.booked(study.get_trials(), now=later) == 0  # a dead worker's
+    assert booked(study.get_trials()) == 1
+    later = time.time() + STALE_RUNNING_S + 1
+    assert booked(study.get_trials(), now=later) == 0  # a dead worker's
     t = study.ask()
     study.tell(t, 1.0)
-    assert parallel.booked(study.get_trials()) == 2
+    assert booked(study.get_trials()) == 2
     # A trial of a worker on this host whose process is gone (kill -9) will never finish.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     gone = study.ask()
     gone.set_user_attr(WORKER_ATTR, {"host": socket.gethostname(), "pid": dead.pid})
-    assert parallel.booked(study.get_trials()) == 2
-    assert parallel.running_fresh(study.get_trials()) == 1
+    assert booked(study.get_trials()) == 2
+    assert running_fresh(study.get_trials()) == 1
     mine = study.ask()
     mine.set_user_attr(WORKER_ATTR, this_worker())
     mine.set_user_attr(HEARTBEAT_ATTR, time.time())
-    assert parallel.booked(study.get_trials()) == 3
+    assert booked(study.get_trials()) == 3
     # Another host's worker: only its heartbeat tells.
     far = study.ask()
     far.set_user_attr(WORKER_ATTR, {"host": "elsewhere", "pid": 1})
     far.set_user_attr(HEARTBEAT_ATTR, time.time() - STALE_AFTER_S - 60)
-    assert parallel.booked(study.get_trials()) == 3
+    assert booked(study.get_trials()) == 3
     far.set_user_attr(HEARTBEAT_ATTR, time.time())
-    assert parallel.booked(study.get_trials()) == 4
+    assert booked(study.get_trials()) == 4
 
 
 def test_single_worker_still_runs_the_whole_budget(tmp_path: Path) -> None:
@@ -538,7 +551,7 @@ def test_one_workers_error_stops_the_others_trials(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Whichever worker does not get the as-written trial measures its own at once.
-    monkeypatch.setattr("tftune.tuner.study.AS_WRITTEN_WAIT_S", 0.0)
+    monkeypatch.setattr("tftune.tuner.study.search.AS_WRITTEN_WAIT_S", 0.0)
     stop = threading.Event()
     stopped: list[str] = []
 
@@ -550,9 +563,9 @@ def test_one_workers_error_stops_the_others_trials(
             self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: Any = None
         ) -> Measurement:
             if not stop.wait(120):
-                return Measurement(State.COMPLETE, 1.0, repeats=(1.0,))
+                return Measurement(TrialState.COMPLETE, 1.0, repeats=(1.0,))
             stopped.append(threading.current_thread().name)
-            raise parallel.WorkerStopped("stopped")
+            raise WorkerStopped("stopped")
 
     class Interrupted(Runner):
         def measure(
@@ -568,7 +581,8 @@ def test_one_workers_error_stops_the_others_trials(
     assert not [t for t in threading.enumerate() if t.name.startswith("tftune-worker")]
     import optuna
 
-    from tftune.tuner.study import INTERRUPTED_ATTR, open_storage
+    from tftune.tuner.study import open_storage
+    from tftune.tuner.study.storage import INTERRUPTED_ATTR
 
     study = optuna.load_study(study_name="k", storage=open_storage(str(tmp_path / "j"))[0])
     # Both trials in flight are recorded as interrupted: a resumed run measures them again.

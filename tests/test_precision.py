@@ -119,7 +119,8 @@ model.fit(ds, steps_per_epoch=100000, epochs=1, verbose=0)
 @requires_tf
 @pytest.mark.slow
 def test_trial_under_a_16bit_policy_reports_the_output_layer(tmp_path: Path) -> None:
-    from tftune.tuner.runner import MeasureSpec, TrialState, run_trial
+    from tftune.core.vocabulary import TrialState
+    from tftune.tuner.trial import MeasureSpec, run_trial
 
     spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.4, repeats=1, stall_s=60)
     policy = Config(mixed_precision="mixed_float16")
@@ -142,7 +143,9 @@ def test_trial_under_a_16bit_policy_reports_the_output_layer(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_inf_loss_under_a_16bit_policy_fails_the_trial_with_that_reason(tmp_path: Path) -> None:
     """Inputs of 1e5 overflow float16 (max 65504) in the first Dense: the loss is NaN."""
-    from tftune.tuner.runner import FailureKind, MeasureSpec, TrialState, run_trial
+    from tftune.core.vocabulary import TrialState
+    from tftune.tuner.measurement import FailureKind
+    from tftune.tuner.trial import MeasureSpec, run_trial
 
     script = tmp_path / "overflow.py"
     script.write_text(KERAS_SCRIPT.format(scale=1e5, output_dtype=', dtype="float32"'))
@@ -158,7 +161,9 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
     """The study's notes reach tftune-best.json and the tuning JSON (trials faked: a
     16-bit trial is faster and reports the finding, as the child would)."""
     import tftune
-    from tftune.tuner.study import Measurement, Runner, State
+    from tftune.core.vocabulary import TrialState as State
+    from tftune.tuner.measurement import Measurement
+    from tftune.tuner.study import Runner
 
     finding = f"{FINDING_PREFIX}the output layer 'dense_1' (Dense) ...; {FLOAT32_OUTPUT_FIX}"
 

@@ -9,6 +9,7 @@ import pytest
 import tracegen_steps
 from gputrace import MS, XSpaceBuilder
 
+from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 from tftune.probes import breakdown, steps, trace
 
 
@@ -61,7 +62,7 @@ def test_device_compute_beats_input_wait_and_events_are_clipped(tmp_path: Path) 
     assert ms["other"] == pytest.approx(1.0)
     row = bd.per_step()[0]
     assert row["step"] == 0 and row["duration_ms"] == pytest.approx(10.0)
-    assert set(breakdown.CATEGORIES) <= {k[:-3] for k in row if k.endswith("_ms")}
+    assert set(BREAKDOWN_CATEGORIES) <= {k[:-3] for k in row if k.endswith("_ms")}
 
 
 def test_no_steps_gives_nulls_not_zeros(tmp_path: Path) -> None:

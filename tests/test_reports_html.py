@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 
 from tftune.reports import render_report_json
-from tftune.reports.html import render_analysis_html, render_tuning_html
-from tftune.reports.model import build_analysis_model, build_tuning_model
+from tftune.reports.analysis_html import render_analysis_html
+from tftune.reports.analysis_model import build_analysis_model
+from tftune.reports.tuning_html import render_tuning_html
+from tftune.reports.tuning_model import build_tuning_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
@@ -285,3 +287,69 @@ def test_renderers_also_take_the_json_itself(monkeypatch: pytest.MonkeyPatch) ->
     assert page == render_tuning_html(model)
     page = render_analysis_html(load("analysis_gpu_h2d.json"), generated_at=WHEN)
     assert f"generated {WHEN}" in page and "prefetch_to_device" in page
+
+
+XPROF = {
+    "steptime_ms": 12.3,
+    "input_share": 0.54,
+    "tftune_steptime_ms": 12.4,
+    "tftune_input_share": 0.55,
+    "note": None,
+}
+
+
+def _xprof_section(page: str) -> str | None:
+    match = re.search(r'<section id="xprof">.*?</section>', page, re.S)
+    return match.group(0) if match else None
+
+
+def test_the_xprof_cross_check_sits_beside_tftunes_figures() -> None:
+    """`tftune analyze --xprof`: XProf's own step time and input share beside tftune's."""
+    data = load("analysis_cpu_pyfunc.json")
+    page = analysis({**data, "xprof": XPROF})
+    section = _xprof_section(page)
+    assert section is not None
+    visible = text_of(section)
+    assert visible.startswith("Cross-check with XProf")
+    assert "XProf 12.3 ms 54%" in visible and "tftune 12.4 ms 55%" in visible
+    body = page.split("<main>", 1)[1]
+    assert body.index('id="steps"') < body.index('id="xprof"') < body.index('id="stages"')
+    assert embedded(page)["xprof"] == XPROF
+    # A figure XProf did not give is "not measured", and the note says why.
+    partial = {**XPROF, "steptime_ms": None, "note": "XProf found no step markers"}
+    visible = text_of(_xprof_section(analysis({**data, "xprof": partial})) or "")
+    assert "XProf not measured 54%" in visible and "XProf found no step markers" in visible
+
+
+@pytest.mark.parametrize("xprof", [None, dict.fromkeys(XPROF), "absent"])
+def test_no_xprof_block_without_a_cross_check(xprof: Any) -> None:
+    data = load("analysis_cpu_pyfunc.json")
+    if xprof != "absent":
+        data["xprof"] = xprof
+    page = analysis(data)
+    assert _xprof_section(page) is None and "Cross-check with XProf" not in page
+
+
+def test_device_to_device_is_a_category_like_any_other() -> None:
+    data = load("analysis_gpu_h2d.json")
+    data["breakdown"]["device_to_device"] = 0.04
+    data["breakdown"]["other"] -= 0.04
+    page = analysis(data)
+    visible = text_of(page)
+    assert "Device → device 4%" in visible
+    assert re.search(r'fill="#0369a1" data-cat="device_to_device"', page) is not None
+    # ... in the documented order: after the other device categories, before "other".
+    order = [k for k, _ in build_analysis_model(data, generated_at=WHEN).breakdown]
+    assert order.index("device_to_device") == order.index("other") - 1
+
+
+@pytest.mark.parametrize(
+    ("name", "level", "badge"),
+    [
+        ("analysis_cpu_pyfunc.json", "high", "Highly input-bound"),
+        ("analysis_gpu_h2d.json", "moderate", "Moderately input-bound"),
+    ],
+)
+def test_the_verdict_is_styled_and_named_by_its_band(name: str, level: str, badge: str) -> None:
+    head = f'<section class="verdict {level}" id="verdict"><span class="level">{badge}</span>'
+    assert head in analysis(load(name))

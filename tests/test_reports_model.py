@@ -13,9 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import UserError
-from tftune.reports import model
-from tftune.reports.html import render_analysis_html, render_tuning_html
-from tftune.reports.model import build_analysis_model, build_tuning_model, detect_kind
+from tftune.core.vocabulary import TrialState, stage_kind
+from tftune.reports import analysis_model, detect_kind, tuning_model
+from tftune.reports.analysis_html import render_analysis_html
+from tftune.reports.analysis_model import build_analysis_model
+from tftune.reports.tuning_html import render_tuning_html
+from tftune.reports.tuning_model import build_tuning_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
@@ -57,7 +60,7 @@ def test_cpu_fixture_reads_as_the_run_it_describes() -> None:
     assert "num_parallel_calls" in top.fix.code
     assert ("parallelism", 1) in top.evidence
     (hot,) = [s for s in m.stages if s.bottleneck]
-    assert hot.short_name == "MapAndBatch" and hot.parallelism == 1 and hot.autotune is False
+    assert stage_kind(hot.name) == "MapAndBatch" and hot.parallelism == 1 and hot.autotune is False
     assert hot.buffer_limit is None  # null in the JSON: not measured, not 0
     # Breakdown follows the documented category order, input first.
     assert [k for k, _ in m.breakdown][:4] == [
@@ -152,13 +155,13 @@ def test_timeline_and_steps_are_capped_keeping_the_longest_events() -> None:
     m = build_analysis_model(data, generated_at=WHEN, source=CPU)
     assert m.timeline is not None
     kept = m.timeline.tracks[0]
-    assert len(kept.events) <= model.MAX_TIMELINE_EVENTS
+    assert len(kept.events) <= analysis_model.MAX_TIMELINE_EVENTS
     assert kept.dropped == 60_001 - len(kept.events)
     assert any(e.name == "IteratorGetNext" for e in kept.events)
     assert [e.start_ms for e in kept.events] == sorted(e.start_ms for e in kept.events)
-    assert len(m.per_step) == model.MAX_STEPS and m.per_step_total == 8000
+    assert len(m.per_step) == analysis_model.MAX_STEPS and m.per_step_total == 8000
     embedded = json.loads(m.data_json)
-    assert len(embedded["per_step"]) == model.MAX_STEPS
+    assert len(embedded["per_step"]) == analysis_model.MAX_STEPS
     assert len(embedded["timeline"]["tracks"][0]["events"]) == len(kept.events)
 
 
@@ -173,12 +176,12 @@ def test_tuning_model() -> None:
     assert m.importances[0] == ("train.py:18/num_parallel_calls", 0.71)
     assert [v for _, v in m.importances] == sorted((v for _, v in m.importances), reverse=True)
     states = [t.state for t in m.trials]
-    assert states.count("PRUNED") == 2 and states.count("FAIL") == 1
-    failed = next(t for t in m.trials if t.state == "FAIL")
+    assert states.count(TrialState.PRUNED) == 2 and states.count(TrialState.FAILED) == 1
+    failed = next(t for t in m.trials if t.state is TrialState.FAILED)
     assert failed.reason is not None and "ResourceExhausted" in failed.reason
     assert failed.value is None
-    assert model.ConfigEntry("train.py:18", "num_parallel_calls", "32") in m.config
-    assert model.ConfigEntry("global", "threadpool_size", "32") in m.config
+    assert tuning_model.ConfigEntry("train.py:18", "num_parallel_calls", "32") in m.config
+    assert tuning_model.ConfigEntry("global", "threadpool_size", "32") in m.config
     # null knobs are left as written, and the file's bookkeeping is not a knob
     assert {c.knob for c in m.config}.isdisjoint({"deterministic", "schema", "mixed_precision"})
     assert m.confirmed is not None and m.confirmed.examples_per_s == 7310.0
@@ -217,8 +220,8 @@ def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
     guide_shape["best"]["config"] = {"train.py:18": {"num_parallel_calls": 32}, "global": {"x": 1}}
     entries = build_tuning_model(guide_shape, generated_at=WHEN).config
     assert entries == (
-        model.ConfigEntry("global", "x", "1"),
-        model.ConfigEntry("train.py:18", "num_parallel_calls", "32"),
+        tuning_model.ConfigEntry("global", "x", "1"),
+        tuning_model.ConfigEntry("train.py:18", "num_parallel_calls", "32"),
     )
 
     gpu = load(TUNING)
@@ -292,3 +295,58 @@ def test_any_corrupted_field_gives_a_model_or_a_user_error(
         assert str(exc).startswith(name + ": ") and "\n" not in str(exc)
     else:
         assert html.startswith("<!DOCTYPE html>")
+
+
+XPROF = {
+    "steptime_ms": 12.3,
+    "input_share": 0.54,
+    "tftune_steptime_ms": 12.4,
+    "tftune_input_share": 0.55,
+    "note": None,
+}
+
+
+def test_the_xprof_cross_check_is_read_when_present() -> None:
+    data = load(CPU)
+    assert build_analysis_model(data, generated_at=WHEN).xprof is None
+    m = build_analysis_model({**data, "xprof": XPROF}, generated_at=WHEN)
+    assert m.xprof == analysis_model.XProfCheck(12.3, 0.54, 12.4, 0.55, None)
+    # null, or an object without a figure or a note: nothing to show
+    assert build_analysis_model({**data, "xprof": None}, generated_at=WHEN).xprof is None
+    empty = {**data, "xprof": dict.fromkeys(XPROF)}
+    assert build_analysis_model(empty, generated_at=WHEN).xprof is None
+    for bad, field in [
+        ([1], "'xprof' must be an object"),
+        ({**XPROF, "input_share": 54}, "'xprof.input_share' must be a fraction"),
+        ({**XPROF, "steptime_ms": "fast"}, "'xprof.steptime_ms' must be a number"),
+    ]:
+        with pytest.raises(UserError, match=field):
+            build_analysis_model({**data, "xprof": bad}, generated_at=WHEN, source="a.json")
+
+
+def test_the_terminal_summary_has_one_xprof_line_when_cross_checked() -> None:
+    from tftune.reports.analysis_terminal import render
+
+    data = load(CPU)
+    line = "XProf: step 12.3 ms, input 54% · tftune: step 12.4 ms, input 55%"
+    text = render({**data, "xprof": XPROF}, width=200)
+    assert [row for row in text.splitlines() if row.startswith("XProf")] == [line]
+    noted = render({**data, "xprof": {**XPROF, "note": "3 steps fewer in XProf"}}, width=200)
+    assert f"{line} (3 steps fewer in XProf)" in noted
+    partial = render({**data, "xprof": {**XPROF, "input_share": None}}, width=200)
+    assert "XProf: step 12.3 ms, input not measured · tftune" in partial
+    for absent in (None, dict.fromkeys(XPROF)):
+        assert "XProf" not in render({**data, "xprof": absent}, width=200)
+    assert "XProf" not in render(data, width=200)
+
+
+def test_the_terminal_speaks_the_vocabulary() -> None:
+    from tftune.reports.analysis_terminal import render
+
+    data = load(GPU)
+    data["breakdown"]["device_to_device"] = 0.04
+    text = render(data, width=200)
+    assert "host → device 23%" in text and "device → device 4%" in text
+    # Bottlenecks name a stage by its kind and its consumer; the stage tree by its kind.
+    text = render(load(CPU), width=200)
+    assert "│ Prefetch::MapAndBatch │" in text and "│     MapAndBatch ◀ │" in text

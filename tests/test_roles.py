@@ -1,4 +1,4 @@
-"""Which stream is training (`tuner/_roles.py`), from fetches and updates as the patches
+"""Which stream is training (`tuner/child/roles.py`), from fetches and updates as the patches
 report them: real TensorFlow for the traced cases, no script."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from tftune.tuner._roles import FALLBACK_HOW, Roles  # noqa: E402
+from tftune.tuner.child.roles import FALLBACK_HOW, Roles  # noqa: E402
 
 
 def _roles(**kwargs: float) -> tuple[Roles, list[tuple[int, str]]]:

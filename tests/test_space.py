@@ -12,16 +12,15 @@ from hypothesis import strategies as st
 
 from tftune.core.errors import ConfigError
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, config_from_json
-from tftune.tuner.runner import CallSite
+from tftune.tuner.platform import cpu_flags, platform_policy
 from tftune.tuner.space import (
     BATCH_SIZE_WARNING,
     BatchBound,
     SearchSpace,
-    apply_space_file,
     build_space,
-    cpu_flags,
-    platform_policy,
 )
+from tftune.tuner.space_file import apply_space_file
+from tftune.tuner.trial.discovery import CallSite
 
 
 def site(key: str, op: str, **written: int | bool) -> CallSite:
@@ -262,7 +261,7 @@ def test_every_sampled_config_survives_the_config_file(data: st.DataObject) -> N
 
 
 def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
-    from tftune.tuner.space import mentions_keras
+    from tftune.tuner.platform import mentions_keras
 
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
     (tmp_path / "other_script.py").write_text("import keras\n")  # a sibling, not imported

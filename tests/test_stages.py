@@ -5,15 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from tftune.probes import locate, trace
-from tftune.probes.stages import (
-    StageTree,
-    _capped_by,
-    build_stage_tree,
-    nesting_parents,
-    op_type,
-    stage_name,
-    union_ps,
-)
+from tftune.probes.stage_events import op_type, stage_name
+from tftune.probes.stage_scan import nest, union_of
+from tftune.probes.stages import StageTree, _capped_by, build_stage_tree
+
+
+def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The innermost enclosing event of each event: the parent column of `nest`."""
+    return nest(starts, ends, np.zeros(starts.shape[0], dtype=np.int8))[0]
+
+
+def union_ps(starts: list[int], ends: list[int]) -> int:
+    return union_of([(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))])
 
 
 def _tree(trace_case, name: str) -> StageTree:  # type: ignore[no-untyped-def]

@@ -128,7 +128,7 @@ _field_op = st.tuples(
 def test_structurally_valid_but_wild_values(trace_case, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Well-formed protobuf with extreme timestamps, ids and stat values."""
     seed = tracegen_steps.one_file(trace_case("latency_py")).read_bytes()
-    from tftune.probes._schema import xspace_class
+    from gputrace import xspace_class
 
     target = tmp_path / "wild.xplane.pb"
     outcomes = {"error": 0, "parsed": 0}
@@ -195,7 +195,7 @@ def test_structurally_valid_but_wild_values(trace_case, tmp_path: Path) -> None:
 
 def _reference(data: bytes) -> list[list[tuple[int, int, int, int]]]:
     """Per line: (metadata id, absolute start ps, duration, stat count) via full protobuf."""
-    from tftune.probes._schema import xspace_class
+    from gputrace import xspace_class
 
     space = xspace_class().FromString(data)
     stamps = [ln.timestamp_ns for p in space.planes for ln in p.lines if len(ln.events)]

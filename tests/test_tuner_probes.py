@@ -144,7 +144,7 @@ def test_first_leaf_is_the_first_leaf_tf_nest_flattens() -> None:
     import collections
 
     tf = pytest.importorskip("tensorflow")
-    from tftune.tuner._patch import _first_leaf
+    from tftune.tuner.child.clock import _first_leaf
 
     pair = collections.namedtuple("pair", "b a")
     for element in (
@@ -162,7 +162,8 @@ def test_in_graph_clock_queue_counts_examples_of_any_shape() -> None:
     of each row read from a static batch size, a dynamic one, an unknown rank or an
     unbatched stream."""
     tf = pytest.importorskip("tensorflow")
-    from tftune.tuner._patch import Patcher, _Ring
+    from tftune.tuner.child.patcher import Patcher
+    from tftune.tuner.child.ring import _Ring
     from tftune.tuner.config import Config
 
     patcher = Patcher(Config(), ".")

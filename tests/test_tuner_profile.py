@@ -42,6 +42,9 @@ def test_profile_writes_trace_with_step_markers(tmp_path: Path, run_cli) -> None
     )
     assert out.returncode == 0, out.stderr
     assert "steps 3-7" in out.stdout and "tftune analyze" in out.stdout
+    # It ends by saying how to open the trace in TensorBoard's profile plugin (or XProf).
+    assert f"tensorboard --logdir {logdir}" in out.stdout and "Profile tab" in out.stdout
+    assert f"xprof server --logdir {logdir}" in out.stdout.splitlines()[-1]
     assert _train_markers(logdir) == [(n, 1) for n in range(3, 8)]
 
 

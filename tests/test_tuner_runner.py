@@ -14,15 +14,10 @@ import pytest
 from conftest import requires_tf
 
 from tftune.core.errors import ScriptError
+from tftune.core.vocabulary import TrialState
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
-from tftune.tuner.runner import (
-    FailureKind,
-    MeasureSpec,
-    TrialState,
-    discover,
-    run_script,
-    run_trial,
-)
+from tftune.tuner.measurement import FailureKind
+from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -129,9 +124,9 @@ for batch in ds:  # consumes, updates nothing: a pipeline benchmark
 def test_a_loop_that_updates_nothing_is_measured_as_the_busiest_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tftune.tuner.runner as runner
+    import tftune.tuner.trial.discovery as discovery
 
-    monkeypatch.setattr(runner, "FALLBACK_S", 2.0)
+    monkeypatch.setattr(discovery, "FALLBACK_S", 2.0)
     script = _script(tmp_path, CONSUMER)
     found = discover(script)
     assert found.busiest_loop and found.training is not None
@@ -142,7 +137,7 @@ def test_a_loop_that_updates_nothing_is_measured_as_the_busiest_loop(
     spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.5, repeats=1, busiest_loop=True)
     result = run_trial(script, (), None, spec)
     assert result.ok, (result.reason, result.stderr_tail)
-    assert result.metrics is not None and result.metrics.examples == 4 * result.metrics.steps
+    assert result.measured and result.examples == 4 * result.steps
 
 
 def test_without_the_busiest_loop_a_loop_that_updates_nothing_is_not_training(
@@ -267,12 +262,12 @@ def test_a_keras_py_dataset_is_a_call_site_of_its_workers(tmp_path: Path) -> Non
     as_written = run_trial(script, (), None, spec)
     tuned_config = Config(sites={"train.py:9": SiteConfig(num_parallel_calls=8, buffer_size=32)})
     tuned = run_trial(script, (), tuned_config, spec)
-    assert as_written.metrics is not None, (as_written.reason, as_written.stderr_tail)
-    assert tuned.metrics is not None, (tuned.reason, tuned.stderr_tail)
+    assert as_written.measured, (as_written.reason, as_written.stderr_tail)
+    assert tuned.measured, (tuned.reason, tuned.stderr_tail)
     # One read of 10 ms per batch of 8: at most 800 examples/s one after another.
-    assert as_written.metrics.examples_per_s < 850
-    assert as_written.metrics.examples == 8 * as_written.metrics.steps
-    assert tuned.metrics.examples_per_s > 3 * as_written.metrics.examples_per_s
+    assert as_written.examples_per_s < 850
+    assert as_written.examples == 8 * as_written.steps
+    assert tuned.examples_per_s > 3 * as_written.examples_per_s
     diff = source_diff(script, tuned_config)
     assert "+        super().__init__(**kwargs, workers=8, max_queue_size=32)" in diff, diff
 
@@ -317,14 +312,14 @@ def test_config_turns_latency_bound_map_parallel() -> None:
     )
     tuned = run_trial(EXAMPLES / "latency_bound.py", args, tuned_config, spec)
     assert as_written.ok and tuned.ok, (as_written.reason, tuned.reason)
-    assert as_written.metrics is not None and tuned.metrics is not None
+    assert as_written.measured and tuned.measured
     # Sequential: one element per ~4 ms, at most 250/s, and the consumer waits nearly always.
-    assert 60 < as_written.metrics.examples_per_s < 260
-    assert as_written.metrics.input_wait_share > 0.8
-    assert tuned.metrics.examples_per_s > 4 * as_written.metrics.examples_per_s
-    assert tuned.metrics.utilization_kind == "duty_cycle"
-    assert tuned.metrics.utilization == pytest.approx(1 - tuned.metrics.input_wait_share)
-    assert len(tuned.metrics.repeats) == 2 and tuned.metrics.spread >= 0
+    assert 60 < as_written.examples_per_s < 260
+    assert as_written.input_wait_share > 0.8
+    assert tuned.examples_per_s > 4 * as_written.examples_per_s
+    assert tuned.utilization_kind == "duty_cycle"
+    assert tuned.utilization == pytest.approx(1 - tuned.input_wait_share)
+    assert len(tuned.repeats) == 2 and tuned.spread >= 0
 
 
 @pytest.mark.slow
@@ -332,8 +327,8 @@ def test_config_turns_latency_bound_map_parallel() -> None:
 def test_each_loop_style_is_measured(example: str) -> None:
     result = run_trial(EXAMPLES / f"{example}.py", ["--steps", "3000"], None, QUICK)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    m = result.metrics
-    assert m is not None and not m.truncated
+    m = result
+    assert m.measured and not m.truncated
     assert m.examples == 32 * m.steps  # batches of 32 counted as 32 examples each
     assert m.examples_per_s > 100 and m.steps_per_s > 3
     assert 0 < m.step_p50_ms <= m.step_p90_ms
@@ -363,8 +358,8 @@ def test_a_dataset_rebuilt_every_epoch_is_one_training_stream(tmp_path: Path) ->
     )
     result = run_trial(script, [], None, QUICK)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    m = result.metrics
-    assert m is not None and not m.truncated
+    m = result
+    assert m.measured and not m.truncated
     assert m.steps > 3 * 16  # the windows span several epochs of 16 steps
     assert m.examples == 4 * m.steps  # no validation batch (of 2) among them
 
@@ -415,8 +410,8 @@ def test_train_and_validation_from_one_helper_are_two_streams(tmp_path: Path, lo
     script = _script(tmp_path, HELPER_TRAIN_VAL[loop])
     result = run_trial(script, [], None, QUICK)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    m = result.metrics
-    assert m is not None and not m.truncated
+    m = result
+    assert m.measured and not m.truncated
     assert m.steps > 2 * 16  # the windows span epochs
     assert m.examples == 4 * m.steps  # no validation batch (of 2) among them
 
@@ -460,8 +455,8 @@ def test_a_loop_inside_a_tf_function_is_timed_per_step(
     )
     result = run_trial(script, [], None, QUICK)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    m = result.metrics
-    assert m is not None and m.examples == 2 * m.steps
+    m = result
+    assert m.measured and m.examples == 2 * m.steps
     # a step takes at least its two inputs (sequential map) or its own work
     slowest_ms = max(2 * input_ms, step_ms)
     assert m.step_p50_ms >= 0.8 * slowest_ms
@@ -532,15 +527,15 @@ def test_tf_distribute_loops_count_steps_not_replica_fetches(tmp_path: Path, loo
     script = _script(tmp_path, common + body)
     result = run_trial(script, [], None, QUICK)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    m = result.metrics
-    assert m is not None and m.steps > 10 and m.examples == 64 * m.steps
+    m = result
+    assert m.measured and m.steps > 10 and m.examples == 64 * m.steps
 
 
 def test_script_that_ends_early_is_measured_over_what_it_ran() -> None:
     result = run_trial(EXAMPLES / "iter_next.py", ["--steps", "40"], None, MeasureSpec(window_s=30))
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    assert result.metrics is not None and result.metrics.truncated
-    assert 0 < result.metrics.steps < 40  # every delivery is a step the loop consumed
+    assert result.measured and result.truncated
+    assert 0 < result.steps < 40  # every delivery is a step the loop consumed
 
 
 @pytest.mark.parametrize(
@@ -599,7 +594,7 @@ def test_a_finite_script_with_a_py_function_exits_on_its_own(tmp_path: Path) -> 
     spec = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=60, repeats=2, stall_s=60)
     result = run_trial(script, [], None, spec)
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    assert result.metrics is not None and result.metrics.truncated
+    assert result.measured and result.truncated
     assert result.returncode == 0  # it left by itself: no teardown hang for tftune to stop
 
 

@@ -13,15 +13,11 @@ from typing import IO, Any
 
 import pytest
 
+from tftune.core.vocabulary import TrialState
 from tftune.probes.nvml import GpuSample, NvmlUnavailable
-from tftune.tuner.runner import (
-    ChildProcess,
-    FailureKind,
-    MeasureSpec,
-    RunnerDeps,
-    TrialState,
-    run_trial,
-)
+from tftune.tuner.measurement import FailureKind
+from tftune.tuner.trial import MeasureSpec, RunnerDeps, run_trial
+from tftune.tuner.trial.launch import ChildProcess
 
 FAKE_CHILD = textwrap.dedent(
     """
@@ -100,8 +96,8 @@ def test_windows_rates_and_nvml_figures(script: Path) -> None:
         script, (), None, SPEC, deps=deps, on_report=lambda i, v: reports.append((i, v)) or False
     )
     assert result.state is TrialState.COMPLETE, result
-    m = result.metrics
-    assert m is not None and not m.truncated
+    m = result
+    assert m.measured and not m.truncated
     assert 300 < m.examples_per_s < 900  # 8 examples per ~10 ms step, give or take sleep
     assert m.examples == 8 * m.steps
     assert 0.1 < m.input_wait_share < 0.45
@@ -115,8 +111,8 @@ def test_windows_rates_and_nvml_figures(script: Path) -> None:
 
 def test_cpu_reports_duty_cycle_and_says_nvml_not_measured(script: Path) -> None:
     deps = RunnerDeps(launcher=_launcher("400", "0.01", "end"), nvml_reader=_no_gpu)
-    m = run_trial(script, (), None, SPEC, deps=deps).metrics
-    assert m is not None
+    m = run_trial(script, (), None, SPEC, deps=deps)
+    assert m.measured
     assert m.utilization_kind == "duty_cycle"
     assert m.utilization == pytest.approx(1 - m.input_wait_share)
     assert m.gpu_memory_used_mb is None
@@ -127,7 +123,7 @@ def test_pruning_stops_the_trial(script: Path) -> None:
     deps = RunnerDeps(launcher=_launcher("4000", "0.01", "end"), nvml_reader=None)
     result = run_trial(script, (), None, SPEC, deps=deps, on_report=lambda i, v: i == 0)
     assert result.state is TrialState.PRUNED and result.reason == "pruned after 1 window(s)"
-    assert result.metrics is not None and len(result.metrics.repeats) == 1
+    assert result.measured and len(result.repeats) == 1
 
 
 @pytest.mark.parametrize(
@@ -152,8 +148,8 @@ def test_short_script_is_measured_over_what_it_ran(script: Path) -> None:
         script, (), None, MeasureSpec(warmup_steps=5, warmup_s=0.05, window_s=5), deps=deps
     )
     assert result.state is TrialState.COMPLETE
-    assert result.metrics is not None and result.metrics.truncated
-    assert 0 < result.metrics.steps <= 25
+    assert result.measured and result.truncated
+    assert 0 < result.steps <= 25
 
 
 def test_a_script_done_but_stuck_in_teardown_is_measured_not_stalled(
@@ -161,14 +157,14 @@ def test_a_script_done_but_stuck_in_teardown_is_measured_not_stalled(
 ) -> None:
     """The child said it finished, then never exited: after the grace period it is
     stopped and measured over what it ran, like a script that exits early."""
-    import tftune.tuner.runner as runner
+    import tftune.tuner.trial.launch as launch
 
-    monkeypatch.setattr(runner, "EXIT_GRACE_S", 0.5)
+    monkeypatch.setattr(launch, "EXIT_GRACE_S", 0.5)
     deps = RunnerDeps(launcher=_launcher("30", "0.01", "teardown_hang"), nvml_reader=None)
     spec = MeasureSpec(warmup_steps=5, warmup_s=0.05, window_s=30, stall_s=20)
     result = run_trial(script, (), None, spec, deps=deps)
     assert result.state is TrialState.COMPLETE, result.reason
-    assert result.metrics is not None and result.metrics.truncated
+    assert result.measured and result.truncated
     assert result.returncode is not None and result.returncode < 0  # stopped by a signal
 
 
@@ -186,7 +182,7 @@ def test_training_is_the_stream_found_training_not_the_first(script: Path) -> No
         script, [], None, SPEC, deps=RunnerDeps(launcher=_launcher("60", "0.02", "peek"))
     )
     assert result.state is TrialState.COMPLETE, (result.reason, result.stderr_tail)
-    assert result.metrics is not None and result.metrics.examples == 8 * result.metrics.steps
+    assert result.measured and result.examples == 8 * result.steps
 
 
 def test_steps_of_a_stream_that_feeds_no_update_are_never_measured(script: Path) -> None:
@@ -217,13 +213,13 @@ def test_a_window_holds_at_least_its_step_count(script: Path) -> None:
     deps = RunnerDeps(launcher=_launcher("400", "0.05", "end"), nvml_reader=None)
     spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=0.05, window_steps=6, repeats=2)
     result = run_trial(script, (), None, spec, deps=deps)
-    assert result.metrics is not None, result.reason
-    assert result.metrics.steps >= 12 and not result.notes
+    assert result.measured, result.reason
+    assert result.steps >= 12 and not result.notes
 
 
 def test_a_short_run_says_its_windows_held_too_few_steps(script: Path) -> None:
     deps = RunnerDeps(launcher=_launcher("12", "0.01", "end"), nvml_reader=None)
     spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=30, repeats=2)
     result = run_trial(script, (), None, spec, deps=deps)
-    assert result.metrics is not None and result.metrics.truncated
+    assert result.measured and result.truncated
     assert any("held only" in n for n in result.notes), result.notes

@@ -26,17 +26,23 @@ __all__ = ["Analysis", "__version__", "analyze", "apply", "optimize"]
 
 
 def analyze(
-    path: str | os.PathLike[str], run: str | None = None, host: str | None = None
+    path: str | os.PathLike[str],
+    run: str | None = None,
+    host: str | None = None,
+    xprof: bool = False,
 ) -> Analysis:
     """Analyze a profiler logdir (or run folder, or `.xplane.pb`): the newest run by default.
 
     Returns a frozen `Analysis`; `analysis.to_json()` is the documented JSON contract.
+    `xprof=True` also runs XProf's own input-pipeline analyzer on the analyzed host's
+    file and puts its step time and input share beside tftune's (the JSON's `xprof`
+    object; XProf's failures are a note in it, never an exception).
     Raises `tftune.core.errors.TraceError` (a `UserError`) on unreadable input.
     Does not import TensorFlow.
     """
     from tftune.probes.analysis import analyze as _analyze
 
-    return _analyze(Path(path), run=run, host=host, tool_version=__version__)
+    return _analyze(Path(path), run=run, host=host, tool_version=__version__, xprof=xprof)
 
 
 def apply(config: str | os.PathLike[str] | Config) -> None:
@@ -46,7 +52,7 @@ def apply(config: str | os.PathLike[str] | Config) -> None:
     built. Call sites in the config are relative to the folder of the script being run
     (``sys.argv[0]``). It does what ``tftune run --config`` does, in-process.
     """
-    from tftune.tuner._patch import activate
+    from tftune.tuner.child.patcher import activate
     from tftune.tuner.config import Config, load_config
 
     loaded = config if isinstance(config, Config) else load_config(config)

@@ -20,12 +20,12 @@ from typing import Any
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.userfiles import write_text_atomic
+from tftune.core.vocabulary import TrialState as State
 from tftune.probes.environment import Environment, collect
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
-from tftune.tuner.runner import Discovery
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
     DEFAULT_SEED,
@@ -34,10 +34,10 @@ from tftune.tuner.study import (
     Mode,
     Objective,
     Runner,
-    State,
     StudyOutcome,
     TrialRecord,
 )
+from tftune.tuner.trial import Discovery
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
 
@@ -118,8 +118,8 @@ def discover_training(
 ) -> Discovery:
     """Discovery, run until the script trains; `ScriptError` with what was seen (streams,
     the script's exit code and stderr) when it never does."""
-    from tftune.tuner.runner import discover
-    from tftune.tuner.watch import FALLBACK_S, FIRST_STEP_S
+    from tftune.tuner.trial import discover
+    from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S
 
     note(f"discovering the tf.data call sites of {path.name} and its training loop ...")
     timeout = step_timeout_s if step_timeout_s is not None else FIRST_STEP_S
@@ -157,7 +157,7 @@ def profile_hint(
 
     from tftune.core.errors import UserError
     from tftune.probes.analysis import analyze
-    from tftune.tuner.runner import profile_script
+    from tftune.tuner.trial import profile_script
 
     start, stop = GUIDE_PROFILE_STEPS
     with tempfile.TemporaryDirectory(prefix="tftune-guide-") as logdir:
@@ -226,17 +226,14 @@ def optimize(
     ``invocation`` is the command line as typed (the CLI passes it) for the
     reproducibility record; from the API the record holds the ``tftune.optimize(...)``
     call. ``environment`` replaces `probes.environment.collect` (tests)."""
-    from tftune.tuner import emit, parallel
+    from tftune.tuner import emit
     from tftune.tuner.config import save_config
-    from tftune.tuner.runner import MeasureSpec, check_script
-    from tftune.tuner.space import (
-        BatchBound,
-        apply_space_file,
-        build_space,
-        cpu_flags,
-        mentions_keras,
-    )
+    from tftune.tuner.platform import cpu_flags, mentions_keras
+    from tftune.tuner.space import BatchBound, build_space
+    from tftune.tuner.space_file import apply_space_file
     from tftune.tuner.study import ScriptRunner, StudySettings, open_storage, run_study
+    from tftune.tuner.study import workers as parallel
+    from tftune.tuner.trial import MeasureSpec, check_script
 
     started = time.monotonic()
     path = check_script(script)
@@ -414,7 +411,7 @@ def _write_html(report: dict[str, Any], html_file: str | os.PathLike[str] | None
     import importlib
 
     try:
-        html_mod = importlib.import_module("tftune.reports.html")
+        html_mod = importlib.import_module("tftune.reports.tuning_html")
     except ImportError:
         return None
     render = getattr(html_mod, "render_tuning_html", None)

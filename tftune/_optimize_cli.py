@@ -12,10 +12,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import Terminated
-from tftune.tuner.study import TrialRecord
+
+if TYPE_CHECKING:
+    from tftune.tuner.study import TrialRecord
 
 
 class ProgressView:
@@ -40,9 +42,11 @@ class ProgressView:
         self.progress.start()
 
     def trial(self, r: TrialRecord, best: TrialRecord | None) -> None:
-        from tftune.tuner.emit import trial_line
+        from tftune.reports.tuning_terminal import trial_line
+        from tftune.tuner.emit import record_json
 
-        self.progress.console.print(trial_line(r, best), highlight=False, markup=False)
+        line = trial_line(record_json(r), best.number if best is not None else None)
+        self.progress.console.print(line, highlight=False, markup=False)
         desc = "best: -"
         if best is not None and best.examples_per_s is not None:
             desc = f"best: {best.examples_per_s:,.1f} ex/s (trial {best.number})"
@@ -185,9 +189,9 @@ def _run(
         raise
     finally:
         view.stop()
-    from tftune.tuner.emit import render_table
+    from tftune.reports.tuning_terminal import render_table
 
-    console.print(render_table(result.outcome, result.ceiling))
+    console.print(render_table(result.report))  # the tuning JSON, as written to --json
     o = result.outcome
     counts = o.counts()
     console.print(

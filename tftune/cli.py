@@ -53,24 +53,27 @@ _STEP_TIMEOUT_HELP = (
 
 
 @main.command(context_settings=_SCRIPT_CONTEXT)
-@click.option("--config", "config_path", required=True, metavar="FILE", help="Config JSON.")
+@click.option(
+    "--config", "config_path", metavar="FILE", help="Config JSON [none: the script as written]."
+)
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(config_path: str, script: str, script_args: tuple[str, ...]) -> None:
+def run(config_path: str | None, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT with a tuned config applied: it just trains, faster.
 
     \b
     tftune run --config tftune-best.json train.py -- --epochs 3
     Arguments after `--` go to the script. Same as `tftune.apply(FILE)` in the script.
+    Without --config the script runs as written under tftune's hooks.
     """
-    from tftune.tuner.config import load_config
+    from tftune.tuner.config import Config, load_config
     from tftune.tuner.record import environment_differences, mismatch_warning
-    from tftune.tuner.runner import check_script, run_script
+    from tftune.tuner.trial import check_script, run_script
 
-    config = load_config(config_path)
+    config = load_config(config_path) if config_path else Config()
     check_script(script)
     diffs = environment_differences(config.meta)
-    if diffs:
+    if diffs and config_path:
         click.echo(f"tftune: {mismatch_warning(config_path, diffs)}", err=True)
     sys.exit(run_script(script, script_args, config))
 
@@ -128,7 +131,7 @@ def profile(
     """
     from tftune.core.errors import ScriptError
     from tftune.tuner.config import load_config
-    from tftune.tuner.runner import profile_script
+    from tftune.tuner.trial import profile_script
 
     config = load_config(config_path) if config_path else None
     result = profile_script(
@@ -149,6 +152,11 @@ def profile(
     for seen in result.streams:
         click.echo(f"  {seen.role}: the dataset {seen.where()} ({seen.elements:,} elements)")
     click.echo(f"next: tftune analyze {logdir}")
+    # TensorFlow no longer installs TensorBoard; XProf's server comes with tftune.
+    click.echo(
+        f"view it in TensorBoard's Profile tab: tensorboard --logdir {logdir} "
+        f"(pip install tensorboard), or in XProf: xprof server --logdir {logdir}"
+    )
 
 
 @main.command(context_settings=_SCRIPT_CONTEXT)
@@ -257,7 +265,7 @@ def status(storage: str | None, study_name: str | None, as_json: bool) -> None:
 
 def generated_at() -> str:
     """The report timestamp: now in UTC, or SOURCE_DATE_EPOCH for reproducible output."""
-    from tftune.reports.model import timestamp_now
+    from tftune.reports import timestamp_now
 
     return timestamp_now()
 
@@ -303,6 +311,12 @@ def report(json_file: Path, output: Path | None) -> None:
     "--json", "json_out", type=click.Path(path_type=Path), help="Write the analysis JSON here."
 )
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the HTML report here.")
+@click.option(
+    "--xprof",
+    is_flag=True,
+    help="Also run XProf's own input-pipeline analyzer: its step time and input share "
+    "beside tftune's.",
+)
 def analyze(
     logdir: Path,
     run_name: str | None,
@@ -310,6 +324,7 @@ def analyze(
     list_runs: bool,
     json_out: Path | None,
     output: Path | None,
+    xprof: bool,
 ) -> None:
     """Name the input-pipeline bottleneck in a profiler LOGDIR, and the fix."""
     import json
@@ -317,7 +332,7 @@ def analyze(
 
     from tftune import analyze as run_analysis
     from tftune.probes.locate import list_runs as find_runs
-    from tftune.reports.terminal import render
+    from tftune.reports.analysis_terminal import render
 
     if list_runs:
         for info in find_runs(logdir):
@@ -325,7 +340,7 @@ def analyze(
             for h in info.hosts:
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
         return
-    data = run_analysis(logdir, run=run_name, host=host).to_json()
+    data = run_analysis(logdir, run=run_name, host=host, xprof=xprof).to_json()
     width = min(shutil.get_terminal_size((100, 24)).columns, 140)
     click.echo(render(data, width=width, color=sys.stdout.isatty()), nl=False)
     if json_out is not None:

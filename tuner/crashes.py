@@ -8,7 +8,7 @@
   short form every display shows.
 - `find_instability(runs)` → `Instability | None`: the script crashes whatever the config
   when the script as written crashed too, or when one crash shows in configs that share
-  no knob value. Such crashes are nobody's knob (`tuner.study.dead_values`).
+  no knob value. Such crashes are nobody's knob (`tuner.study.records.dead_values`).
 - `bounded_tail(text)`: the end of stderr, small enough to store with every failed trial.
 
 Pure text work on what the runner captured: no process, no TensorFlow, no Optuna.
@@ -37,7 +37,7 @@ _PACKAGES_PREFIX = re.compile(r"^.*/((?:site|dist)-packages)/")
 _LIBRARY_FRAME = re.compile(r"/(?:site|dist)-packages/|/lib/python\d+\.\d+/|^<frozen ")
 # The trial child's launcher (runpy under tftune's bootstrap) calls the script: its frames,
 # the outermost, are not the script's and are dropped.
-_LAUNCHER_FRAME = re.compile(r"^<frozen runpy>:|/runpy\.py:|/tuner/_bootstrap\.py:|^<string>:")
+_LAUNCHER_FRAME = re.compile(r"^<frozen runpy>:|/runpy\.py:|/tuner/child/bootstrap\.py:|^<string>:")
 # One line of a summary is cut at this length (an exception message can be a page long).
 MAX_LINE_CHARS = 240
 # Signals that mean the process crashed in native code (not stopped from outside:

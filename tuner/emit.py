@@ -5,10 +5,11 @@
 - `source_diff`: a unified diff against the user's own lines for the call-site knobs, and
   a code snippet for the global ones (thread pool, final prefetch, mixed precision).
 - `run_command`: the exact ``tftune run --config ...`` line.
-- `tuning_json`: the tuning JSON (docs/ARCHITECTURE.md), and `write_json_atomic`.
-- `render_table`, `trial_line`: the terminal table (with the warning when the script
-  crashes on its own: `StudyOutcome.instability`) and the per-trial status lines (a
-  failed trial's crash in a few lines: `crashes.CrashSummary.key_lines`).
+- `tuning_json`: the tuning JSON (docs/ARCHITECTURE.md), and `write_json_atomic`;
+  `record_json`: one trial as the JSON's ``trials_detail`` holds it.
+
+Rendering them is the reports' job: `tftune.reports.tuning_terminal` draws the table and
+the per-trial lines from this JSON, `tftune.reports.tuning_html` the page.
 """
 
 from __future__ import annotations
@@ -26,27 +27,16 @@ from typing import Any
 
 from tftune.core.errors import ConfigError
 from tftune.core.userfiles import write_text_atomic
-from tftune.tuner._patch import OP_KNOBS
+from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
+from tftune.tuner.child.datasets import OP_KNOBS
 from tftune.tuner.config import AUTOTUNE, SITE_KNOBS, Config, SiteConfig
 from tftune.tuner.crashes import CrashSummary
 from tftune.tuner.space import SearchSpace, format_value
-from tftune.tuner.study import INPUT_BOUND_SHARE, Role, State, StudyOutcome, TrialRecord
+from tftune.tuner.study import Role, StudyOutcome, TrialRecord
 
 SCHEMA = 1
 DEFAULT_BEST_FILE = "tftune-best.json"
-# At this share of the ceiling, the tuned run has reached it (the rest is noise).
-CEILING_REACHED = 0.9
-# A failed trial's status line is followed by at most this many of its crash's key lines
-# (its messages, then the frames: `crashes.CrashSummary.key_lines`).
-TRIAL_CRASH_LINES = 5
-# ... and, for a Python exception (its reason already names it), where it was raised.
-TRIAL_EXCEPTION_LINES = 1
-# What the terminal adds below the instability sentence.
-INSTABILITY_CONSEQUENCE = (
-    "its crashes are counted as failed trials, but no knob value is blamed for them; "
-    "fix the crash, then tune again"
-)
 # TensorFlow's positional parameter order (after self), for knobs passed positionally.
 _POSITIONAL: dict[str, dict[str, int]] = {
     "map": {"num_parallel_calls": 1},
@@ -277,6 +267,28 @@ def _metrics(r: TrialRecord | None) -> dict[str, Any] | None:
     }
 
 
+def record_json(r: TrialRecord) -> dict[str, Any]:
+    """One trial as the tuning JSON's ``trials_detail`` holds it (and as its status line
+    is drawn from: `tftune.reports.tuning_terminal.trial_line`). A failed trial keeps its
+    stderr tail and crash."""
+    failed = r.state is TrialState.FAILED
+    return {
+        "number": r.number,
+        "role": r.role.value,
+        "state": r.state.value,
+        "params": {k: format_value(v) for k, v in r.params.items()},
+        "description": r.description,
+        "examples_per_s": _round(r.examples_per_s),
+        "utilization": _round(r.utilization, 4),
+        "spread": _round(r.spread, 4),
+        "reason": r.reason,
+        "wall_s": _round(r.wall_s),
+        "notes": list(r.notes),
+        "stderr_tail": (r.stderr_tail or None) if failed else None,
+        "crash": _crash_json(r.crash) if failed else None,
+    }
+
+
 def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> dict[str, Any] | None:
     """A baseline's trial figures, with its final-round figure as ``confirmed``."""
     out = _metrics(r)
@@ -336,7 +348,12 @@ def tuning_json(
     snippet: str,
     seed: int,
 ) -> dict[str, Any]:
-    """The tuning JSON, schema 1 (docs/ARCHITECTURE.md). ``null`` is "not measured"."""
+    """The tuning JSON, schema 1 (docs/ARCHITECTURE.md). ``null`` is "not measured".
+
+    It carries all that the reports draw (`tftune.reports.tuning_terminal`, `.tuning_html`):
+    each baseline with its final-round figure (``confirmed``), ``best`` (with its
+    ``input_wait_share``, for the ceiling caption), ``ceiling``, ``instability`` and one
+    `record_json` row per trial."""
     b = outcome.baselines
     return {
         "schema": SCHEMA,
@@ -379,24 +396,7 @@ def tuning_json(
             "left_out": [{"name": lo.name, "reason": lo.reason} for lo in space.left_out],
             "warnings": list(space.warnings),
         },
-        "trials_detail": [
-            {
-                "number": r.number,
-                "role": r.role.value,
-                "state": r.state.value,
-                "params": {k: format_value(v) for k, v in r.params.items()},
-                "description": r.description,
-                "examples_per_s": _round(r.examples_per_s),
-                "utilization": _round(r.utilization, 4),
-                "spread": _round(r.spread, 4),
-                "reason": r.reason,
-                "wall_s": _round(r.wall_s),
-                "notes": list(r.notes),
-                "stderr_tail": (r.stderr_tail or None) if r.state is State.FAILED else None,
-                "crash": _crash_json(r.crash) if r.state is State.FAILED else None,
-            }
-            for r in outcome.records
-        ],
+        "trials_detail": [record_json(r) for r in outcome.records],
         "instability": outcome.instability.to_json() if outcome.instability else None,
         "importances": dict(outcome.importances),
         "study": {"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
@@ -408,166 +408,6 @@ def tuning_json(
     }
 
 
-# --- terminal -----------------------------------------------------------------------
-
-
-def _fmt_eps(x: float | None) -> str:
-    return "not measured" if x is None else f"{x:,.1f}"
-
-
-def _fmt_util(x: float | None) -> str:
-    return "not measured" if x is None else f"{x:.0%}"
-
-
 def tuned_record(outcome: StudyOutcome) -> TrialRecord:
     """The winner's honest figure: from the final round where it ran, else its trial's."""
     return outcome.remeasured(outcome.best) or outcome.best
-
-
-def table_rows(outcome: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
-    """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
-    b = outcome.baselines
-    # Final-round figures where there are some: measured side by side with the winner's.
-    aw = outcome.remeasured(b.get(Role.AS_WRITTEN))
-    rows: list[tuple[str, TrialRecord | None]] = [
-        ("as written", aw),
-        ("AUTOTUNE everywhere", outcome.remeasured(b.get(Role.AUTOTUNE))),
-        ("#cores heuristic", outcome.remeasured(b.get(Role.HEURISTIC))),
-        ("tuned", tuned_record(outcome)),
-    ]
-    out = []
-    for label, r in rows:
-        if r is None or r.state is not State.COMPLETE:
-            why = "not measured" if r is None else f"{r.state.value}: {r.reason or ''}".strip()
-            out.append((label, why, "", "", ""))
-            continue
-        sp = _speedup(r, aw)
-        out.append(
-            (
-                label,
-                _fmt_eps(r.examples_per_s),
-                _fmt_util(r.utilization),
-                "" if r.spread is None else f"±{r.spread / 2:.0%}",
-                "" if sp is None else f"{sp:.2f}x",
-            )
-        )
-    return out
-
-
-def render_table(outcome: StudyOutcome, ceiling: Ceiling | None) -> Any:
-    """A rich Table (rendered by the CLI's console); when the script crashes on its own
-    (`StudyOutcome.instability`), a Group of the table and that warning below it."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    util = "GPU util" if outcome.utilization_kind == "nvml" else "duty cycle"
-    t = Table(title="tftune optimize: measured in this run", title_justify="left")
-    for col, justify in (
-        ("", "left"),
-        ("examples/s", "right"),
-        (util, "right"),
-        ("noise", "right"),
-        ("speed-up", "right"),
-    ):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
-    for row in table_rows(outcome):
-        t.add_row(*row)
-    if ceiling is not None and ceiling.examples_per_s is not None:
-        t.caption = ceiling_sentence(outcome, ceiling)
-        t.caption_justify = "left"
-    if outcome.instability is None:
-        return t
-    warning = Text(f"warning: {outcome.instability.sentence}", style="bold red")
-    return Group(t, warning, Text(f"  {INSTABILITY_CONSEQUENCE}"))
-
-
-def ceiling_sentence(outcome: StudyOutcome, ceiling: Ceiling) -> str:
-    """Where the remaining gap is: the as-written and tuned rates against the ceiling (the
-    lower of the pipeline alone and the model alone, both as written; once the tuned run
-    is past the pipeline's, the model's), and, below it, whether the tuned run still waits
-    for input (the pipeline) or not (the two halves slow each other down when they run
-    together, e.g. on shared CPU cores)."""
-
-    def rate(x: float | None) -> str:
-        return _fmt_eps(x) if x is None else f"{_fmt_eps(x)} ex/s"
-
-    parts = [
-        f"pipeline alone {rate(ceiling.pipeline_only_examples_per_s)}, "
-        f"model alone on cached data {rate(ceiling.model_only_examples_per_s)}"
-    ]
-    top = ceiling.examples_per_s
-    aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
-    tuned = tuned_record(outcome)
-    if not top or aw is None or not aw.examples_per_s or not tuned.examples_per_s:
-        return "; ".join(parts)
-    half = {"pipeline": "the input pipeline", "model": "the model"}.get(
-        ceiling.limited_by or "", "the half that was measured"
-    )
-    model = ceiling.model_only_examples_per_s
-    tuned_eps = tuned.examples_per_s
-    if (
-        ceiling.limited_by == "pipeline"
-        and model
-        and tuned_eps * CEILING_REACHED > top
-        and tuned_eps * CEILING_REACHED <= model
-    ):
-        # The pipeline alone was measured as written: tuning lifted that ceiling, and the
-        # model alone is the one left.
-        parts.append(
-            f"as written reaches {aw.examples_per_s / top:.0%} of the pipeline alone; tuning "
-            f"lifted the pipeline past it ({tuned_eps / top:.1f}x), and tuned reaches "
-            f"{tuned_eps / model:.0%} of the model alone"
-        )
-        top, half = model, "the model"
-    elif tuned_eps * CEILING_REACHED > max(top, model or 0):
-        # Past both halves as written: the tuned config changed what they were measured
-        # with (a batch size changes the model's rate too).
-        parts.append(
-            f"as written reaches {aw.examples_per_s / top:.0%} of the ceiling ({half}); tuned "
-            f"runs {tuned_eps / top:.1f}x past it: its config changes what the two halves were "
-            "measured with as written (a batch size changes the model's rate too), so that "
-            "ceiling does not bound it"
-        )
-        return "; ".join(parts)
-    else:
-        parts.append(
-            f"as written reaches {aw.examples_per_s / top:.0%} and tuned "
-            f"{tuned.examples_per_s / top:.0%} of the ceiling ({half})"
-        )
-    wait = tuned.input_wait_share
-    if tuned.examples_per_s >= CEILING_REACHED * top:
-        parts.append(f"{half} is now the limit")
-    elif wait is not None and wait >= INPUT_BOUND_SHARE:
-        parts.append(
-            f"tuned still waits for input {wait:.0%} of each step: the remaining gap is in "
-            "the input pipeline"
-        )
-    elif wait is not None:
-        parts.append(
-            f"tuned waits for input only {wait:.0%} of each step: the remaining gap is the "
-            "two halves slowing each other down when they run together (shared CPU cores), "
-            "not the input pipeline alone"
-        )
-    return "; ".join(parts)
-
-
-def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:
-    """One status line per trial."""
-    head = f"trial {r.number:>3} {r.role.value:<10}"
-    if r.state is State.COMPLETE:
-        body = f"{_fmt_eps(r.examples_per_s)} ex/s, util {_fmt_util(r.utilization)}"
-        if r.spread is not None:
-            body += f" (±{r.spread / 2:.0%})"
-    elif r.state is State.PRUNED:
-        body = f"pruned: {r.reason or ''} ({_fmt_eps(r.examples_per_s)} ex/s so far)"
-    else:
-        body = f"failed: {r.reason or 'unknown reason'}"
-    star = " *best*" if best is not None and best.number == r.number else ""
-    line = f"{head} {body}{star}  [{r.description}]"
-    if r.state is not State.FAILED or r.crash is None:
-        return line
-    # The reason is one line ("killed by signal 6"); the crash says what the script said.
-    shown = [k for k in r.crash.key_lines() if k not in (r.reason or "")]
-    limit = TRIAL_CRASH_LINES if r.crash.native else TRIAL_EXCEPTION_LINES
-    return "\n".join([line, *(f"    {k}" for k in shown[:limit])])

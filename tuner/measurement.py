@@ -1,6 +1,7 @@
 """One measured run of the script under one config: the one type the trial runner
-produces, the study consumes and the emitter reads (it once had five, with fields copied
-by hand between them).
+produces (`tftune.tuner.trial.run_trial`), the study consumes and the emitter reads (it
+once had five, with fields copied by hand between them). `to_json` is the runner's JSON
+shape: the figures nested under ``"metrics"`` (None when nothing was measured).
 
 ``None`` is "not measured", never 0: `reason` says why when the state is not complete.
 """
@@ -16,7 +17,7 @@ from tftune.core.vocabulary import TrialState
 if TYPE_CHECKING:
     from tftune.tuner.config import Config
     from tftune.tuner.crashes import CrashSummary
-    from tftune.tuner.watch import StreamSeen
+    from tftune.tuner.trial.watch import StreamSeen
 
 
 class FailureKind(str, enum.Enum):

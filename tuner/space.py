@@ -16,17 +16,14 @@ exhaustive grid needs the same finite value set.
 
 from __future__ import annotations
 
-import ast
 import itertools
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from tftune.core.errors import ConfigError
-from tftune.core.userfiles import read_json
-from tftune.tuner._patch import READERS
+from tftune.tuner.child.datasets import READERS
 from tftune.tuner.config import (
     AUTOTUNE,
     AUTOTUNE_JSON,
@@ -37,6 +34,7 @@ from tftune.tuner.config import (
     SiteConfig,
     capped_interleave_calls,
 )
+from tftune.tuner.platform import platform_policy
 
 KnobValue = int | str | bool | None
 
@@ -48,7 +46,6 @@ PREFETCH_CHOICES: tuple[int, ...] = (*POWERS_TO_64, AUTOTUNE)
 THREADPOOL_CHOICES: tuple[int | None, ...] = (None, 2, 4, 8, 16, 32, 64)
 # The batch size is searched around the script's own value: x1/2 .. x4.
 BATCH_FACTORS: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
-CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 # Which transformation exposes which knob (TensorFlow's own argument names).
 READER_OPS = frozenset(READERS)  # file readers over several files: num_parallel_reads
@@ -68,7 +65,9 @@ GLOBAL_KNOB_NAMES = (
     "autotune_cpu_budget",
     "autotune_ram_budget_mb",
 )
-_AUTOTUNABLE = frozenset({"num_parallel_calls", "cycle_length", "buffer_size", "final_prefetch"})
+AUTOTUNABLE_KNOBS = frozenset(
+    {"num_parallel_calls", "cycle_length", "buffer_size", "final_prefetch"}
+)
 
 BATCH_SIZE_WARNING = (
     "the batch size is part of the search: it changes training dynamics (learning rate, "
@@ -269,81 +268,6 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     )
 
 
-# --- platform -----------------------------------------------------------------------
-
-
-def cpu_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> frozenset[str]:
-    """The CPU feature flags (empty where /proc/cpuinfo cannot be read)."""
-    try:
-        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
-
-
-def platform_policy(gpu_visible: bool, flags: Iterable[str]) -> tuple[str | None, str]:
-    """The 16-bit Keras policy worth trying here, or None, and why."""
-    if gpu_visible:
-        return "mixed_float16", "GPU visible: float16 on tensor cores"
-    have = CPU_BF16_FLAGS & set(flags)
-    if have:
-        return "mixed_bfloat16", f"CPU supports bfloat16 ({', '.join(sorted(have))})"
-    return None, (
-        "no GPU and the CPU lacks avx512_bf16/amx_bf16: 16-bit policies only emulate here "
-        "(mixed_float16 measured 0.43x on CPU)"
-    )
-
-
-MAX_SCANNED_FILES = 200
-
-
-def _local_imports(tree: ast.Module, here: Path, root: Path) -> list[Path]:
-    names: list[tuple[str, int]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [(a.name, 0) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            names += [(f"{base}.{a.name}" if base else a.name, node.level) for a in node.names]
-            names.append((base, node.level))
-    out = []
-    for name, level in names:
-        start = root if level == 0 else here.parents[level - 1]
-        rel = Path(*name.split(".")) if name else Path()
-        for cand in (start / rel.with_suffix(".py"), start / rel / "__init__.py"):
-            if name and cand.is_file():
-                out.append(cand)
-    return out
-
-
-def mentions_keras(script: str | os.PathLike[str]) -> bool:
-    """Whether the script, or a module of the user's it imports (transitively, from the
-    script's folder), mentions Keras. Importing TensorFlow loads Keras anyway, so
-    discovery cannot tell; code that never names Keras builds no Keras model, and a Keras
-    precision policy cannot change what it runs."""
-    first = Path(script).resolve()
-    root = first.parent
-    todo: list[Path] = [first]
-    seen: set[Path] = set()
-    while todo and len(seen) < MAX_SCANNED_FILES:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-            tree = ast.parse(text)
-        except (OSError, SyntaxError, ValueError):
-            return True  # cannot tell: keep the knob
-        if "keras" in text:
-            return True
-        todo += _local_imports(tree, path.parent, root)
-    return len(seen) >= MAX_SCANNED_FILES  # too big to be sure: keep the knob
-
-
 # --- construction ---------------------------------------------------------------------
 
 
@@ -406,62 +330,11 @@ def build_space(
     warnings: list[str] = []
     # A call site inside a function called twice is discovered twice; it is one knob.
     sites = list({(s.site, s.op): s for s in sites}.values())
-    parallel_sites = [s for s in sites if s.op in PARALLEL_OPS]
     for s in sites:
-        if s.op in PARALLEL_OPS:
-            why = "files read at once" if s.op in READER_OPS else f"{s.op} parallelism"
-            knobs.append(_site_knob(s, "num_parallel_calls", PARALLELISM_CHOICES, why))
-        if s.op in INTERLEAVE_OPS:
-            if s.as_written.cycle_length is None:
-                # TF's default cycle length is AUTOTUNE-like (the core count).
-                k = _site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "interleave width")
-                knobs.append(
-                    Knob(k.name, k.field, k.site, (*CYCLE_LENGTH_CHOICES, None), None, k.why)
-                )
-            else:
-                knobs.append(_site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "width"))
-        if s.op in PREFETCH_OPS:
-            knobs.append(_site_knob(s, "buffer_size", PREFETCH_CHOICES, "prefetch depth"))
-        if s.op in PY_DATASET_OPS:
-            knobs.append(_site_knob(s, "num_parallel_calls", WORKER_CHOICES, "PyDataset workers"))
-            knobs.append(
-                _site_knob(s, "use_multiprocessing", (False, True), "workers as processes")
-            )
-            knobs.append(_site_knob(s, "buffer_size", QUEUE_CHOICES, "PyDataset queue"))
+        knobs += _site_knobs(s)
         if s.op in BATCH_OPS:
-            written = s.as_written.batch_size
-            name = f"{s.site}/batch_size"
-            if written is None or written == AUTOTUNE:
-                left.append(LeftOut(name, "the script's batch size is not a known constant"))
-                continue
-            choices = _batch_choices(written, batch)
-            if len(choices) == 1:
-                fixed[name] = choices[0] if choices[0] != written else None
-                left.append(LeftOut(name, f"fixed at {choices[0]} by --batch-size"))
-            else:
-                knobs.append(Knob(name, "batch_size", s.site, choices, written, "batch size"))
-                if BATCH_SIZE_WARNING not in warnings:
-                    warnings.append(BATCH_SIZE_WARNING)
-    if parallel_sites:
-        tp = THREADPOOL_CHOICES if cores in THREADPOOL_CHOICES else (*THREADPOOL_CHOICES, cores)
-        knobs.append(Knob("threadpool_size", "threadpool_size", None, tp, None, "thread pool"))
-    else:
-        left.append(
-            LeftOut("threadpool_size", "nothing runs in parallel (no map or interleave call site)")
-        )
-    if not any(s.op in PREFETCH_OPS for s in sites):
-        knobs.append(
-            Knob(
-                "final_prefetch",
-                "final_prefetch",
-                None,
-                (None, 1, 2, 4, 8, AUTOTUNE),
-                None,
-                "the script never prefetches",
-            )
-        )
-    else:
-        left.append(LeftOut("final_prefetch", "the script prefetches; its depth is searched"))
+            knobs += _batch_knob(s, batch, fixed, left, warnings)
+    knobs += _global_knobs(sites, cores, left)
     policy, why = platform_policy(gpu_visible, flags)
     if uses_keras is False:
         left.append(
@@ -482,94 +355,67 @@ def build_space(
     return SearchSpace(tuple(unique.values()), fixed, tuple(left), tuple(warnings), cores)
 
 
-# --- --space FILE ---------------------------------------------------------------------
-
-
-def _parse_value(where: str, knob_field: str, raw: object) -> KnobValue:
-    if raw is None:
-        return None
-    if knob_field == "mixed_precision":
-        if raw in ("off", "mixed_float16", "mixed_bfloat16"):
-            return None if raw == "off" else str(raw)
-        raise ConfigError(f"{where}: mixed_precision must be off, mixed_float16 or mixed_bfloat16")
-    if knob_field == "deterministic" or knob_field in BOOL_SITE_KNOBS:
-        if isinstance(raw, bool):
-            return raw
-        raise ConfigError(f"{where}: {knob_field} must be true or false, got {raw!r}")
-    if knob_field in _AUTOTUNABLE and raw in (AUTOTUNE_JSON, AUTOTUNE):
-        return AUTOTUNE
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_KNOB:
-        allowed = '"AUTOTUNE" or ' if knob_field in _AUTOTUNABLE else ""
-        raise ConfigError(f"{where}: expected {allowed}an integer in 1..{MAX_KNOB}, got {raw!r}")
-    return raw
-
-
-def apply_space_file(
-    space: SearchSpace, path: str | os.PathLike[str], known_sites: Iterable[str] | None
-) -> SearchSpace:
-    """Narrow or extend `space` with a JSON file::
-
-        {"knobs": {"threadpool_size": [8, 16, 32],            # choices
-                   "train.py:42/num_parallel_calls": "AUTOTUNE",  # fixed
-                   "deterministic": [true, false],             # added
-                   "mixed_precision": null}}                   # left out (as written)
-
-    Errors name the file and the knob (`ConfigError`). ``known_sites=None`` skips the
-    check that call sites exist (to validate the file before discovery has run).
-    """
-    p = Path(path)
-    data = read_json(p, ConfigError, "space file")
-    if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
-        raise ConfigError(f'{p}: expected {{"knobs": {{name: choices}}}}')
-    unknown_top = sorted(set(data) - {"knobs", "schema"})
-    if unknown_top:
-        raise ConfigError(f"{p}: unknown field {unknown_top[0]!r}")
-    sites = None if known_sites is None else set(known_sites)
-    knobs = {k.name: k for k in space.knobs}
-    order = list(knobs)
-    fixed = dict(space.fixed)
-    left = [lo for lo in space.left_out]
-    for name, raw in data["knobs"].items():
-        where = f"{p}: knobs[{name!r}]"
-        site, sep, knob_field = name.rpartition("/")
-        if sep:
-            if knob_field not in SITE_KNOBS:
-                raise ConfigError(f"{where}: unknown knob {knob_field!r}")
-            if sites is not None and site not in sites:
-                raise ConfigError(f"{where}: call site {site!r} was not found in the script")
-        elif name in GLOBAL_KNOB_NAMES:
-            knob_field, site = name, ""
+def _site_knobs(s: DiscoveredSite) -> list[Knob]:
+    """The parallelism, interleave width, prefetch depth and PyDataset knobs of a site."""
+    knobs: list[Knob] = []
+    if s.op in PARALLEL_OPS:
+        why = "files read at once" if s.op in READER_OPS else f"{s.op} parallelism"
+        knobs.append(_site_knob(s, "num_parallel_calls", PARALLELISM_CHOICES, why))
+    if s.op in INTERLEAVE_OPS:
+        if s.as_written.cycle_length is None:
+            # TF's default cycle length is AUTOTUNE-like (the core count).
+            k = _site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "interleave width")
+            knobs.append(Knob(k.name, k.field, k.site, (*CYCLE_LENGTH_CHOICES, None), None, k.why))
         else:
-            raise ConfigError(f"{where}: unknown knob")
-        left = [lo for lo in left if lo.name != name]
-        existing = knobs.get(name)
-        written: KnobValue = existing.as_written if existing else None
-        if raw is None:
-            knobs.pop(name, None)
-            fixed.pop(name, None)
-            left.append(LeftOut(name, f"left as written by {p.name}"))
-            continue
-        values = raw if isinstance(raw, list) else [raw]
-        if not values:
-            raise ConfigError(f"{where}: empty list of choices")
-        parsed = tuple(dict.fromkeys(_parse_value(where, knob_field, v) for v in values))
-        if len(parsed) == 1:
-            knobs.pop(name, None)
-            fixed[name] = parsed[0]
-            left.append(LeftOut(name, f"fixed at {format_value(parsed[0])} by {p.name}"))
-            continue
-        if written not in parsed:
-            if existing is None and knob_field == "num_parallel_calls":
-                written = 1 if 1 in parsed else None
-            if written not in parsed:
-                parsed = (*parsed, written)
-        knobs[name] = Knob(name, knob_field, site or None, parsed, written, f"from {p.name}")
-        if name not in order:
-            order.append(name)
-    return SearchSpace(
-        tuple(knobs[n] for n in order if n in knobs),
-        fixed,
-        tuple(left),
-        space.warnings,
-        space.cores,
-    )
+            knobs.append(_site_knob(s, "cycle_length", CYCLE_LENGTH_CHOICES, "width"))
+    if s.op in PREFETCH_OPS:
+        knobs.append(_site_knob(s, "buffer_size", PREFETCH_CHOICES, "prefetch depth"))
+    if s.op in PY_DATASET_OPS:
+        knobs.append(_site_knob(s, "num_parallel_calls", WORKER_CHOICES, "PyDataset workers"))
+        knobs.append(_site_knob(s, "use_multiprocessing", (False, True), "workers as processes"))
+        knobs.append(_site_knob(s, "buffer_size", QUEUE_CHOICES, "PyDataset queue"))
+    return knobs
+
+
+def _batch_knob(
+    s: DiscoveredSite,
+    batch: BatchBound | None,
+    fixed: dict[str, KnobValue],
+    left: list[LeftOut],
+    warnings: list[str],
+) -> list[Knob]:
+    """A batch call's batch size: searched around the script's own value, fixed by
+    ``--batch-size``, or left out when the script's value is not a known constant."""
+    written = s.as_written.batch_size
+    name = f"{s.site}/batch_size"
+    if written is None or written == AUTOTUNE:
+        left.append(LeftOut(name, "the script's batch size is not a known constant"))
+        return []
+    choices = _batch_choices(written, batch)
+    if len(choices) == 1:
+        fixed[name] = choices[0] if choices[0] != written else None
+        left.append(LeftOut(name, f"fixed at {choices[0]} by --batch-size"))
+        return []
+    if BATCH_SIZE_WARNING not in warnings:
+        warnings.append(BATCH_SIZE_WARNING)
+    return [Knob(name, "batch_size", s.site, choices, written, "batch size")]
+
+
+def _global_knobs(sites: Sequence[DiscoveredSite], cores: int, left: list[LeftOut]) -> list[Knob]:
+    """The private thread pool (when anything runs in parallel) and a final prefetch
+    (when the script never prefetches)."""
+    knobs: list[Knob] = []
+    if any(s.op in PARALLEL_OPS for s in sites):
+        tp = THREADPOOL_CHOICES if cores in THREADPOOL_CHOICES else (*THREADPOOL_CHOICES, cores)
+        knobs.append(Knob("threadpool_size", "threadpool_size", None, tp, None, "thread pool"))
+    else:
+        left.append(
+            LeftOut("threadpool_size", "nothing runs in parallel (no map or interleave call site)")
+        )
+    if not any(s.op in PREFETCH_OPS for s in sites):
+        choices: tuple[KnobValue, ...] = (None, 1, 2, 4, 8, AUTOTUNE)
+        why = "the script never prefetches"
+        knobs.append(Knob("final_prefetch", "final_prefetch", None, choices, None, why))
+    else:
+        left.append(LeftOut("final_prefetch", "the script prefetches; its depth is searched"))
+    return knobs

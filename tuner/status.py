@@ -2,7 +2,7 @@
 
 No TensorFlow, no script and no search space are needed: the counts, the running trials
 and the best result come from the trials' states, parameters and user attributes, which
-every worker writes (`tuner.study`). Optuna is imported on use.
+every worker writes (`tuner.study.storage`, `tuner.study.objective`). Optuna is imported on use.
 """
 
 from __future__ import annotations
@@ -114,8 +114,13 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
     exactly one study."""
     import optuna
 
-    from tftune.tuner.parallel import describe_storage_path
-    from tftune.tuner.study import FAILED_ATTR, WORKER_ATTR, StorageError, open_storage
+    from tftune.tuner.study.records import FAILED_ATTR
+    from tftune.tuner.study.storage import (
+        WORKER_ATTR,
+        StorageError,
+        describe_storage_path,
+        open_storage,
+    )
 
     journal = describe_storage_path(storage)
     if journal is not None and not journal.is_file():
@@ -183,7 +188,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
 
 
 def _worker(w: Any) -> str | None:
-    """``host:pid`` of the worker that runs a trial (`tuner.study.heartbeat` records it)."""
+    """``host:pid`` of the worker that runs a trial (`tuner.study.storage.heartbeat` records it)."""
     if isinstance(w, dict) and w.get("host"):
         return f"{w['host']}:{w.get('pid')}"
     return None

@@ -1,8 +1,9 @@
 """The terminal summary of an analysis, rendered with rich from the analysis JSON.
 
 Readable in ten seconds: the verdict, where the step time goes, the ranked bottlenecks,
-the top fix as code, and the tf.data stages with what AUTOTUNE chose. It reads only the
-JSON contract (a mapping), so it renders a saved analysis exactly as a fresh one.
+the top fix as code, and the tf.data stages with what AUTOTUNE chose; with ``--xprof``,
+XProf's own step time and input share beside tftune's. It reads only the JSON contract (a
+mapping), so it renders a saved analysis exactly as a fresh one.
 """
 
 from __future__ import annotations
@@ -16,20 +17,13 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-_LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "low": "bold green"}
-_BREAKDOWN_LABELS = {
-    "input_wait": "input wait",
-    "host_to_device": "host→device",
-    "device_compute": "device compute",
-    "host_compute": "host compute",
-    "kernel_launch": "kernel launch",
-    "compilation": "compilation",
-    "output": "output",
-    "other": "other",
-}
+from tftune.core.vocabulary import Band, category_label, stage_kind, stage_short_name
+
+_LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
 MAX_BOTTLENECKS = 5
 MAX_MORE_RECS = 3
 MAX_STAGES = 12
+_XPROF_FIELDS = ("steptime_ms", "input_share", "tftune_steptime_ms", "tftune_input_share", "note")
 
 
 def _pct(v: Any) -> str:
@@ -59,13 +53,15 @@ def _header(d: Mapping[str, Any]) -> Text:
 
 def _verdict(d: Mapping[str, Any]) -> Text:
     v = d.get("verdict") or {}
-    return Text(str(v.get("sentence", "")), style=_LEVEL_STYLE.get(str(v.get("level")), "bold"))
+    level = str(v.get("level"))
+    style = _LEVEL_STYLE[Band(level)] if level in {b.value for b in Band} else "bold"
+    return Text(str(v.get("sentence", "")), style=style)
 
 
 def _breakdown(d: Mapping[str, Any]) -> Text:
     bd = d.get("breakdown") or {}
     parts = [
-        f"{_BREAKDOWN_LABELS.get(k, k)} {_pct(v)}"
+        f"{category_label(k).lower()} {_pct(v)}"
         for k, v in sorted(bd.items(), key=lambda kv: -(kv[1] or 0))
         if isinstance(v, (int, float)) and v >= 0.005
     ]
@@ -87,11 +83,23 @@ def _where(b: Mapping[str, Any]) -> str:
     return names or "–"
 
 
-def _short_stage(name: Any) -> str:
-    if not isinstance(name, str):
-        return "–"
-    parts = name.split("::")
-    return "::".join(parts[-2:]) if len(parts) > 2 else name
+def _xprof(d: Mapping[str, Any]) -> Text | None:
+    """XProf's step time and input share beside tftune's (``tftune analyze --xprof``)."""
+    x = d.get("xprof")
+    if not isinstance(x, Mapping) or all(x.get(k) is None for k in _XPROF_FIELDS):
+        return None
+
+    def figures(step_ms: Any, share: Any) -> str:
+        step = f"{_ms(step_ms)} ms" if isinstance(step_ms, (int, float)) else "not measured"
+        return f"step {step}, input {_pct(share) if share is not None else 'not measured'}"
+
+    t = Text(
+        f"XProf: {figures(x.get('steptime_ms'), x.get('input_share'))} · "
+        f"tftune: {figures(x.get('tftune_steptime_ms'), x.get('tftune_input_share'))}"
+    )
+    if x.get("note"):
+        t.append(f" ({x['note']})", style="dim")
+    return t
 
 
 def _bottlenecks(d: Mapping[str, Any]) -> Table | Text:
@@ -109,7 +117,7 @@ def _bottlenecks(d: Mapping[str, Any]) -> Table | Text:
             str(i),
             str(b.get("category")),
             _pct(b.get("share")),
-            _short_stage(b.get("stage")),
+            stage_short_name(b["stage"]) if isinstance(b.get("stage"), str) else "–",
             _where(b),
         )
     return table
@@ -147,7 +155,7 @@ def _stages(d: Mapping[str, Any]) -> Table | Text:
     table.add_column("autotune")
     table.add_column("capped by")
     for s in stages[:MAX_STAGES]:
-        name = "  " * int(s.get("depth") or 0) + str(s.get("name", "")).rsplit("::", 1)[-1]
+        name = "  " * int(s.get("depth") or 0) + stage_kind(str(s.get("name", "")))
         style = "bold red" if s.get("bottleneck") else ("" if s.get("blocking") else "dim")
         mark = " ◀" if s.get("bottleneck") else ""
         table.add_row(
@@ -178,6 +186,9 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
     console.print(_header(data))
     console.print(_verdict(data))
     console.print(_breakdown(data))
+    xprof = _xprof(data)
+    if xprof is not None:
+        console.print(xprof)
     console.print()
     console.print(_bottlenecks(data))
     console.print(_fix(data))

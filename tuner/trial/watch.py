@@ -2,7 +2,7 @@
 
 The child reports each stream when it is first iterated (the call site that built its
 dataset, the place that iterates it), its elements, and which streams feed optimizer
-updates (`tuner/_roles.py`). Trials, `tftune profile` and discovery read these through
+updates (`tuner/child/roles.py`). Trials, `tftune profile` and discovery read these through
 one `StreamWatch`, so they agree on what training is and on when to give up:
 
 - the first training step must come within `first_step_s` of the start;
@@ -19,13 +19,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from tftune.probes.clock import ClockEvent, StepRecord
-from tftune.tuner._roles import FALLBACK_HOW
+from tftune.tuner.child.roles import FALLBACK_HOW
 
 FIRST_STEP_S = 300.0  # model building, tracing, counting loops and `adapt` come first
 STALL_FLOOR_S = 60.0  # a validation pass or a shuffle buffer's refill between epochs
 STALL_FACTOR = 20.0
 # A script that updates nothing (a pipeline benchmark) is measured on its busiest loop
-# once its datasets have delivered this long with no update (`tuner/_roles.py`).
+# once its datasets have delivered this long with no update (`tuner/child/roles.py`).
 FALLBACK_S = 20.0
 EARLY_KEPT = 4096  # records kept per stream until it is known whether it trains
 

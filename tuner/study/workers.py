@@ -1,43 +1,35 @@
-"""Parallel trials: several workers on one Optuna study.
+"""Parallel trials: several workers on one Optuna study, in one process.
 
-Optuna's storage is the distributed engine: every worker (a thread here, a process on
-another machine) asks the same study for its next trial, so there is no home-made
-scheduler. This module adds what Optuna leaves to us:
+Optuna's storage is the distributed engine (`storage`): every worker asks the same study
+for its next trial, so there is no home-made scheduler. This module adds what running
+several trials at once on one machine needs:
 
 - `assign_slots`: which GPUs (``CUDA_VISIBLE_DEVICES``) and CPUs each concurrent trial
   gets, so one trial's utilization is measured on its own GPUs only;
 - `slot_deps`: the trial runner's injection points for one slot (the child's
   environment and CPU affinity, the NVML reader over the slot's GPUs, a stop flag);
-- `study_lock`: a lock held across "does the study have trial X? if not, enqueue it", so
-  two workers never enqueue the same baseline twice;
-- `run_parallel`: N worker threads running trials against one storage, then the winner.
+- `run_parallel`: N worker threads running trials against one storage, then the winner;
+- the warnings for trials that share a CPU-only machine or every GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError
+from tftune.tuner.study.search import run_study
 
 if TYPE_CHECKING:
-    from tftune.tuner.runner import ChildProcess, RunnerDeps
     from tftune.tuner.space import SearchSpace
-    from tftune.tuner.study import Runner, StudyOutcome, StudySettings, TrialRecord
+    from tftune.tuner.study.contract import Runner, StudyOutcome, StudySettings, TrialRecord
+    from tftune.tuner.trial.launch import ChildProcess, RunnerDeps
 
-# A RUNNING trial without a heartbeat and older than this is taken for a dead worker's:
-# it no longer counts as "will finish" when workers share out the budget.
-STALE_RUNNING_S = 3600.0
-# Before choosing the winner, a worker waits this long at most for other workers'
-# running trials, so that every worker reports the same, combined best.
-OTHERS_WAIT_S = 900.0
 # How long a stop request waits for the worker threads to wind down their trials.
 JOIN_POLL_S = 0.2
 CPU_ONLY_WARNING = (
@@ -201,7 +193,7 @@ def slot_deps(
 ) -> tuple[RunnerDeps, _SlotLauncher]:
     """The trial runner's dependencies for one slot, and its launcher (to reap)."""
     from tftune.probes.nvml import PynvmlReader
-    from tftune.tuner.runner import RunnerDeps
+    from tftune.tuner.trial.launch import RunnerDeps
 
     base = base or RunnerDeps()
     launcher = _SlotLauncher(slot, base.launcher)
@@ -226,113 +218,6 @@ def slot_deps(
     return replace(base, launcher=launcher, sleep=sleep, nvml_reader=reader), launcher
 
 
-# --- the enqueue lock ----------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def study_lock(storage: str | None, study_name: str) -> Iterator[None]:
-    """Mutual exclusion between every worker of one study, on any machine.
-
-    A journal file: an ``O_EXCL`` lock file next to it (NFS-safe, as Optuna's own).
-    PostgreSQL: a session advisory lock keyed by the study name. SQLite: a lock file
-    next to the database. Other RDBs: none (enqueueing stays best effort there).
-    """
-    from tftune.tuner.study import DEFAULT_STORAGE_FILE
-
-    if storage is None or "://" not in storage:
-        from optuna.storages.journal import JournalFileOpenLock
-
-        path = DEFAULT_STORAGE_FILE if storage is None else storage.removeprefix("journal:")
-        lock = JournalFileOpenLock(f"{path}.enqueue", grace_period=30)
-        with _held(lock):
-            yield
-        return
-    if storage.startswith("sqlite:///"):
-        from optuna.storages.journal import JournalFileOpenLock
-
-        lock = JournalFileOpenLock(f"{storage.removeprefix('sqlite:///')}.enqueue")
-        with _held(lock):
-            yield
-        return
-    if storage.startswith(("postgresql", "postgres")):
-        import sqlalchemy
-
-        key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big", signed=True)
-        engine = sqlalchemy.create_engine(storage, poolclass=sqlalchemy.pool.NullPool)
-        try:
-            with engine.connect() as conn:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
-                try:
-                    yield
-                finally:
-                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                    conn.commit()
-        finally:
-            engine.dispose()
-        return
-    yield
-
-
-@contextlib.contextmanager
-def _held(lock: Any) -> Iterator[None]:
-    lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _alive(t: Any, now: float) -> bool:
-    """Whether a RUNNING trial will still finish (`tuner.study.trial_alive`); one with
-    no worker or heartbeat to go by counts only while younger than STALE_RUNNING_S."""
-    from tftune.tuner.study import trial_alive
-
-    return trial_alive(t, now, STALE_RUNNING_S)
-
-
-def booked(trials: Sequence[Any], now: float | None = None) -> int:
-    """Trials that count against ``--trials``: finished ones (an interrupted one does not:
-    it is measured again; a skipped one never ran), plus the running ones that will
-    finish (`_alive`)."""
-    import optuna
-
-    from tftune.tuner.study import _uncounted
-
-    ts = optuna.trial.TrialState
-    now = time.time() if now is None else now
-    done = (ts.COMPLETE, ts.PRUNED, ts.FAIL)
-    return sum(
-        1
-        for t in trials
-        if (t.state in done and not _uncounted(t)) or (t.state is ts.RUNNING and _alive(t, now))
-    )
-
-
-def running_fresh(trials: Sequence[Any], now: float | None = None) -> int:
-    """Running trials that will still finish (`_alive`)."""
-    import optuna
-
-    now = time.time() if now is None else now
-    return sum(1 for t in trials if t.state is optuna.trial.TrialState.RUNNING and _alive(t, now))
-
-
-def wait_for_others(
-    get_trials: Callable[[], Sequence[Any]],
-    *,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
-    deadline: float | None,
-    poll_s: float,
-) -> None:
-    """Wait (bounded, and never past `deadline`) until no other worker's trial runs."""
-    waited = 0.0
-    while waited < OTHERS_WAIT_S and (deadline is None or clock() < deadline):
-        if running_fresh(get_trials()) == 0:
-            return
-        sleep(poll_s)
-        waited += poll_s
-
-
 # --- N workers in one process ----------------------------------------------------------
 
 
@@ -351,8 +236,6 @@ def run_parallel(
     holds ``settings.n_trials``; then the winner is chosen (and confirmed) once, from
     every worker's trials. The first error of any worker stops the others and is raised;
     so is Ctrl-C, after every worker's trial has been stopped."""
-    from tftune.tuner.study import run_study
-
     stop = stop or threading.Event()
     started = time.monotonic()
     report_lock = threading.Lock()
@@ -401,14 +284,3 @@ def run_parallel(
         raise real[0]
     final = run_study(space, runners[0], settings, on_note=on_note)
     return replace(final, ran_this_session=sum(ran), wall_s=time.monotonic() - started)
-
-
-def describe_storage_path(storage: str | None) -> Path | None:
-    """The journal file behind `storage`, or None for an RDB URL."""
-    from tftune.tuner.study import DEFAULT_STORAGE_FILE
-
-    if storage is None:
-        return Path(DEFAULT_STORAGE_FILE)
-    if "://" in storage:
-        return None
-    return Path(storage.removeprefix("journal:"))

@@ -1,4 +1,8 @@
-"""The child side of a trial: `runner.child_argv` starts it to run the user's script.
+"""The child side of a trial: the process the parent starts to run the user's script.
+
+The parent starts it as ``python -c "import sys; del sys.path[0]; from
+tftune.tuner.child.bootstrap import main; main()"`` (the installed tftune, never the
+script's folder, is imported), and `main` does the rest.
 
 The parent passes a JSON spec through the ``TFTUNE_CHILD_SPEC`` environment variable (a
 file path), removed before the script runs so its own subprocesses are left alone. The
@@ -29,7 +33,9 @@ from dataclasses import asdict
 from typing import Any
 
 from tftune.probes.clock import ClockWriter
-from tftune.tuner._patch import Hooks, IterationInfo, Patcher, SiteCall, _PostImportHook
+from tftune.tuner.child.imports import _PostImportHook
+from tftune.tuner.child.patcher import Patcher
+from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
 from tftune.tuner.config import config_from_json
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
@@ -60,7 +66,7 @@ def _die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
 
 class _Discovery:
     """Appends each call site, each iterated dataset and its stream to a JSON-lines file,
-    and leaves once a stream is training (`_roles`): the pipeline that trains is built by
+    and leaves once a stream is training (`roles`): the pipeline that trains is built by
     then, and counting loops, peeks and `adapt` before it were seen on the way."""
 
     def __init__(self, path: str) -> None:
@@ -189,7 +195,7 @@ def _wire(
 ) -> _Profiler | None:
     """Connect the patches' hooks to what this mode reports; the profiler, if any."""
     profiler: _Profiler | None = None
-    fallback = spec.get("fallback_s")  # when nothing updates: the busiest loop (`_roles`)
+    fallback = spec.get("fallback_s")  # when nothing updates: the busiest loop (`roles`)
     patcher.roles.fallback_s = float(fallback) if fallback is not None else None
     if writer is not None:
         hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)

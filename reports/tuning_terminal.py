@@ -1,0 +1,246 @@
+"""The terminal side of a tuning result, rendered from the tuning JSON.
+
+- `render_table`: the four-way table (as written, AUTOTUNE everywhere, the #cores
+  heuristic, tuned), with the ceiling caption (`ceiling_sentence`) and, when the script
+  crashes on its own, that warning below it; `table_rows` is the table as text.
+- `trial_line`: one status line per trial, from one `trials_detail` row (a failed trial's
+  crash in a few lines).
+
+They read only the JSON contract (docs/ARCHITECTURE.md: mappings as `tftune optimize`
+writes them), never the tuner's objects: a saved tuning JSON renders as a fresh one. Each
+row's figure is the honest one: the final round's, measured side by side with the winner's,
+where there is one. ``null`` is "not measured", never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from tftune.core.vocabulary import TrialState, input_band
+
+NOT_MEASURED = "not measured"
+# At this share of the ceiling, the tuned run has reached it (the rest is noise).
+CEILING_REACHED = 0.9
+# A failed trial's status line is followed by at most this many of its crash's key lines
+# (its messages, then the frames: the crash JSON's ``key_lines``) ...
+TRIAL_CRASH_LINES = 5
+# ... and, for a Python exception (its reason already names it), where it was raised.
+TRIAL_EXCEPTION_LINES = 1
+# The crash JSON's ``kind`` of a crash in native code (tuner/crashes.py: CrashKind).
+NATIVE_CRASH = "native"
+# What the terminal adds below the instability sentence.
+INSTABILITY_CONSEQUENCE = (
+    "its crashes are counted as failed trials, but no knob value is blamed for them; "
+    "fix the crash, then tune again"
+)
+# The table's rows: (label, the tuning JSON's baseline key); the tuned row comes last.
+_BASELINE_ROWS = (
+    ("as written", "as_written"),
+    ("AUTOTUNE everywhere", "autotune"),
+    ("#cores heuristic", "heuristic"),
+)
+
+Figures = Mapping[str, Any]  # a measured run: examples_per_s, utilization, state, ...
+
+
+def _fmt_eps(x: float | None) -> str:
+    return NOT_MEASURED if x is None else f"{x:,.1f}"
+
+
+def _fmt_util(x: float | None) -> str:
+    return NOT_MEASURED if x is None else f"{x:.0%}"
+
+
+def _complete(r: Figures | None) -> bool:
+    return r is not None and r.get("state") == TrialState.COMPLETE.value
+
+
+def _remeasured(r: Figures | None) -> Figures | None:
+    """A baseline's final-round figure where it has one, else its trial's."""
+    if r is None:
+        return None
+    again = r.get("confirmed")
+    return again if isinstance(again, Mapping) and _complete(again) else r
+
+
+def tuned_figures(data: Mapping[str, Any]) -> Figures:
+    """The winner's honest figure: from the final round where it ran, else its trial's. A
+    winner that is a baseline (the script as written kept) has its final-round figure
+    with that baseline."""
+    best: Figures = data.get("best") or {}
+    again = best.get("confirmed")
+    if isinstance(again, Mapping) and _complete(again):
+        return again
+    for base in (data.get("baselines") or {}).values():
+        if isinstance(base, Mapping) and base.get("trial") == best.get("trial"):
+            return _remeasured(base) or best
+    return best
+
+
+def _as_written(data: Mapping[str, Any]) -> Figures | None:
+    return _remeasured((data.get("baselines") or {}).get("as_written"))
+
+
+def _speedup(r: Figures, base: Figures | None) -> float | None:
+    rate, base_rate = r.get("examples_per_s"), base.get("examples_per_s") if base else None
+    if not rate or not base_rate:
+        return None
+    return round(float(rate) / float(base_rate), 3)
+
+
+def table_rows(data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
+    baselines = data.get("baselines") or {}
+    aw = _as_written(data)
+    rows: list[tuple[str, Figures | None]] = [
+        (label, _remeasured(baselines.get(key))) for label, key in _BASELINE_ROWS
+    ]
+    rows.append(("tuned", tuned_figures(data)))
+    out = []
+    for label, r in rows:
+        if r is None or not _complete(r):
+            why = NOT_MEASURED if r is None else f"{r.get('state')}: {r.get('reason') or ''}"
+            out.append((label, why.strip(), "", "", ""))
+            continue
+        sp = _speedup(r, aw)
+        spread = r.get("spread")
+        out.append(
+            (
+                label,
+                _fmt_eps(r.get("examples_per_s")),
+                _fmt_util(r.get("utilization")),
+                "" if spread is None else f"±{spread / 2:.0%}",
+                "" if sp is None else f"{sp:.2f}x",
+            )
+        )
+    return out
+
+
+def render_table(data: Mapping[str, Any]) -> Table | Group:
+    """A rich Table (rendered by the CLI's console); when the script crashes on its own
+    (the tuning JSON's ``instability``), a Group of the table and that warning below it."""
+    util = "GPU util" if data.get("utilization_kind") == "nvml" else "duty cycle"
+    t = Table(title="tftune optimize: measured in this run", title_justify="left")
+    t.add_column("", justify="left")
+    for col in ("examples/s", util, "noise", "speed-up"):
+        t.add_column(col, justify="right")
+    for row in table_rows(data):
+        t.add_row(*row)
+    ceiling = data.get("ceiling")
+    if isinstance(ceiling, Mapping) and ceiling.get("ceiling_examples_per_s") is not None:
+        t.caption = ceiling_sentence(data)
+        t.caption_justify = "left"
+    instability = data.get("instability")
+    if not isinstance(instability, Mapping) or not instability.get("sentence"):
+        return t
+    warning = Text(f"warning: {instability['sentence']}", style="bold red")
+    return Group(t, warning, Text(f"  {INSTABILITY_CONSEQUENCE}"))
+
+
+def _rate(x: float | None) -> str:
+    return _fmt_eps(x) if x is None else f"{_fmt_eps(x)} ex/s"
+
+
+def ceiling_sentence(data: Mapping[str, Any]) -> str:
+    """Where the remaining gap is: the as-written and tuned rates against the ceiling (the
+    lower of the pipeline alone and the model alone, both as written; once the tuned run
+    is past the pipeline's, the model's), and, below it, whether the tuned run still waits
+    for input (the pipeline) or not (the two halves slow each other down when they run
+    together, e.g. on shared CPU cores)."""
+    ceiling: Mapping[str, Any] = data.get("ceiling") or {}
+    model = ceiling.get("model_only_examples_per_s")
+    parts = [
+        f"pipeline alone {_rate(ceiling.get('pipeline_only_examples_per_s'))}, "
+        f"model alone on cached data {_rate(model)}"
+    ]
+    top = ceiling.get("ceiling_examples_per_s")
+    aw, tuned = _as_written(data), tuned_figures(data)
+    aw_eps, tuned_eps = (aw or {}).get("examples_per_s"), tuned.get("examples_per_s")
+    if not top or not aw_eps or not tuned_eps:
+        return "; ".join(parts)
+    limited_by = ceiling.get("limited_by")
+    half = {"pipeline": "the input pipeline", "model": "the model"}.get(
+        limited_by or "", "the half that was measured"
+    )
+    if (
+        limited_by == "pipeline"
+        and model
+        and tuned_eps * CEILING_REACHED > top
+        and tuned_eps * CEILING_REACHED <= model
+    ):
+        # The pipeline alone was measured as written: tuning lifted that ceiling, and the
+        # model alone is the one left.
+        parts.append(
+            f"as written reaches {aw_eps / top:.0%} of the pipeline alone; tuning "
+            f"lifted the pipeline past it ({tuned_eps / top:.1f}x), and tuned reaches "
+            f"{tuned_eps / model:.0%} of the model alone"
+        )
+        top, half = model, "the model"
+    elif tuned_eps * CEILING_REACHED > max(top, model or 0):
+        # Past both halves as written: the tuned config changed what they were measured
+        # with (a batch size changes the model's rate too).
+        parts.append(
+            f"as written reaches {aw_eps / top:.0%} of the ceiling ({half}); tuned "
+            f"runs {tuned_eps / top:.1f}x past it: its config changes what the two halves were "
+            "measured with as written (a batch size changes the model's rate too), so that "
+            "ceiling does not bound it"
+        )
+        return "; ".join(parts)
+    else:
+        parts.append(
+            f"as written reaches {aw_eps / top:.0%} and tuned {tuned_eps / top:.0%} of the "
+            f"ceiling ({half})"
+        )
+    parts += _gap(tuned, tuned_eps, top, half)
+    return "; ".join(parts)
+
+
+def _gap(tuned: Figures, tuned_eps: float, top: float, half: str) -> list[str]:
+    """Below the ceiling: is the remaining gap the input pipeline (the tuned run still
+    waits for input, in the vocabulary's input-bound bands) or the two halves together?"""
+    wait = tuned.get("input_wait_share")
+    if tuned_eps >= CEILING_REACHED * top:
+        return [f"{half} is now the limit"]
+    if wait is not None and input_band(wait).input_bound:
+        return [
+            f"tuned still waits for input {wait:.0%} of each step: the remaining gap is in "
+            "the input pipeline"
+        ]
+    if wait is not None:
+        return [
+            f"tuned waits for input only {wait:.0%} of each step: the remaining gap is the "
+            "two halves slowing each other down when they run together (shared CPU cores), "
+            "not the input pipeline alone"
+        ]
+    return []
+
+
+def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
+    """One status line per trial, from its ``trials_detail`` row; `best` is the number of
+    the best trial so far (starred)."""
+    state = record.get("state")
+    head = f"trial {record.get('number'):>3} {record.get('role')!s:<10}"
+    reason = record.get("reason")
+    if state == TrialState.COMPLETE.value:
+        body = f"{_fmt_eps(record.get('examples_per_s'))} ex/s, "
+        body += f"util {_fmt_util(record.get('utilization'))}"
+        if record.get("spread") is not None:
+            body += f" (±{record['spread'] / 2:.0%})"
+    elif state == TrialState.PRUNED.value:
+        body = f"pruned: {reason or ''} ({_fmt_eps(record.get('examples_per_s'))} ex/s so far)"
+    else:
+        body = f"failed: {reason or 'unknown reason'}"
+    star = " *best*" if best is not None and best == record.get("number") else ""
+    line = f"{head} {body}{star}  [{record.get('description')}]"
+    crash = record.get("crash")
+    if state != TrialState.FAILED.value or not isinstance(crash, Mapping):
+        return line
+    # The reason is one line ("killed by signal 6"); the crash says what the script said.
+    shown = [k for k in crash.get("key_lines") or () if k not in (reason or "")]
+    limit = TRIAL_CRASH_LINES if crash.get("kind") == NATIVE_CRASH else TRIAL_EXCEPTION_LINES
+    return "\n".join([line, *(f"    {k}" for k in shown[:limit])])

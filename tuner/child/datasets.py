@@ -1,0 +1,352 @@
+"""Child side: the Dataset ops the script calls, and the dataset it iterates.
+
+- `DatasetOps` wraps ``Dataset.map/interleave/batch/padded_batch/prefetch``,
+  ``tf.data.experimental.parallel_interleave`` and the file readers' constructors: when
+  called directly from user code, the call site (``file:line`` relative to the script's
+  folder) is identified from the caller's frame, what the script passed is recorded
+  (``hooks.on_site``: the as-written values), and the config's knobs for that site
+  replace it.
+- `describe` reads what the script built on an iterated dataset (its last call site,
+  final prefetch, batching, options) by walking its lineage; `apply_globals` puts the
+  config's global options and a final prefetch on it.
+
+`OP_KNOBS` (which knobs each op takes) and `READERS` are the vocabulary of call sites:
+the search space and the emitted config read them too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
+from tftune.tuner.config import (
+    AUTOTUNE,
+    BOOL_SITE_KNOBS,
+    Config,
+    SiteConfig,
+    capped_interleave_calls,
+)
+
+# Which knobs each transformation takes, by the parameter name TF uses.
+OP_KNOBS: dict[str, dict[str, str]] = {
+    "map": {"num_parallel_calls": "num_parallel_calls"},
+    "interleave": {"num_parallel_calls": "num_parallel_calls", "cycle_length": "cycle_length"},
+    "batch": {"batch_size": "batch_size"},
+    "padded_batch": {"batch_size": "batch_size"},
+    "prefetch": {"buffer_size": "buffer_size"},
+    # tf.data.experimental.parallel_interleave(map_func, cycle_length, ...), for ds.apply().
+    "parallel_interleave": {"cycle_length": "cycle_length"},
+    # File readers: files read at once (None: one after the other), their I/O parallelism.
+    "TFRecordDataset": {"num_parallel_calls": "num_parallel_reads"},
+    "TextLineDataset": {"num_parallel_calls": "num_parallel_reads"},
+    "FixedLengthRecordDataset": {"num_parallel_calls": "num_parallel_reads"},
+    # A Keras PyDataset (its `__init__`, from the subclass's ``super().__init__(...)``):
+    # workers, threads or processes, and the queue of batches they fill ahead.
+    "PyDataset": {
+        "num_parallel_calls": "workers",
+        "use_multiprocessing": "use_multiprocessing",
+        "buffer_size": "max_queue_size",
+    },
+}
+# Ops that are classes: their call site names the user's class, not a function.
+_CLASS_OPS = frozenset({"PyDataset"})
+_DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
+# The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
+READERS = {
+    "TFRecordDataset": "TFRecordDatasetV2",
+    "TextLineDataset": "TextLineDatasetV2",
+    "FixedLengthRecordDataset": "FixedLengthRecordDatasetV2",
+}
+_API_MODULES = (
+    "tensorflow._api.v2.data.experimental",
+    "tensorflow._api.v2.compat.v2.data.experimental",
+    "tensorflow._api.v2.compat.v1.data.experimental",
+    "tensorflow.python.data.experimental",
+)
+_BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
+
+
+def _knob_value(knob: str, value: object) -> int | bool | None:
+    """A knob's value as the script passed it: a bool for a flag, else `_as_int`."""
+    if knob in BOOL_SITE_KNOBS:
+        return value if isinstance(value, bool) else None
+    return _as_int(value)
+
+
+def _as_int(value: object) -> int | None:
+    """A knob value as the script wrote it, when it is a concrete integer."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return int(value)
+        numpy_fn = getattr(value, "numpy", None)
+        if callable(numpy_fn):
+            arr = np.asarray(numpy_fn())
+            if arr.shape == () and np.issubdtype(arr.dtype, np.integer):
+                return int(arr)
+    except Exception:  # a symbolic tensor: not a concrete value
+        return None
+    return None
+
+
+class DatasetOps(PatcherState):
+    """The wrapped Dataset ops, readers and ``parallel_interleave``: call sites and knobs."""
+
+    def _patch_parallel_interleave(self) -> None:
+        from tensorflow.python.data.experimental.ops import interleave_ops
+
+        current = interleave_ops.parallel_interleave
+        original = getattr(current, "__tftune_original__", current)
+        wrapped = self._wrap_op("parallel_interleave", original, method=False)
+        interleave_ops.parallel_interleave = wrapped
+        for name in _API_MODULES:  # the public names were bound at import time
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "parallel_interleave", None) is current:
+                module.parallel_interleave = wrapped  # type: ignore[attr-defined]
+
+    def _patch_readers(self) -> None:
+        """`tf.data.TFRecordDataset(files, num_parallel_reads=...)` and its kin: a call
+        site whose knob is how many files are read at once. A reader of one file (the
+        usual body of an interleave) has nothing to parallelize and is not a site."""
+        from tensorflow.python.data.ops import readers
+
+        for op, name in READERS.items():
+            cls = getattr(readers, name, None)
+            if cls is None:  # pragma: no cover - every TF 2.x has them
+                continue
+            original = getattr(cls.__init__, "__tftune_original__", cls.__init__)
+            cls.__init__ = self._wrap_op(op, original, constructor=True)
+
+    # ---- call sites ---------------------------------------------------------------
+    def site_of(self, frame: FrameType | None) -> str | None:
+        """`file:line` of a user frame, relative to the script folder; None if internal."""
+        if frame is None:
+            return None
+        filename = frame.f_code.co_filename
+        if filename.startswith("<") or "__autograph_generated" in filename:
+            return None
+        path = os.path.abspath(filename)
+        if path.startswith(self._prefixes) and not path.startswith(
+            os.path.join(self.script_dir, "")
+        ):
+            return None
+        rel = os.path.relpath(path, self.script_dir).replace(os.sep, "/")
+        return f"{rel}:{frame.f_lineno}"
+
+    def _wrap_op(
+        self,
+        op: str,
+        original: Callable[..., Any],
+        method: bool = True,
+        constructor: bool = False,
+    ) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        knobs = OP_KNOBS[op]
+        patcher = self
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            site = patcher.site_of(sys._getframe(1))
+            if site is None or ((method or constructor) and not args):
+                return original(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)  # let TF raise its own error
+            if constructor and _one_file(bound.arguments.get("filenames")):
+                return original(*args, **kwargs)
+            given = dict(bound.arguments)
+            fn = given.get("map_func")
+            name = getattr(fn, "__name__", None) if fn is not None else None
+            if op in _CLASS_OPS:  # the user's class; as written includes its defaults
+                with_defaults = signature.bind(*args, **kwargs)
+                with_defaults.apply_defaults()
+                given = dict(with_defaults.arguments)
+                name = type(args[0]).__name__
+            values: dict[str, Any] = {k: _knob_value(k, given.get(p)) for k, p in knobs.items()}
+            written = SiteConfig(**values)
+            patcher.seen_sites.add(site)
+            # (A PyDataset's items are batches too.)
+            patcher.batch_seen = patcher.batch_seen or op in ("batch", "padded_batch", "PyDataset")
+            if patcher.hooks.on_site is not None:
+                patcher.hooks.on_site(SiteCall(site, op, written, name))
+            override = patcher.config.site(site)
+            if override is not None:
+                for knob, param in knobs.items():
+                    value = getattr(override, knob)
+                    if value is not None:
+                        bound.arguments[param] = value
+                if op == "interleave":  # TF refuses more calls than a fixed cycle length
+                    calls = _as_int(bound.arguments.get("num_parallel_calls"))
+                    cycle = _as_int(bound.arguments.get("cycle_length"))
+                    if capped_interleave_calls(cycle, calls) != calls:
+                        bound.arguments["num_parallel_calls"] = cycle
+            result = original(*bound.args, **bound.kwargs)
+            if constructor:
+                _tag(args[0], site)
+            elif method:
+                _tag(result, site)
+            return result
+
+        wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+
+def _no_options() -> Any:
+    import tensorflow as tf
+
+    return tf.data.Options()
+
+
+def _original_iter() -> Callable[[Any], Any]:
+    """The unpatched ``Dataset.__iter__`` (for iterating without re-entering `prepare`)."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    it = dataset_ops.DatasetV2.__iter__
+    return getattr(it, "__tftune_original__", it)  # type: ignore[no-any-return]
+
+
+def _one_file(filenames: Any) -> bool:
+    """A reader's `filenames` names a single file (a string or a scalar tensor)."""
+    if isinstance(filenames, (str, bytes)):
+        return True
+    shape = getattr(filenames, "shape", None)
+    rank = getattr(shape, "rank", None)
+    return rank == 0
+
+
+def _tag(ds: Any, site: str | None) -> None:
+    with contextlib.suppress(AttributeError):
+        ds._tftune_site = site
+
+
+def _inputs(ds: Any) -> Sequence[Any]:
+    try:
+        return list(ds._inputs())
+    except Exception:
+        return []
+
+
+def _unwrap_options(ds: Any) -> Any:
+    while type(ds).__name__ == "_OptionsDataset":
+        inputs = _inputs(ds)
+        if not inputs:
+            break
+        ds = inputs[0]
+    return ds
+
+
+# Datasets whose lineage cannot be walked: one passed into a tf.function as an argument,
+# and tf.distribute's per-replica datasets (fed by a multi-device iterator).
+_OPAQUE_DATASETS = frozenset(
+    {"_VariantDataset", "_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"}
+)
+# Stages whose elements come from datasets a function builds (not walkable): a flat_map or
+# interleave before any batch, such as `from_generator` (Keras' PyDataset adapter).
+_ELEMENTS_FROM_A_FUNCTION = ("FlatMap", "Interleave")
+
+
+def _is_batched(ds: Any, depth: int = 0) -> bool | None:
+    """Whether the dataset's lineage batches (and does not unbatch after); None when the
+    lineage is opaque (`_OPAQUE_DATASETS`, `_ELEMENTS_FROM_A_FUNCTION`)."""
+    name = type(ds).__name__
+    if "Unbatch" in name or depth > 64:
+        return False
+    if any(name.endswith(c) for c in _BATCHING_CLASSES):
+        return True
+    if name in _OPAQUE_DATASETS or any(k in name for k in _ELEMENTS_FROM_A_FUNCTION):
+        return None
+    answers = [_is_batched(i, depth + 1) for i in _inputs(ds)]
+    if any(a is True for a in answers):
+        return True
+    return None if any(a is None for a in answers) else False
+
+
+def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
+    """What the script built: its last call site, final prefetch, batching, options.
+
+    `batched_default` answers for a lineage that cannot be walked (see `_is_batched`)."""
+    last = _unwrap_options(ds)
+    try:
+        options = ds.options()
+        threadpool = options.threading.private_threadpool_size
+        deterministic = options.deterministic
+    except Exception:
+        threadpool, deterministic = None, None
+    return IterationInfo(
+        site=_lineage_site(ds),
+        final_prefetch="Prefetch" in type(last).__name__,
+        batched=batched if (batched := _is_batched(ds)) is not None else batched_default,
+        threadpool_size=threadpool or None,
+        deterministic=deterministic,
+    )
+
+
+def _lineage_site(ds: Any, depth: int = 0) -> str | None:
+    """The call site of the nearest transformation the user called on `ds`'s lineage:
+    ``ds.repeat().take(n).enumerate()`` is built at its ``batch`` line."""
+    site: str | None = getattr(ds, "_tftune_site", None)
+    if site is not None or depth > 16:
+        return site
+    for parent in _inputs(ds):
+        found = _lineage_site(parent, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _emulate_injected_prefetch(ds: Any) -> Any:
+    """Add the final prefetch TF's ``inject_prefetch`` rewrite would add to `ds`."""
+    from tensorflow.python.data.ops import dataset_ops
+
+    try:
+        options = ds.options()
+        inject = options.experimental_optimization.inject_prefetch is not False
+        autotune = options.autotune.enabled is not False
+    except Exception:
+        return ds
+    if not (inject and autotune) or "Prefetch" in type(_unwrap_options(ds)).__name__:
+        return ds
+    prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
+    return (prefetch or dataset_ops.DatasetV2.prefetch)(ds, AUTOTUNE)
+
+
+def apply_globals(ds: Any, config: Config, info: IterationInfo) -> Any:
+    """Options on the iterated dataset and a final prefetch where the script has none."""
+    import tensorflow as tf
+    from tensorflow.python.data.ops import dataset_ops
+
+    out = ds
+    if config.final_prefetch is not None and not info.final_prefetch:
+        prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
+        prefetch = prefetch or dataset_ops.DatasetV2.prefetch
+        out = prefetch(out, config.final_prefetch)
+    options = tf.data.Options()
+    changed = False
+    if config.threadpool_size is not None:
+        options.threading.private_threadpool_size = config.threadpool_size
+        changed = True
+    if config.deterministic is not None:
+        options.deterministic = config.deterministic
+        changed = True
+    if config.autotune_cpu_budget is not None and config.autotune_cpu_budget != AUTOTUNE:
+        options.autotune.cpu_budget = config.autotune_cpu_budget
+        changed = True
+    if config.autotune_ram_budget_mb is not None:
+        options.autotune.ram_budget = config.autotune_ram_budget_mb * 2**20
+        changed = True
+    if changed:
+        out = out.with_options(options)
+    return out

@@ -1,0 +1,151 @@
+"""Child side: Keras. The precision policy, PyDataset, the optimizer hook and ``fit``.
+
+- The config's mixed precision policy is set when Keras loads, before the script can
+  build a model; the script's own ``set_global_policy`` is then noted and ignored.
+- A ``PyDataset`` subclass' ``super().__init__(...)`` is a call site (workers,
+  multiprocessing, queue size), wrapped like a Dataset op (tuner/child/datasets.py).
+- A Keras optimizer's ``apply`` registers the weights the NaN watch checks
+  (tuner/child/nanwatch.py) and counts as an update for the roles (tuner/child/roles.py).
+- ``Model.fit`` gets a callback that reports a NaN/inf loss, and a model output
+  computed in 16 bits when training begins (tuner/precision.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import sys
+from types import ModuleType
+from typing import Any
+
+from tftune.tuner.child.datasets import DatasetOps
+from tftune.tuner.child.state import Hooks
+
+
+class KerasPatches(DatasetOps):
+    """The patches applied to a Keras module (``keras`` or ``tf_keras``) once it loads."""
+
+    # ---- keras ----------------------------------------------------------------------
+    def _patch_keras(self, module: ModuleType) -> None:
+        name = module.__name__
+        if name in self._keras_patched:
+            return
+        self._keras_patched.add(name)
+        policy = self.config.mixed_precision
+        mp: Any = getattr(module, "mixed_precision", None)
+        if policy is not None and mp is not None:
+            target = "float32" if policy == "off" else policy
+            mp.set_global_policy(target)
+            original_set = getattr(mp.set_global_policy, "__tftune_original__", None)
+            original_set = original_set or mp.set_global_policy
+
+            def set_global_policy(value: Any) -> None:
+                # The config decides the policy for this run; the script's own choice is
+                # overridden (and noted), or the trial would not test what it claims.
+                self.hooks.notes.append(f"script set mixed precision {value!r}; kept {target}")
+
+            set_global_policy.__tftune_original__ = original_set  # type: ignore[attr-defined]
+            mp.set_global_policy = set_global_policy
+        self._patch_optimizer(module)
+        self._patch_py_dataset(module)
+        model_cls: Any = getattr(module, "Model", None)
+        callbacks_mod: Any = getattr(module, "callbacks", None)
+        if model_cls is None or callbacks_mod is None:
+            return
+        original_fit = getattr(model_cls.fit, "__tftune_original__", model_cls.fit)
+        signature = inspect.signature(original_fit)
+        callback = _nan_callback(callbacks_mod.Callback, self.hooks)
+
+        @functools.wraps(original_fit)
+        def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(model, *args, **kwargs)
+            except TypeError:
+                return original_fit(model, *args, **kwargs)
+            given = bound.arguments.get("callbacks") or []
+            bound.arguments["callbacks"] = [*list(given), callback]
+            return original_fit(*bound.args, **bound.kwargs)
+
+        fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
+        model_cls.fit = fit
+
+    def _patch_py_dataset(self, module: ModuleType) -> None:
+        """A Keras ``PyDataset`` is a call site: its ``__init__`` takes `workers`,
+        `use_multiprocessing` and `max_queue_size`, which Keras reads when `fit` iterates
+        it. The site is the user's line that calls it (``super().__init__(...)`` in the
+        subclass, or the construction of a subclass without an ``__init__``)."""
+        utils: Any = getattr(module, "utils", None)
+        cls: Any = getattr(utils, "PyDataset", None)
+        if cls is None or "__init__" not in vars(cls):
+            return
+        original = vars(cls)["__init__"]
+        original = getattr(original, "__tftune_original__", original)
+        cls.__init__ = self._wrap_op("PyDataset", original, constructor=True)
+
+    def _patch_optimizer(self, module: ModuleType) -> None:
+        """A custom training loop's NaN check: the first time a Keras optimizer applies
+        gradients (eagerly, or while a ``tf.function`` is traced), a few of the variables
+        it trains are watched (`_WeightWatch`). Keras `fit` reports its loss to a
+        callback instead; a loop of raw ``assign_sub`` has no policy to break it."""
+        optimizers: Any = getattr(module, "optimizers", None)
+        base: Any = getattr(optimizers, "Optimizer", None)
+        owner = next((c for c in getattr(base, "__mro__", ()) if "apply" in vars(c)), None)
+        if owner is None:
+            return
+        original = vars(owner)["apply"]
+        original = getattr(original, "__tftune_original__", original)
+        watch = self._weights
+
+        @functools.wraps(original)
+        def apply(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.hooks.on_nan is not None:
+                given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
+                watch.add(optimizer, given)
+            result = original(optimizer, *args, **kwargs)
+            if self.instrument_clock:
+                self.roles.update()
+            return result
+
+        apply.__tftune_original__ = original  # type: ignore[attr-defined]
+        owner.apply = apply
+
+
+def _nan_callback(base: type, hooks: Hooks) -> Any:
+    class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
+        """Reports a NaN/inf loss to the trial runner (who stops the trial), and a model
+        output computed in 16 bits (tuner.precision) when training begins."""
+
+        def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+            _report_output_precision(getattr(self, "model", None), hooks)
+
+        def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+            if not logs or "loss" not in logs or hooks.on_nan is None:
+                return
+            try:
+                loss = float(logs["loss"])
+            except (TypeError, ValueError):
+                return
+            if not math.isfinite(loss):
+                hooks.on_nan("loss", loss)
+
+    return _TftuneNanCheck()
+
+
+def _report_output_precision(model: Any, hooks: Hooks) -> None:
+    """Check the output layer's precision once per model; never fail the user's fit."""
+    from tftune.tuner.precision import check_output_layer
+
+    if model is None or getattr(model, "_tftune_precision_checked", False):
+        return
+    try:
+        model._tftune_precision_checked = True
+        finding = check_output_layer(model)
+    except Exception:
+        return
+    if finding is None:
+        return
+    if hooks.on_finding is not None:
+        hooks.on_finding(finding.message())
+    else:  # tftune run / tftune.apply: tell the user directly
+        print(f"tftune: warning: {finding.message()}", file=sys.stderr)

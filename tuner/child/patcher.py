@@ -1,0 +1,181 @@
+"""Apply a `Config` to an unmodified script by patching tf.data and Keras in-process.
+
+Used by the child bootstrap (trials, discovery, `tftune run`, `tftune profile`) and by
+`tftune.apply()` (`activate`). Nothing is imported from TensorFlow until the script
+imports it: a post-import hook (tuner/child/imports.py) patches ``tensorflow`` and
+``keras`` right after they load, before any line of the script's own pipeline or model
+code runs.
+
+What is patched:
+
+- ``Dataset.map/interleave/batch/padded_batch/prefetch``: when called directly from user
+  code, the call site (``file:line`` relative to the script's folder) is identified from
+  the caller's frame, what the script passed is recorded (discovery), and the config's
+  knobs for that site replace it (tuner/child/datasets.py).
+- ``Dataset.__iter__`` and autograph's dataset ``for`` loop: the dataset that is iterated
+  gets the global options (private threadpool, determinism, autotune budgets), a final
+  prefetch where it has none (tuner/child/streams.py), and, when measuring, the step
+  clock (tuner/child/clock.py, tuner/child/distribute.py).
+- ``keras.Model.fit``: a callback that reports a NaN/inf loss; the global mixed precision
+  policy is set when Keras loads, before the script can build a model
+  (tuner/child/keras.py).
+- When measuring: what tells training apart (tuner/child/roles.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import sysconfig
+from collections.abc import Callable
+from typing import Any
+
+from tftune.tuner.child.datasets import _DATASET_METHODS
+from tftune.tuner.child.distribute import DistributePatches
+from tftune.tuner.child.imports import _PostImportHook
+from tftune.tuner.child.keras import KerasPatches
+from tftune.tuner.child.roles import is_trainable_float
+from tftune.tuner.config import Config
+
+
+def _internal_prefixes() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    prefixes = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    for pkg in ("tftune", "tftune.probes", "tftune.tuner", "tftune.reports"):
+        m = sys.modules.get(pkg)
+        for p in getattr(m, "__path__", []) if m is not None else []:
+            prefixes.add(os.path.abspath(p))  # tftune itself, wherever it is installed
+    for mod in ("tensorflow", "keras", "tf_keras"):
+        m = sys.modules.get(mod)
+        if m is not None and getattr(m, "__file__", None):
+            prefixes.add(os.path.dirname(os.path.abspath(str(m.__file__))))
+    return tuple(os.path.join(p, "") for p in sorted(prefixes))
+
+
+class Patcher(KerasPatches, DistributePatches):
+    """Installs the patches once per process. `config` may be replaced before iteration.
+
+    The patches themselves live with their job (`DatasetOps`, `StepClock`, `Streams`,
+    `DistributePatches`, `KerasPatches`, all on one `PatcherState`); this class installs
+    them: tf.data's, the clock's and the update hooks when TensorFlow loads, Keras' when
+    Keras does (or at once, for what is already loaded)."""
+
+    # ---- installation -------------------------------------------------------------
+    def install(self) -> None:
+        """Patch now what is loaded, and hook what loads later."""
+        if "tensorflow" in sys.modules:
+            self._patch_tf()
+        else:
+            _PostImportHook.register("tensorflow", lambda _m: self._patch_tf())
+        for name in ("keras", "tf_keras"):
+            if name in sys.modules:
+                self._patch_keras(sys.modules[name])
+            else:
+                _PostImportHook.register(name, self._patch_keras)
+
+    def _patch_tf(self) -> None:
+        if self._tf_patched:
+            return
+        self._tf_patched = True
+        from tensorflow.python.data.ops import dataset_autograph, dataset_ops
+
+        self._prefixes = _internal_prefixes()
+        cls = dataset_ops.DatasetV2
+        for op in _DATASET_METHODS:
+            original = getattr(cls, op)
+            setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
+        self._patch_parallel_interleave()
+        self._patch_readers()
+        original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
+        patcher = self
+
+        def tagged_iter(prepared: Any) -> Any:
+            iterator = original_iter(prepared)
+            stream = getattr(prepared, "_tftune_stream", None)
+            if stream is not None:
+                with contextlib.suppress(AttributeError):
+                    iterator._tftune_stream = stream
+            return iterator
+
+        @functools.wraps(original_iter)
+        def __iter__(ds: Any) -> Any:
+            return tagged_iter(patcher.prepare(ds))
+
+        __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
+        cls.__iter__ = __iter__  # type: ignore[method-assign]
+
+        original_scan = getattr(
+            dataset_autograph._general_purpose_scan,
+            "__tftune_original__",
+            dataset_autograph._general_purpose_scan,
+        )
+
+        @functools.wraps(original_scan)
+        def _general_purpose_scan(ds: Any, init_state: Any, body: Any) -> Any:
+            prepared = patcher.prepare(ds, dataset_clock=True)
+            stream = getattr(prepared, "_tftune_stream", None)
+            if stream is not None:
+                patcher.roles.graph_fetch(int(stream))
+            if stream is not None and patcher.hooks.on_request is None:
+                init_state, body = patcher._clocked_scan(int(stream), init_state, body)
+            return original_scan(prepared, init_state, body)
+
+        _general_purpose_scan.__tftune_original__ = original_scan  # type: ignore[attr-defined]
+        dataset_autograph._general_purpose_scan = _general_purpose_scan
+        self._patch_iterator()
+        self._patch_distributed()
+        if self.instrument_clock:
+            self._patch_updates()
+
+    def _patch_updates(self) -> None:
+        """What tells training apart (`roles`): calls of tf.functions, TF1 optimizers and
+        raw updates of trainable variables. (Keras optimizers: `_patch_optimizer`.)"""
+        from tensorflow.python.eager.polymorphic_function import polymorphic_function
+        from tensorflow.python.ops import resource_variable_ops
+        from tensorflow.python.training import optimizer as tf1_optimizer
+
+        function_cls: Any = polymorphic_function.Function
+        call = getattr(function_cls.__call__, "__tftune_original__", function_cls.__call__)
+        function_cls.__call__ = self.roles.wrap_call(call)
+        roles = self.roles
+
+        def after_update(original: Callable[..., Any], variable_method: bool) -> Any:
+            @functools.wraps(original)
+            def wrapper(owner: Any, *args: Any, **kwargs: Any) -> Any:
+                result = original(owner, *args, **kwargs)
+                if not variable_method or is_trainable_float(owner):
+                    roles.update()
+                return result
+
+            wrapper.__tftune_original__ = original  # type: ignore[attr-defined]
+            return wrapper
+
+        targets: list[tuple[Any, str, bool]] = [(tf1_optimizer.Optimizer, "apply_gradients", False)]
+        for cls in (
+            resource_variable_ops.BaseResourceVariable,
+            resource_variable_ops.ResourceVariable,
+        ):
+            targets += [
+                (cls, name, True) for name in ("assign_add", "assign_sub") if name in vars(cls)
+            ]
+        for owner, name, variable_method in targets:
+            current = getattr(owner, name)
+            original = getattr(current, "__tftune_original__", current)
+            setattr(owner, name, after_update(original, variable_method))
+
+
+_ACTIVE: Patcher | None = None
+
+
+def activate(config: Config, script_dir: str) -> Patcher:
+    """Apply `config` to this process (``tftune.apply``); a second call replaces it."""
+    global _ACTIVE
+    if _ACTIVE is None:
+        _ACTIVE = Patcher(config, script_dir)
+        _ACTIVE.install()
+    else:
+        _ACTIVE.config = config
+        _ACTIVE.script_dir = os.path.abspath(script_dir)
+    return _ACTIVE

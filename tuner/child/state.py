@@ -1,0 +1,109 @@
+"""What the child's patches share: the hooks they call and the state they keep.
+
+`Hooks` is the contract between the patches and whoever runs them (the bootstrap's
+discovery recorder, step clock writer and profiler, or nothing for ``tftune.apply``):
+the patches call a hook when it is set, at the moment described beside it. `SiteCall`
+and `IterationInfo` are the frozen facts those hooks receive.
+
+`PatcherState` holds the state of one `Patcher` (tuner/child/patcher.py). The patches
+are split by job into classes that all build on it (`DatasetOps`, `StepClock`,
+`Streams`, `DistributePatches`, `KerasPatches`), and `Patcher` combines them: one object
+per process, so a stream number, a ring or a watched weight is the same for every patch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tftune.tuner.child.nanwatch import _WeightWatch
+from tftune.tuner.child.ring import _Ring
+from tftune.tuner.child.roles import Roles
+from tftune.tuner.config import Config, SiteConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SiteCall:
+    """A user call of a tf.data transformation, as written (before any override)."""
+
+    site: str
+    op: str
+    as_written: SiteConfig
+    function: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class IterationInfo:
+    """The dataset a loop iterates, as the script built it."""
+
+    site: str | None
+    final_prefetch: bool
+    batched: bool
+    threadpool_size: int | None
+    deterministic: bool | None
+    stream: int | None = None  # the clock's stream number (when streams are followed)
+
+
+@dataclass(slots=True)
+class Hooks:
+    """What the patched functions call back into (discovery recorder, step clock...)."""
+
+    on_site: Callable[[SiteCall], None] | None = None
+    on_iterate: Callable[[IterationInfo], None] | None = None
+    # Called in Python when the consumer requests each element (profile markers only:
+    # it costs a Python call per step).
+    on_request: Callable[[int], object] | None = None
+    # Step records handed over in batches: (stream, rows of request_ns, deliver_ns,
+    # examples). This is the measuring clock; it runs no Python per step in graphs.
+    on_records: Callable[[int, list[tuple[int, int, int]]], object] | None = None
+    on_nan: Callable[[str, float], None] | None = None
+    # A finding about the script as it runs (e.g. a 16-bit output layer), reported at
+    # once: a measured trial is stopped by a signal, before any end-of-run hook.
+    on_finding: Callable[[str], None] | None = None
+    # A new stream: (stream, the call site that built its dataset, the place that
+    # iterates it); and a stream found to be training: (stream, how it was told).
+    on_stream: Callable[[int, str | None, str | None], None] | None = None
+    on_training: Callable[[int, str], None] | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class PatcherState:
+    """The state every part of the `Patcher` reads and writes (one per process)."""
+
+    def __init__(self, config: Config, script_dir: str, hooks: Hooks | None = None) -> None:
+        self.config = config
+        self.script_dir = os.path.abspath(script_dir)
+        self.hooks = hooks or Hooks()
+        self.instrument_clock = False
+        self.seen_sites: set[str] = set()
+        self.batch_seen = False  # a user batch call was seen: elements count as batches
+        self._prefixes: tuple[str, ...] = ()
+        self._streams = 0
+        self._lock = threading.Lock()
+        self._tf_patched = False
+        self._keras_patched: set[str] = set()
+        self._warned = False
+        self.last_stream: int | None = None
+        self.last_distributed_stream: int | None = None
+        self._inside = threading.local()  # .distributed: a distributed fetch is running
+        self._batched: dict[int, bool] = {}
+        self._eager_rows: dict[int, list[tuple[int, int, int]]] = {}
+        self._eager_flushed: dict[int, int] = {}
+        self._rings: dict[int, _Ring] = {}
+        # place -> [weak reference to the dataset last given the stream, stream]
+        self._streams_by_place: dict[tuple[str, int, str | None, bool], list[list[Any]]] = {}
+        self._places: dict[int, str | None] = {}  # the place each stream was last reported at
+        self._model_only_cache: dict[int, Any] = {}
+        self._weights = _WeightWatch()
+        self.roles = Roles(on_training=self._on_training)
+        self._poller: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._flush_lock = threading.Lock()
+        self._ring_lock = threading.Lock()
+
+    def _on_training(self, stream: int, how: str) -> None:
+        if self.hooks.on_training is not None:
+            self.hooks.on_training(stream, how)

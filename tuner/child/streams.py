@@ -1,0 +1,180 @@
+"""Child side: the dataset a loop iterates becomes a numbered stream.
+
+`Streams.prepare` is called where the script starts iterating a dataset (``__iter__``,
+autograph's dataset loop). It puts the config's global options and a final prefetch on
+it (`apply_globals`), applies the bound analysis' transformation (tuner/bounds.py) and,
+when measuring, gives it a stream number: one per place in the user's code that
+iterates (`_new_stream`), reported to the parent with its call site and place
+(``hooks.on_stream``). The step clock (tuner/child/clock.py) counts steps per stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import weakref
+from dataclasses import replace
+from types import FrameType
+from typing import Any
+
+from tftune.tuner import bounds
+from tftune.tuner.child.clock import StepClock
+from tftune.tuner.child.datasets import (
+    DatasetOps,
+    _emulate_injected_prefetch,
+    _no_options,
+    _original_iter,
+    _tag,
+    apply_globals,
+    describe,
+)
+
+
+class Streams(DatasetOps, StepClock):
+    """Preparing the iterated dataset, and numbering its stream by place and liveness."""
+
+    # ---- the iterated dataset -----------------------------------------------------
+    def prepare(self, ds: Any, dataset_clock: bool = False) -> Any:
+        """The dataset to iterate instead of `ds`: options and a final prefetch.
+
+        When measuring, it gets a stream number; its iterators are timed where the
+        consumer calls them (`_timed_next`). A loop that iterates the dataset without an
+        iterator (autograph's ``for x in ds`` inside a ``tf.function``) needs the clock
+        inside the dataset instead (`dataset_clock`).
+
+        The prepared dataset is cached on `ds` by a weak reference: it holds `ds` (its
+        input chain), so a strong one would be a cycle that keeps every dataset alive
+        until the cyclic GC runs, and `_new_stream` tells datasets apart by whether they
+        are alive. It lives while an iterator over it does; the next epoch may prepare it
+        again, in the same stream (`ds` keeps its stream number).
+        """
+        if getattr(ds, "_tftune_is_prepared", False):
+            return ds
+        cached_ref = getattr(ds, "_tftune_prepared", None)
+        cached = cached_ref() if cached_ref is not None else None
+        if cached is not None:
+            return cached
+        self._warn_unknown_sites()
+        info = describe(ds, batched_default=self.batch_seen)
+        stream: int | None = None
+        if self.instrument_clock:
+            stream = getattr(ds, "_tftune_stream_no", None)
+            if stream is None:
+                stream = self._new_stream(ds, info.site)
+                with contextlib.suppress(AttributeError):
+                    ds._tftune_stream_no = stream
+            else:  # iterated again, maybe elsewhere (a peek first, then the training loop)
+                self._report_stream(stream, info.site, self._user_frame())
+            self.last_stream = stream
+            self._batched[stream] = info.batched
+            info = replace(info, stream=stream)
+        if self.hooks.on_iterate is not None:
+            self.hooks.on_iterate(info)
+        out = apply_globals(ds, self.config, info)
+        # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
+        bound = bounds.bound_mode(self.config)
+        if bound == bounds.MODEL_ONLY:
+            out = self._model_only(out, stream)
+        if stream is not None and dataset_clock and self.hooks.on_request is not None:
+            # Profile markers: a Python call per request, from a stage of the dataset.
+            # (The measuring clock for such loops is in the loop body: `_clocked_scan`.)
+            out = _emulate_injected_prefetch(out)
+            out = self._with_request_marks(out, stream)
+        if out is not ds or stream is not None:
+            with contextlib.suppress(AttributeError, TypeError):
+                if out is ds:
+                    out = out.with_options(_no_options())
+                _tag(out, info.site)
+                out._tftune_stream = stream
+                out._tftune_is_prepared = True
+                ds._tftune_prepared = weakref.ref(out)
+        if bound == bounds.PIPELINE_ONLY:
+            bounds.drain_pipeline_only(out, stream, _original_iter())
+        return out
+
+    def _model_only(self, ds: Any, stream: int | None) -> Any:
+        """The model-only bound's cached elements, filled once per stream: an epoch that
+        prepares its dataset again, or a dataset rebuilt every epoch, reuses them rather
+        than filling the cache (the pipeline's time) inside the measured window."""
+        import tensorflow as tf
+
+        if stream is None or tf.inside_function():
+            return bounds.cache_for_model_only(ds, _original_iter())
+        with self._lock:
+            cached = self._model_only_cache.get(stream)
+        if cached is None:
+            cached = bounds.cache_for_model_only(ds, _original_iter())
+            with self._lock:
+                self._model_only_cache[stream] = cached
+        return cached
+
+    def _new_stream(self, ds: Any = None, site: str | None = None) -> int:
+        """A stream number for a dataset about to be iterated, with its ring made now.
+
+        A stream is a place in the user's code that iterates: the first frame outside
+        TensorFlow, Keras and tftune. Inside a ``tf.function`` trace, the dataset is
+        rebuilt on each retrace; its place keeps it one stream, so the retrace creates no
+        new state. Eagerly, a dataset built at one call site (`site`) and iterated at one
+        place takes over the stream of one built and iterated there before that is gone:
+        a loop that builds a fresh dataset every epoch trains on one stream, where a new
+        stream per epoch would end the measurement with the first epoch (it follows one
+        stream once its window has begun). Datasets there that are all alive (training
+        and validation from one helper, or Keras `fit` with `validation_data`) are
+        streams of their own."""
+        import tensorflow as tf
+
+        key: tuple[str, int, str | None, bool] | None = None
+        frame = self._user_frame()
+        eager = tf.executing_eagerly()
+        if frame is not None:
+            key = (frame.f_code.co_filename, frame.f_lineno, site if eager else None, eager)
+        ref: weakref.ReferenceType[Any] | None = None
+        if eager and ds is not None:
+            with contextlib.suppress(TypeError):
+                ref = weakref.ref(ds)
+        with self._lock:
+            held = self._streams_by_place.setdefault(key, []) if key is not None else []
+            mine = [e for e in held if ds is not None and e[0] is not None and e[0]() is ds]
+            gone = [e for e in held if not eager or e[0] is None or e[0]() is None]
+            for entry in mine or gone[:1]:  # iterated here again, or a successor
+                entry[0] = ref
+                return int(entry[1])
+            self._streams += 1
+            stream = self._streams
+            if key is not None:
+                held.append([ref, stream])
+        self._ring(stream)
+        self._report_stream(stream, site, frame)
+        return stream
+
+    def _user_frame(self) -> FrameType | None:
+        """The first frame outside TensorFlow, Keras and tftune: where the user iterates."""
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename.startswith(self._prefixes):
+            frame = frame.f_back
+        return frame
+
+    def _report_stream(self, stream: int, site: str | None, frame: FrameType | None) -> None:
+        """Tell the parent where a stream is built and iterated, when that is news: the
+        last place it is iterated at names it (the training loop, after a peek)."""
+        place = None
+        if frame is not None:
+            place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        if self.hooks.on_stream is None or self._places.get(stream) == place:
+            return
+        self._places[stream] = place
+        self.hooks.on_stream(stream, site, place)
+
+    def _warn_unknown_sites(self) -> None:
+        """Once, when iteration starts: config sites the script never called (stale)."""
+        if self._warned:
+            return
+        self._warned = True
+        missing = sorted(set(self.config.sites) - self.seen_sites)
+        if missing:
+            message = (
+                f"config names call sites this script does not have: {', '.join(missing)}; "
+                "the rest of the config is applied"
+            )
+            self.hooks.notes.append(message)
+            print(f"tftune: warning: {message}", file=sys.stderr, flush=True)

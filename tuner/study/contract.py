@@ -1,0 +1,181 @@
+"""The study's contract: what goes in, what it calls, what comes out.
+
+`Runner` is the one extension point (the measured trial runner, or a test's fake): its
+docstring says who calls it and what it must return. A run is measured as ONE type,
+`tftune.tuner.measurement.Measurement`, and ends in ONE of the `TrialState`s of
+`tftune.core.vocabulary`. `StudySettings` is what the caller asks for; `TrialRecord` is
+one finished trial, frozen (the progress display and the emitter read it, the latter
+from other threads while workers run); `StudyOutcome` is everything the study measured,
+frozen for the emitter. No Optuna here: it is imported where a study is opened.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tftune.core.vocabulary import TrialState
+
+if TYPE_CHECKING:
+    from tftune.tuner.config import Config
+    from tftune.tuner.crashes import CrashSummary, Instability
+    from tftune.tuner.measurement import Measurement
+    from tftune.tuner.space import KnobValue
+
+DEFAULT_TRIALS = 20
+DEFAULT_SEED = 0
+# The final round re-measures this many of the best distinct trials, beside the
+# as-written, AUTOTUNE and #cores-heuristic baselines, and picks the winner from it.
+FINAL_CANDIDATES = 3
+# A close call (the final round's best gains at least `final.MIN_GAIN` but less than the
+# noise demands) is decided by this many more runs of it and of the script as written,
+# alternately (`final.decide_close_call`).
+DECIDE_PAIRS = 2
+
+
+class Objective(str, enum.Enum):
+    THROUGHPUT = "throughput"
+    GPU_UTIL = "gpu-util"
+    BOTH = "both"
+
+
+class Role(str, enum.Enum):
+    """Why a trial ran."""
+
+    AS_WRITTEN = "as_written"
+    AUTOTUNE = "autotune"
+    HEURISTIC = "heuristic"
+    GUIDED = "guided"
+    SEARCH = "search"
+    CONFIRM = "confirm"
+
+
+class Mode(str, enum.Enum):
+    """What a trial measures: the script training (``train``), the dataset iterated
+    without training (``pipeline_only``), or training on cached data (``model_only``)."""
+
+    TRAIN = "train"
+    PIPELINE_ONLY = "pipeline_only"
+    MODEL_ONLY = "model_only"
+
+
+RepeatCallback = Callable[[int, float], bool]
+
+
+class Runner:
+    """Runs the user's script once under a config and measures it.
+
+    Contract: the study calls `measure` once per trial, sequentially, from one thread.
+    `measure` must not raise for a failing script: a crash, OOM, stall or NaN loss is a
+    `Measurement` with ``state=TrialState.FAILED``, a reason and, where it has them, the
+    end of the script's stderr and its exit status (the study reads the crash from them,
+    `Measurement.crash`). After each measured repeat it calls ``on_repeat(index,
+    examples_per_s)``; when that returns False it stops the script and returns
+    ``state=TrialState.PRUNED`` with the repeats so far. ``mode`` selects what is measured
+    (`Mode`); a runner that cannot measure a mode returns FAILED with the reason.
+    """
+
+    gpu_visible: bool = False
+
+    def measure(
+        self,
+        config: Config,
+        *,
+        mode: Mode = Mode.TRAIN,
+        on_repeat: RepeatCallback | None = None,
+    ) -> Measurement:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord:
+    """One finished trial as the emitter and the progress display see it."""
+
+    number: int
+    role: Role
+    state: TrialState
+    params: Mapping[str, KnobValue]
+    description: str
+    examples_per_s: float | None = None
+    utilization: float | None = None
+    spread: float | None = None
+    input_wait_share: float | None = None
+    repeats: tuple[float, ...] = ()
+    reason: str | None = None
+    wall_s: float = 0.0
+    feasible: bool = False
+    notes: tuple[str, ...] = ()
+    stderr_tail: str = ""  # a failed trial's, bounded (`crashes.bounded_tail`)
+    crash: CrashSummary | None = None  # what a failed trial's stderr says
+
+
+@dataclass(frozen=True, slots=True)
+class GuidedHint:
+    """What a profile of the script as written says (`tftune analyze` on a short
+    `tftune profile`): the input share and the call sites of the bottleneck stages
+    (`baselines.guided_params` reads it)."""
+
+    input_share: float | None
+    bottleneck_sites: tuple[str, ...] = ()
+    source: str = "profile"
+
+
+@dataclass(frozen=True, slots=True)
+class StudySettings:
+    objective: Objective = Objective.THROUGHPUT
+    n_trials: int = DEFAULT_TRIALS
+    timeout_s: float | None = None
+    seed: int = DEFAULT_SEED
+    guided: bool = True
+    storage: str | None = None
+    study_name: str = "tftune"
+    confirm: bool = True
+    # How many of the best distinct trials the final round re-measures beside the
+    # baselines (see `final.final_candidates`).
+    final_candidates: int = FINAL_CANDIDATES
+    # More alternating runs of a close call and the script as written (0: none).
+    decide_pairs: int = DECIDE_PAIRS
+    # What is tuned (script and its arguments): a study resumed for another target
+    # would mix incomparable measurements, so it is refused.
+    target: str = ""
+    hint: GuidedHint | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StudyOutcome:
+    """Everything `optimize` measured, frozen for the emitter."""
+
+    study_name: str
+    storage: str
+    objective: Objective
+    utilization_kind: str
+    records: tuple[TrialRecord, ...]
+    baselines: Mapping[Role, TrialRecord]
+    best: TrialRecord
+    best_config: Config
+    confirm: TrialRecord | None  # the winner's figure from the final round
+    pareto: tuple[TrialRecord, ...]
+    importances: Mapping[str, float]
+    wall_s: float
+    ran_this_session: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    # The final round: role CONFIRM, `number` the trial each one re-measures.
+    final: tuple[TrialRecord, ...] = ()
+    # The script crashes whatever the config (`crashes.find_instability`), else None.
+    instability: Instability | None = None
+
+    def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
+        """`r`'s figure from the final round where it has one (side by side with the
+        winner's), else `r` itself."""
+        if r is None:
+            return None
+        again = next((f for f in self.final if f.number == r.number), None)
+        return again if again is not None and again.state is TrialState.COMPLETE else r
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in TrialState}
+        for r in self.records:
+            out[r.state.value] += 1
+        return out

@@ -1,0 +1,426 @@
+"""Choosing the winner: the search's best, then the final round.
+
+The winner is the best *feasible* trial: one with at least the as-written examples/s
+(TPE's constraint, and `choose_winner`'s guard). The search's best figures are best-of-N
+and biased upwards, so a final round (`run_final_round`) re-measures the few best
+distinct trials (`final_candidates`) beside the as-written, AUTOTUNE and heuristic
+baselines, one after the other (the script as written both first and last, to see the
+run-to-run noise: `merge_as_written`), and the winner is chosen from that round alone
+(`choose_final`). If nothing beats the script as written in it by more than the noise
+(`required_gain`), the winner is the script as written: tftune never ends below it, and
+never recommends a change that does not pay for itself. A close call (at least
+`MIN_GAIN`, but within the round's noise) is settled by more runs of it and the script
+as written, alternately (`decide_close_call`, with `welch_t`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.study.contract import Objective, Role, Runner, StudySettings, TrialRecord
+
+if TYPE_CHECKING:
+    from tftune.tuner.space import SearchSpace
+
+# A change is recommended only if it gains at least this much over the script as written
+# in the final round (more where the measurements are noisier: `required_gain`).
+MIN_GAIN = 0.03
+# A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
+# with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
+DECIDE_T = 2.0
+
+
+def _score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
+    eps = r.examples_per_s or 0.0
+    util = r.utilization if r.utilization is not None else -1.0
+    if objective is Objective.GPU_UTIL:
+        return (util, eps)
+    return (eps, util)
+
+
+def pareto_front(records: Sequence[TrialRecord]) -> tuple[TrialRecord, ...]:
+    """Records not dominated in (examples/s, utilization)."""
+    pts = [r for r in records if r.examples_per_s is not None]
+    front = []
+    for r in pts:
+        a = (r.examples_per_s or 0.0, r.utilization or 0.0)
+        dominated = False
+        for o in pts:
+            b = (o.examples_per_s or 0.0, o.utilization or 0.0)
+            if b[0] >= a[0] and b[1] >= a[1] and b != a:
+                dominated = True
+                break
+        if not dominated:
+            front.append(r)
+    return tuple(sorted(front, key=lambda r: -(r.examples_per_s or 0.0)))
+
+
+def choose_winner(
+    records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective
+) -> TrialRecord:
+    """The best complete trial that does not lose examples/s against the script as
+    written; the as-written trial itself when none does. For ``both``, the front's
+    member with the most examples/s (every front member is non-dominated)."""
+    floor = as_written.examples_per_s or 0.0
+    feasible = [
+        r
+        for r in records
+        if r.state is TrialState.COMPLETE
+        and r.examples_per_s is not None
+        and r.examples_per_s >= floor
+        and r.role is not Role.CONFIRM
+    ]
+    if not feasible:
+        return as_written
+    if objective is Objective.BOTH:
+        return pareto_front(feasible)[0]
+    return max(feasible, key=lambda r: _score(r, objective))
+
+
+def _gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
+    """`r`'s relative gain over `base` in the objective's primary figure."""
+    if objective is Objective.GPU_UTIL and r.utilization and base.utilization:
+        return r.utilization / base.utilization - 1.0
+    if r.examples_per_s is None or not base.examples_per_s:
+        return None
+    return r.examples_per_s / base.examples_per_s - 1.0
+
+
+def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> float:
+    """What a config must gain over the script as written to be recommended: more than
+    `MIN_GAIN`, more than the two measurements' noise (half their average spread between
+    windows), and more than `run_noise`, the difference between two runs of the script
+    as written in the same round. A change that does not pay for itself is not worth
+    making."""
+    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4, run_noise)
+
+
+def final_candidates(
+    records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective, k: int
+) -> list[TrialRecord]:
+    """What the final round re-measures: the script as written, AUTOTUNE everywhere and
+    the #cores heuristic (those that completed), then the `k` best feasible trials whose
+    params differ from everything already listed."""
+    out: list[TrialRecord] = [as_written]
+    for role in (Role.AUTOTUNE, Role.HEURISTIC):
+        r = next((x for x in records if x.role is role and x.state is TrialState.COMPLETE), None)
+        if r is not None:
+            out.append(r)
+    floor = as_written.examples_per_s or 0.0
+    ranked = sorted(
+        (
+            r
+            for r in records
+            if r.state is TrialState.COMPLETE
+            and r.role is not Role.CONFIRM
+            and (r.examples_per_s or 0.0) >= floor
+        ),
+        key=lambda r: _score(r, objective),
+        reverse=True,
+    )
+    seen = [dict(r.params) for r in out]
+    added = 0
+    for r in ranked:
+        if added >= k:
+            break
+        if dict(r.params) in seen:
+            continue
+        seen.append(dict(r.params))
+        out.append(r)
+        added += 1
+    return out
+
+
+def final_round(
+    candidates: Sequence[TrialRecord],
+    runner: Runner,
+    space: SearchSpace,
+    on_note: Callable[[str], None] | None = None,
+) -> tuple[TrialRecord, ...]:
+    """Each candidate measured once more, one after the other, as role CONFIRM."""
+    out: list[TrialRecord] = []
+    for c in candidates:
+        m = runner.measure(space.config(c.params, apply_fixed=c.role is not Role.AS_WRITTEN))
+        if on_note is not None:
+            figure = (
+                f"{m.examples_per_s:,.1f} ex/s"
+                if m.state is TrialState.COMPLETE and m.examples_per_s is not None
+                else f"{m.state.value}: {m.reason or ''}".strip()
+            )
+            on_note(f"  trial {c.number} ({c.role.value}) again: {figure}  [{c.description}]")
+        tail, crash = m.crash()
+        out.append(
+            TrialRecord(
+                number=c.number,
+                role=Role.CONFIRM,
+                state=m.state,
+                params=c.params,
+                description=c.description,
+                examples_per_s=m.examples_per_s,
+                utilization=m.utilization,
+                spread=m.spread,
+                input_wait_share=m.input_wait_share,
+                repeats=m.repeats,
+                reason=m.reason,
+                wall_s=m.wall_s,
+                notes=m.notes,
+                stderr_tail=tail,
+                crash=crash,
+            )
+        )
+    return tuple(out)
+
+
+def pool_runs(runs: Sequence[TrialRecord]) -> TrialRecord:
+    """Several completed runs of one config as one record: the mean figures, every
+    window's rate, the largest spread and the summed wall time."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    return replace(
+        first,
+        examples_per_s=mean([r.examples_per_s for r in runs]),
+        utilization=mean([r.utilization for r in runs]),
+        input_wait_share=mean([r.input_wait_share for r in runs]),
+        spread=max(r.spread or 0.0 for r in runs),
+        repeats=tuple(x for r in runs for x in r.repeats),
+        wall_s=sum(r.wall_s for r in runs),
+    )
+
+
+def merge_as_written(
+    final: Sequence[TrialRecord], as_written: TrialRecord
+) -> tuple[tuple[TrialRecord, ...], float]:
+    """(the final round with the as-written runs, at its start and end, merged into one
+    record with their mean; the run-to-run noise: the two runs' difference relative to
+    their mean, 0 when fewer than two completed)."""
+    runs = [f for f in final if f.number == as_written.number]
+    done = [r for r in runs if r.state is TrialState.COMPLETE and r.examples_per_s]
+    rest = tuple(f for f in final if f.number != as_written.number)
+    if not runs:
+        return rest, 0.0
+    if len(done) < 2:
+        return (done[0] if done else runs[0], *rest), 0.0
+    rates = [float(r.examples_per_s or 0.0) for r in done]
+    mean = sum(rates) / len(rates)
+    return (pool_runs(done), *rest), (max(rates) - min(rates)) / mean
+
+
+@dataclass(frozen=True, slots=True)
+class CloseCall:
+    """The final round's best, when it gained at least MIN_GAIN over the script as
+    written but less than the round's noise demands (`required_gain`)."""
+
+    record: TrialRecord
+    gain: float
+    needed: float
+
+
+def welch_t(a: Sequence[float], b: Sequence[float]) -> float:
+    """Welch's t of mean(b) - mean(a): how many standard errors b's runs sit above a's.
+    Infinite when neither side varies and b is higher."""
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) if len(a) > 1 else 0.0
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) if len(b) > 1 else 0.0
+    se = math.sqrt(va / len(a) + vb / len(b))
+    if se == 0.0:
+        return math.inf if mb > ma else (0.0 if mb == ma else -math.inf)
+    return (mb - ma) / se
+
+
+def decide_close_call(
+    close: CloseCall,
+    contender: TrialRecord,
+    as_written: TrialRecord,
+    runs: Sequence[TrialRecord],
+    objective: Objective,
+) -> tuple[bool, TrialRecord | None, TrialRecord | None, str]:
+    """(change?, the contender's pooled record, the script as written's pooled record, a
+    note) from every completed run of the two in the final round and the deciding runs.
+    A pooled record is None where that config has no completed run. A change needs
+    MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and no fewer
+    examples/s than the script as written."""
+    mine = [r for r in runs if r.number == contender.number and r.state is TrialState.COMPLETE]
+    base = [r for r in runs if r.number == as_written.number and r.state is TrialState.COMPLETE]
+    if not mine or not base:
+        note = (
+            f"final round: trial {contender.number} ({contender.description}) gained "
+            f"{close.gain:+.1%}, within the noise, and the runs meant to decide it did not "
+            "complete: keeping the script as written"
+        )
+        return False, pool_runs(mine) if mine else None, pool_runs(base) if base else None, note
+
+    def figure(r: TrialRecord) -> float:
+        return _score(r, objective)[0]
+
+    pooled, pooled_base = pool_runs(mine), pool_runs(base)
+    gain = _gain(pooled, pooled_base, objective) or 0.0
+    t = welch_t([figure(r) for r in base], [figure(r) for r in mine])
+    holds = (pooled.examples_per_s or 0.0) >= (pooled_base.examples_per_s or 0.0)
+    change = gain >= MIN_GAIN and t >= DECIDE_T and holds
+    verdict = "a real gain" if change else "not told apart from the noise"
+    note = (
+        f"final round: trial {contender.number} ({contender.description}) gained "
+        f"{close.gain:+.1%} beside the script as written, within that round's noise (a "
+        f"change must gain {close.needed:.0%}); over {len(mine)} runs of it and "
+        f"{len(base)} of the script as written, alternately: {gain:+.1%}, t = {t:.1f} (a "
+        f"change needs {MIN_GAIN:.0%} and t >= {DECIDE_T:.0f}): {verdict}"
+        + (", recommending it" if change else ", keeping the script as written")
+    )
+    return change, pooled, pooled_base, note
+
+
+def _same_config(a: TrialRecord, b: TrialRecord) -> bool:
+    return dict(a.params) == dict(b.params)
+
+
+def choose_final(
+    records: Sequence[TrialRecord],
+    as_written: TrialRecord,
+    trial_best: TrialRecord,
+    final: Sequence[TrialRecord],
+    objective: Objective,
+    run_noise: float = 0.0,
+) -> tuple[TrialRecord, TrialRecord | None, str | None, CloseCall | None]:
+    """(winner's trial, winner's final-round record, a note, a close call): the best
+    final-round figure that does not lose examples/s against the script as written *in
+    the same round*. The script as written when nothing does. `trial_best` is the
+    search's own winner (`choose_winner`), named in the notes. A close call is the
+    best's final-round record when it gained at least `MIN_GAIN` but less than the noise
+    demands (`decide_close_call` settles it), else None."""
+    by_number = {r.number: r for r in records}
+    aw_again = next((f for f in final if f.number == as_written.number), None)
+    base = (
+        aw_again if aw_again is not None and aw_again.state is TrialState.COMPLETE else as_written
+    )
+    floor = base.examples_per_s or 0.0
+    scored = [
+        replace(f, feasible=f.examples_per_s is not None and f.examples_per_s >= floor)
+        for f in final
+        if f.state is TrialState.COMPLETE
+    ]
+    feasible = [f for f in scored if f.feasible and f.number != as_written.number]
+    if not feasible:
+        # The search's best may repeat a baseline's params (TPE samples AUTOTUNE again):
+        # the round then re-measured that config under the baseline's number.
+        again = next((f for f in scored if f.number == trial_best.number), None) or next(
+            (f for f in scored if _same_config(f, trial_best)), None
+        )
+        if again is None:
+            shown = "it was not re-measured"
+        else:
+            alias = "" if again.number == trial_best.number else f" as trial {again.number}"
+            shown = f"{again.examples_per_s or 0:.1f}{alias} vs {floor:.1f} examples/s"
+        return (
+            as_written,
+            None,
+            f"trial {trial_best.number} ({trial_best.description}) did not hold up when "
+            f"re-measured beside the script as written ({shown}): keeping the script as "
+            "written",
+            None,
+        )
+    if objective is Objective.BOTH:
+        pick = pareto_front(feasible)[0]
+    else:
+        pick = max(feasible, key=lambda f: _score(f, objective))
+    gain, needed = _gain(pick, base, objective), required_gain(pick, base, run_noise)
+    if gain is not None and gain < needed:
+        return (
+            as_written,
+            None,
+            f"no config beat the script as written by more than the noise in the final "
+            f"round (best: trial {pick.number}, {pick.description}, {gain:+.1%}; a change "
+            f"must gain {needed:.0%}): keeping the script as written",
+            CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
+        )
+    note = None
+    if pick.number != trial_best.number and not _same_config(pick, trial_best):
+        note = (
+            f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
+            f"trial {trial_best.number}, when both were re-measured side by side"
+        )
+    return by_number[pick.number], pick, note, None
+
+
+@dataclass(frozen=True, slots=True)
+class FinalVerdict:
+    """What the final round decided."""
+
+    best: TrialRecord  # the winner's trial (the script as written when nothing held up)
+    confirm: TrialRecord | None  # the winner's figure from the final round
+    final: tuple[TrialRecord, ...]  # the round as reported (repeat runs pooled)
+    runs: tuple[TrialRecord, ...]  # every run of the round, each on its own
+    note: str | None = None
+
+
+def run_final_round(
+    records: Sequence[TrialRecord],
+    as_written: TrialRecord,
+    trial_best: TrialRecord,
+    runner: Runner,
+    space: SearchSpace,
+    settings: StudySettings,
+    on_note: Callable[[str], None] | None = None,
+) -> FinalVerdict:
+    """Re-measure the leaders and the baselines side by side and choose the winner from
+    that round alone; a close call gets `settings.decide_pairs` more alternating runs.
+    The best of N noisy trials is biased upwards, and the baselines were measured minutes
+    apart from it: hence the round."""
+    leaders = final_candidates(records, as_written, settings.objective, settings.final_candidates)
+    if on_note is not None:
+        on_note(f"final round: re-measuring {len(leaders)} configs side by side ...")
+    # The script as written opens and closes the round: the two runs of one config show
+    # how much this machine moves from run to run (`merge_as_written`).
+    runs = final_round([*leaders, as_written], runner, space, on_note)
+    final, noise = merge_as_written(runs, as_written)
+    best, confirm, note, close = choose_final(
+        records, as_written, trial_best, final, settings.objective, noise
+    )
+    verdict = FinalVerdict(best, confirm, final, runs, note)
+    if close is not None and settings.decide_pairs > 0:
+        verdict = _settle_close_call(
+            close, verdict, records, as_written, runner, space, settings, on_note
+        )
+    return verdict
+
+
+def _settle_close_call(
+    close: CloseCall,
+    verdict: FinalVerdict,
+    records: Sequence[TrialRecord],
+    as_written: TrialRecord,
+    runner: Runner,
+    space: SearchSpace,
+    settings: StudySettings,
+    on_note: Callable[[str], None] | None,
+) -> FinalVerdict:
+    """Settled by more runs rather than by a threshold: the note says how."""
+    if on_note is not None:
+        on_note(
+            f"final round: trial {close.record.number} gained {close.gain:+.1%}, "
+            f"within the noise (a change must gain {close.needed:.0%}); measuring "
+            f"it and the script as written {settings.decide_pairs} more times, "
+            "alternately ..."
+        )
+    contender = next(r for r in records if r.number == close.record.number)
+    runs = verdict.runs + final_round(
+        [contender, as_written] * settings.decide_pairs, runner, space, on_note
+    )
+    change, pooled, pooled_aw, note = decide_close_call(
+        close, contender, as_written, runs, settings.objective
+    )
+    pooled_by_number = {r.number: r for r in (pooled, pooled_aw) if r is not None}
+    final = tuple(pooled_by_number.get(f.number, f) for f in verdict.final)
+    best, confirm = verdict.best, verdict.confirm
+    if change and pooled is not None:
+        best, confirm = contender, replace(pooled, feasible=True)
+    return FinalVerdict(best, confirm, final, runs, note)

@@ -1,0 +1,154 @@
+"""A stored trial as the study reads it back.
+
+Each worker stores what a trial measured as the Optuna trial's user attributes; this
+module turns a `FrozenTrial` into a frozen `TrialRecord` (`record_of`), picks the
+baselines out of a study's records, and tells which knob values keep making the script
+fail (`dead_values`), so that the search stops measuring them.
+
+A failed trial keeps the end of its stderr (`crashes.bounded_tail`) and what it says
+(`crashes.CrashSummary.to_json`). When the script crashes on its own
+(`crashes.find_instability`: the script as written crashed too, or one crash showed in
+configs that share no knob value), a native crash is no knob value's fault, and
+`dead_values` does not count it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from tftune.core.vocabulary import OPTUNA_STATES, TrialState
+from tftune.tuner.crashes import CrashSummary, Run, find_instability
+from tftune.tuner.study.contract import Role, TrialRecord
+from tftune.tuner.study.storage import SKIPPED_ATTR
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tftune.tuner.space import KnobValue, SearchSpace
+
+# A trial whose script failed (crash, OOM, stall, NaN) is stored as PRUNED with this set:
+# see `search.Search.objective`.
+FAILED_ATTR = "failed"
+# A knob value that made DEAD_AFTER trials fail while no trial with it ran through (say,
+# a 16-bit policy the script's loss code cannot take) is not measured again: a search
+# trial that samples it is skipped at once, stored like a failed trial with
+# `storage.SKIPPED_ATTR`, and does not count against --trials (at most --trials skips
+# per run, so that a sampler stuck on it cannot spin).
+DEAD_AFTER = 2
+STDERR_TAIL_ATTR = "stderr_tail"
+CRASH_ATTR = "crash"
+
+
+def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
+    ua = t.user_attrs
+    state = OPTUNA_STATES.get(t.state.name, TrialState.FAILED)  # RUNNING: interrupted
+    if ua.get(FAILED_ATTR):
+        state = TrialState.FAILED
+    return TrialRecord(
+        number=t.number,
+        role=Role(ua.get("role", Role.SEARCH.value)),
+        state=state,
+        params=dict(t.params),
+        description=space.describe(t.params),
+        examples_per_s=ua.get("examples_per_s"),
+        utilization=ua.get("utilization"),
+        spread=ua.get("spread"),
+        input_wait_share=ua.get("input_wait_share"),
+        repeats=tuple(ua.get("repeats", ())),
+        reason=ua.get("reason")
+        or ("interrupted (the worker died or was stopped)" if state is TrialState.FAILED else None),
+        wall_s=float(ua.get("wall_s", 0.0)),
+        feasible=bool(ua.get("feasible", False)),
+        notes=tuple(str(n) for n in ua.get("notes", ())),
+        stderr_tail=str(ua.get(STDERR_TAIL_ATTR) or ""),
+        crash=CrashSummary.from_json(ua.get(CRASH_ATTR)),
+    )
+
+
+def ran_to_end(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials whose script ran to an end: not skipped, not interrupted (FAIL)."""
+    import optuna
+
+    ts = optuna.trial.TrialState
+    return [
+        t
+        for t in trials
+        if t.state in (ts.COMPLETE, ts.PRUNED) and not t.user_attrs.get(SKIPPED_ATTR)
+    ]
+
+
+def stored_crash(t: optuna.trial.FrozenTrial) -> CrashSummary | None:
+    if not t.user_attrs.get(FAILED_ATTR):
+        return None
+    return CrashSummary.from_json(t.user_attrs.get(CRASH_ATTR))
+
+
+def trial_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[Run]:
+    """The study's runs of the script, as `crashes.find_instability` sees them."""
+    return [
+        Run(
+            t.number,
+            t.user_attrs.get("role") == Role.AS_WRITTEN.value,
+            dict(t.params),
+            stored_crash(t),
+        )
+        for t in ran_to_end(trials)
+    ]
+
+
+def final_runs(final: Sequence[TrialRecord], as_written: TrialRecord) -> list[Run]:
+    """The final round's runs (each one, before `merge_as_written` pools them)."""
+    return [
+        Run(
+            f.number,
+            f.number == as_written.number,
+            dict(f.params),
+            f.crash if f.state is TrialState.FAILED else None,
+        )
+        for f in final
+    ]
+
+
+def dead_values(
+    trials: Sequence[optuna.trial.FrozenTrial],
+) -> dict[tuple[str, KnobValue], tuple[list[int], str]]:
+    """(knob, value) -> (the trials it failed in, the last reason) for every value that
+    failed in at least DEAD_AFTER trials and never ran through (completed or pruned for
+    being slow) in any trial. When the script crashes on its own
+    (`crashes.find_instability`), a native crash is nobody's knob: it counts neither way."""
+    ran_trials = ran_to_end(trials)
+    unstable = find_instability(trial_runs(ran_trials)) is not None
+    failed: dict[tuple[str, KnobValue], tuple[list[int], str]] = {}
+    ran: set[tuple[str, KnobValue]] = set()
+    for t in ran_trials:
+        crash = stored_crash(t)
+        if unstable and crash is not None and crash.native:
+            continue
+        for key in t.params.items():
+            if t.user_attrs.get(FAILED_ATTR):
+                numbers, _ = failed.get(key, ([], ""))
+                failed[key] = ([*numbers, t.number], str(t.user_attrs.get("reason") or ""))
+            else:
+                ran.add(key)
+    return {
+        key: found
+        for key, found in failed.items()
+        if len(found[0]) >= DEAD_AFTER and key not in ran
+    }
+
+
+def as_written_of(records: Sequence[TrialRecord]) -> TrialRecord | None:
+    done = [r for r in records if r.role is Role.AS_WRITTEN and r.state is TrialState.COMPLETE]
+    return done[0] if done else None
+
+
+def baselines_of(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    out: dict[Role, TrialRecord] = {}
+    for r in records:
+        if r.role in (Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED) and (
+            r.role not in out
+            or (out[r.role].state is not TrialState.COMPLETE and r.state is TrialState.COMPLETE)
+        ):
+            out[r.role] = r
+    return list(out.values())

@@ -1,0 +1,455 @@
+"""The search loop: `run_study`, as named phases.
+
+The study runs the user's script under sampled configs through a `Runner` (the measured
+trial runner; tests inject a fake one). Its phases run in a fixed order:
+
+1. open (or resume) the study, and recover a dead worker's trials (`storage`);
+2. as written (role ``as_written``): the reference every winner must beat;
+3. baselines: AUTOTUNE everywhere, the #cores heuristic and the analysis-guided guess,
+   enqueued (`baselines`);
+4. search: TPE (multivariate, seeded) for the rest of the budget; trials that are
+   clearly worse are pruned from the runner's per-repeat throughput reports;
+5. final round: the winner, re-measured beside the baselines (`final`);
+6. outcome: everything frozen into a `StudyOutcome`.
+
+``--trials N`` is the number of finished trials the *study* should hold, so a resumed or
+shared study (several workers on one storage) stops at N in total and never reruns a
+finished trial. A trial whose script failed is stored as PRUNED and flagged
+(`records.FAILED_ATTR`), so that TPE learns from it; a knob value that keeps failing is
+skipped (`records.dead_values`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.crashes import find_instability
+from tftune.tuner.study.baselines import baseline_params, guided_params
+from tftune.tuner.study.contract import (
+    Objective,
+    Role,
+    Runner,
+    StudyOutcome,
+    StudySettings,
+    TrialRecord,
+)
+from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
+from tftune.tuner.study.objective import prune_guard, skip_if_dead, store
+from tftune.tuner.study.records import (
+    as_written_of,
+    baselines_of,
+    final_runs,
+    record_of,
+    trial_runs,
+)
+from tftune.tuner.study.storage import (
+    INTERRUPTED_ATTR,
+    booked,
+    fail_stale_trials,
+    finished,
+    heartbeat,
+    open_storage,
+    retry_interrupted,
+    study_lock,
+    used,
+    wait_for_others,
+)
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tftune.tuner.space import KnobValue, SearchSpace
+
+# TPE's random start-up trials, counting the enqueued baselines: small, because the
+# budget is small and the baselines already cover the corners of the space.
+TPE_STARTUP_TRIALS = 6
+# Another worker measuring the as-written trial is waited for this long, polling; after
+# that (a killed worker's trial stays RUNNING in a journal file) it is measured again.
+AS_WRITTEN_WAIT_S = 600.0
+AS_WRITTEN_POLL_S = 2.0
+# A failing as-written trial is retried this often before the script is declared broken
+# (the first may fail for a transient reason, e.g. an OOM caused by another job).
+AS_WRITTEN_ATTEMPTS = 2
+
+TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
+
+
+def run_study(
+    space: SearchSpace,
+    runner: Runner,
+    settings: StudySettings,
+    *,
+    on_trial: TrialCallback | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> StudyOutcome:
+    """Run (or resume) the study and choose the winner. See the module docstring."""
+    import optuna
+
+    # Optuna logs every failed trial with a traceback; our status line has the reason.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    t0 = clock()
+    study, storage_name = open_study(space, settings)
+    s = Search(space, runner, settings, study, on_trial, on_note, clock, sleep, t0)
+    s.recover()  # phase 1
+    if on_start is not None:
+        on_start(used(study), settings.n_trials)
+    s.ensure_as_written()  # phase 2
+    s.enqueue_baselines(s.as_written_or_raise())  # phase 3
+    s.search()  # phase 4
+    recs = s.records()
+    aw = as_written_of(recs)
+    assert aw is not None  # it completed in phase 2, and a finished trial stays so
+    best = choose_winner(recs, aw, settings.objective)
+    verdict = FinalVerdict(best, None, (), ())
+    if settings.confirm and best.role is not Role.AS_WRITTEN:  # phase 5
+        verdict = run_final_round(recs, aw, best, runner, space, settings, on_note)
+        if verdict.note:
+            s.tell(verdict.note)
+    return s.outcome(storage_name, recs, aw, verdict)  # phase 6
+
+
+def space_fingerprint(space: SearchSpace, target: str = "") -> str:
+    blob = json.dumps(
+        [[k.name, [repr(c) for c in k.choices]] for k in space.knobs]
+        + [[n, repr(v)] for n, v in sorted(space.fixed.items())]
+        + [target]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def open_study(space: SearchSpace, settings: StudySettings) -> tuple[optuna.Study, str]:
+    """Open (or resume) the study, refusing one made for another space or script."""
+    import optuna
+
+    storage, storage_name = open_storage(settings.storage)
+    n_obj = 2 if settings.objective is Objective.BOTH else 1
+    directions = [optuna.study.StudyDirection.MAXIMIZE] * n_obj
+    sampler = optuna.samplers.TPESampler(
+        seed=settings.seed,
+        multivariate=True,
+        n_startup_trials=TPE_STARTUP_TRIALS,
+    )
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            sampler=sampler,
+            study_name=settings.study_name,
+            directions=directions,
+            load_if_exists=True,
+        )
+    except ValueError as exc:  # e.g. a resumed study with other directions
+        raise ConfigError(f"--study-name {settings.study_name}: {exc}") from None
+    fp = space_fingerprint(space, settings.target)
+    have_fp = study.user_attrs.get("space")
+    if have_fp is None:
+        study.set_user_attr("space", fp)
+    elif have_fp != fp:
+        raise ConfigError(
+            f"--study-name {settings.study_name}: the study in {storage_name} was created for "
+            "another search space or script (the script, its arguments, --space or --batch-size "
+            "changed); pick a new --study-name"
+        )
+    # What `tftune status` reads from storage alone (no space, no script needed).
+    for key, value in (
+        ("n_trials", settings.n_trials),
+        ("objective", settings.objective.value),
+        ("target", settings.target),
+    ):
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    return study, storage_name
+
+
+class Search:
+    """One worker's run of one study: what its phases share (the study, the runner, the
+    clock, the notes so far). Live and single-threaded; `StudyOutcome` is its frozen
+    result."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        runner: Runner,
+        settings: StudySettings,
+        study: optuna.Study,
+        on_trial: TrialCallback | None,
+        on_note: Callable[[str], None] | None,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+        t0: float,
+    ) -> None:
+        self.space, self.runner, self.settings, self.study = space, runner, settings, study
+        self.on_trial, self.on_note = on_trial, on_note
+        self.clock, self.sleep, self.t0 = clock, sleep, t0
+        self.deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
+        self.ran = 0
+        self.notes: list[str] = []
+
+    def tell(self, note: str) -> None:
+        """A note for the outcome, shown as it is made (once)."""
+        self.notes.append(note)
+        if self.on_note is not None:
+            self.on_note(note)
+
+    def records(self) -> list[TrialRecord]:
+        return [record_of(t, self.space) for t in finished(self.study)]
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
+    # --- phase 1: recover ---------------------------------------------------------------
+
+    def recover(self) -> None:
+        dead = fail_stale_trials(self.study)
+        if dead:
+            self.tell(
+                f"trial(s) {', '.join(map(str, dead))} of a worker that died were marked failed"
+            )
+        again = retry_interrupted(self.study)
+        if again:
+            self.tell(f"interrupted trial(s) {', '.join(map(str, again))} will run again")
+
+    # --- phase 2: as written ------------------------------------------------------------
+
+    def _as_written_trials(self) -> list[optuna.trial.FrozenTrial]:
+        return [
+            t
+            for t in self.study.get_trials(deepcopy=False)
+            if t.user_attrs.get("role") == Role.AS_WRITTEN.value
+        ]
+
+    def ensure_as_written(self) -> None:
+        """Measure the script as written unless the study has it. Another worker may be
+        measuring it right now: wait for that (bounded, since a killed worker leaves its
+        trial RUNNING in a journal file forever), and re-run it if it failed."""
+        import optuna
+
+        ts = optuna.trial.TrialState
+        waited, runs = 0.0, 0
+        while runs < AS_WRITTEN_ATTEMPTS:
+            mine = self._as_written_trials()
+            states = {t.state for t in mine}
+            seen = [(t.number, t.state) for t in mine]
+            if ts.COMPLETE in states or self.past_deadline():
+                return
+            if ts.WAITING not in states:
+                if ts.RUNNING in states and waited < AS_WRITTEN_WAIT_S:
+                    self.sleep(AS_WRITTEN_POLL_S)
+                    waited += AS_WRITTEN_POLL_S
+                    if fail_stale_trials(self.study):  # its worker died: measure it here
+                        retry_interrupted(self.study)
+                    continue
+                if not self._enqueue_as_written(seen):
+                    continue
+            self.run_some(1)
+            runs += 1
+
+    def _enqueue_as_written(self, seen: list[tuple[int, Any]]) -> bool:
+        """Enqueue the script as written unless another worker enqueued or ran it since
+        `seen`; whether this worker did."""
+        with self.enqueue_lock():
+            latest = [(t.number, t.state) for t in self._as_written_trials()]
+            if latest == seen:
+                self.study.enqueue_trial(
+                    self.space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
+                )
+        return latest == seen
+
+    def as_written_or_raise(self) -> TrialRecord:
+        recs = self.records()
+        aw = as_written_of(recs)
+        if aw is not None:
+            return aw
+        failed = [r for r in recs if r.role is Role.AS_WRITTEN]
+        why = failed[-1].reason if failed else "it was not measured (timeout?)"
+        crash = failed[-1].crash if failed else None
+        if crash is not None and crash.headline not in (why or ""):
+            why = f"{why} ({crash.headline})"
+        raise ScriptError(f"the script as written could not be measured: {why}")
+
+    # --- phase 3: baselines and the guided guess ----------------------------------------
+
+    def enqueue_lock(self) -> contextlib.AbstractContextManager[None]:
+        """Check-then-enqueue must not interleave between workers, or two of them enqueue
+        the same baseline and it runs twice: a lock file beside a journal (or SQLite)
+        file, an advisory lock on PostgreSQL."""
+        return study_lock(self.settings.storage, self.settings.study_name)
+
+    def _enqueue(self, role: Role, params: Mapping[str, KnobValue]) -> None:
+        trials = self.study.get_trials(deepcopy=False)
+        if not any(t.user_attrs.get("role") == role.value for t in trials):
+            self.study.enqueue_trial(dict(params), user_attrs={"role": role.value})
+
+    def enqueue_baselines(self, aw: TrialRecord) -> None:
+        cores = self.space.cores
+        guided, guided_why = guided_params(self.space, aw, cores, self.settings.hint)
+        with self.enqueue_lock():
+            self._enqueue(Role.AUTOTUNE, baseline_params(self.space, Role.AUTOTUNE, cores))
+            self._enqueue(Role.HEURISTIC, baseline_params(self.space, Role.HEURISTIC, cores))
+            if self.settings.guided:
+                self._enqueue(Role.GUIDED, guided)
+        if self.settings.guided:
+            self.tell(f"guided guess: {guided_why}")
+
+    # --- phase 4: search ----------------------------------------------------------------
+
+    def search(self) -> None:
+        """TPE until the study holds --trials; then wait for other workers' trials."""
+        n = self.settings.n_trials
+        while True:  # skipped trials (`dead_values`) leave budget for another round
+            started = len(self.study.get_trials(deepcopy=False))
+            self.run_some(n - booked(self.study.get_trials(deepcopy=False)))
+            if len(self.study.get_trials(deepcopy=False)) == started:
+                break
+        # Other workers' trials still running are part of the result every worker reports.
+        wait_for_others(
+            lambda: self.study.get_trials(deepcopy=False),
+            clock=self.clock,
+            sleep=self.sleep,
+            deadline=self.deadline,
+            poll_s=AS_WRITTEN_POLL_S,
+        )
+
+    def run_some(self, n: int) -> None:
+        if n <= 0 or self.past_deadline():
+            return
+        self.study.optimize(
+            self.objective,
+            n_trials=n,
+            callbacks=[self._report, self._stop_at_deadline, self._stop_at_budget, self._booked],
+        )
+
+    def best_so_far(self) -> TrialRecord | None:
+        recs = self.records()
+        aw = as_written_of(recs)
+        if aw is None:
+            return None
+        return choose_winner(recs, aw, self.settings.objective)
+
+    def _report(self, _study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
+        if self.on_trial is not None:
+            self.on_trial(record_of(t, self.space), self.best_so_far())
+
+    def _booked(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Other workers' running trials will finish too: starting another trial now
+        # would take the study past --trials.
+        if booked(study.get_trials(deepcopy=False)) >= self.settings.n_trials:
+            study.stop()
+
+    def _stop_at_deadline(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Checked after each trial (a running trial is never cut short), on the injected
+        # clock so that tests can drive it.
+        if self.past_deadline():
+            study.stop()
+
+    def _stop_at_budget(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Like Optuna's MaxTrialsCallback over finished trials, but an interrupted trial
+        # uses no budget. Shared workers stop at N in total.
+        if used(study) >= self.settings.n_trials:
+            study.stop()
+
+    # --- one trial: Optuna's objective (`objective`) ------------------------------------
+
+    def objective(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        role = Role(trial.user_attrs.get("role", Role.SEARCH.value))
+        params: dict[str, KnobValue] = {
+            k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
+            for k in self.space.knobs
+        }
+        if role is Role.SEARCH:
+            skip_if_dead(trial, self.study.get_trials(deepcopy=False), params, self.settings)
+        self.ran += 1
+        recs = self.records()
+        aw = as_written_of(recs)
+        floor = aw.examples_per_s if aw is not None else None
+        best_eps = max(
+            (r.examples_per_s or 0.0 for r in recs if r.state is TrialState.COMPLETE),
+            default=0.0,
+        )
+        prune_why: list[str] = []
+        on_repeat = prune_guard(self.settings.objective, role, floor, best_eps, prune_why)
+        config = self.space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
+        try:
+            with heartbeat(self.study._storage, trial._trial_id):
+                m = self.runner.measure(config, on_repeat=on_repeat)
+        except KeyboardInterrupt:
+            # Optuna records the trial as FAIL and re-raises; these say it was stopped,
+            # not broken, so that the next run measures it again.
+            trial.set_user_attr("reason", "interrupted (Ctrl-C)")
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
+            raise
+        ref = (
+            floor if floor is not None else (m.examples_per_s if role is Role.AS_WRITTEN else None)
+        )
+        return store(trial, m, ref, prune_why, self.settings.objective)
+
+    # --- phase 6: outcome ---------------------------------------------------------------
+
+    def outcome(
+        self,
+        storage_name: str,
+        recs: list[TrialRecord],
+        aw: TrialRecord,
+        verdict: FinalVerdict,
+    ) -> StudyOutcome:
+        settings, done = self.settings, finished(self.study)
+        best = verdict.best
+        best_config = self.space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
+        kind = next(
+            (
+                str(t.user_attrs["utilization_kind"])
+                for t in done
+                if t.user_attrs.get("utilization_kind")
+            ),
+            "duty_cycle",
+        )
+        return StudyOutcome(
+            study_name=settings.study_name,
+            storage=storage_name,
+            objective=settings.objective,
+            utilization_kind=kind,
+            records=tuple(recs),
+            baselines={r.role: r for r in baselines_of(recs)},
+            best=best,
+            best_config=best_config,
+            confirm=verdict.confirm,
+            final=verdict.final,
+            instability=find_instability([*trial_runs(done), *final_runs(verdict.runs, aw)]),
+            pareto=pareto_front([r for r in recs if r.state is TrialState.COMPLETE and r.feasible]),
+            importances=importances(self.study, settings.objective),
+            wall_s=self.clock() - self.t0,
+            ran_this_session=self.ran,
+            notes=tuple(self.notes),
+        )
+
+
+def importances(study: optuna.Study, objective: Objective) -> dict[str, float]:
+    """Parameter importances (PED-ANOVA: needs no scikit-learn, unlike fANOVA), or
+    empty when too few trials completed."""
+    import optuna
+
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 3 or not complete[0].params:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # it warns about the sign we already flipped
+            imp = optuna.importance.get_param_importances(
+                study,
+                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                # PED-ANOVA explains what makes the target *low*; we maximize.
+                target=lambda t: -t.values[0] if t.values else 0.0,
+            )
+    except (ImportError, RuntimeError, ValueError, ZeroDivisionError):
+        return {}
+    return {k: round(float(v), 4) for k, v in imp.items()}

@@ -1,0 +1,229 @@
+"""Discovery: run the script until a dataset is found training, and record on the way
+the tf.data call sites (with the knob values as written), the pipelines iterated and
+the streams seen (a counting loop, a peek, `adapt` come before training).
+
+`discover(script, args)` → `Discovery`. The child (mode ``discover``) writes one JSON row
+per call site, iterated pipeline and stream to its discovery file; this module parses
+them once the child has left (the launch loop: `trial.launch.ChildRun`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tftune.probes.clock import ClockEvent
+from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
+from tftune.tuner.child.roles import FALLBACK_HOW
+from tftune.tuner.config import Config, SiteConfig, config_from_json
+from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
+from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
+from tftune.tuner.trial.watch import describe_streams as _describe_streams
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """One call site of a tf.data transformation, with the knob values as written.
+
+    `as_written` holds the knobs this op takes; ``None`` means the script did not pass
+    one (map: sequential; interleave cycle_length: TF's default) or passed a tensor.
+    """
+
+    site: str
+    op: str  # map | interleave | batch | padded_batch | prefetch
+    knobs: tuple[str, ...]
+    as_written: SiteConfig
+    function: str | None
+    calls: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "op": self.op,
+            "knobs": list(self.knobs),
+            "as_written": self.as_written.to_json(),
+            "function": self.function,
+            "calls": self.calls,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IteratedPipeline:
+    site: str | None  # the call site of the last transformation before iteration
+    final_prefetch: bool
+    batched: bool
+    threadpool_size: int | None
+    deterministic: bool | None
+    stream: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "final_prefetch": self.final_prefetch,
+            "batched": self.batched,
+            "threadpool_size": self.threadpool_size,
+            "deterministic": self.deterministic,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    script: str
+    sites: tuple[CallSite, ...]
+    pipelines: tuple[IteratedPipeline, ...]
+    uses_keras: bool
+    returncode: int | None
+    stderr_tail: str
+    streams: tuple[StreamSeen, ...] = ()
+    timed_out: bool = False
+    waited_s: float = 0.0
+
+    @property
+    def found(self) -> bool:
+        return bool(self.sites) or bool(self.pipelines)
+
+    @property
+    def training(self) -> StreamSeen | None:
+        """The stream found training (the run stopped there), or None."""
+        return next((s for s in self.streams if s.training), None)
+
+    @property
+    def busiest_loop(self) -> bool:
+        """Nothing was updated: the busiest loop stands in for training (`child.roles`)."""
+        return self.training is not None and self.training.how == FALLBACK_HOW
+
+    def no_training(self) -> str:
+        """Why no training was found, in one paragraph: for the user."""
+        seen = _describe_streams(self.streams)
+        if self.timed_out:
+            return (
+                f"no training step within {self.waited_s:.0f} s: no dataset fed an optimizer "
+                f"update; {seen} (--step-timeout sets how long to wait)"
+            )
+        code = self.returncode
+        if not self.found and code in (0, None):
+            return (
+                "no tf.data pipeline was built before the script ended, so there is nothing "
+                "to tune (tftune profile and tftune analyze still work on any TF script)"
+            )
+        ended = "ended" if code in (0, None) else f"exited with code {code}"
+        why = f"the script {ended} before any dataset fed an optimizer update; {seen}"
+        tail = "\n".join(f"  {line}" for line in self.stderr_tail.splitlines()[-12:])
+        return f"{why}\nits stderr ends with:\n{tail}" if tail.strip() else why
+
+    def site_keys(self) -> frozenset[str]:
+        return frozenset(s.site for s in self.sites)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "script": self.script,
+            "sites": [s.to_json() for s in self.sites],
+            "pipelines": [p.to_json() for p in self.pipelines],
+            "uses_keras": self.uses_keras,
+        }
+
+
+def discover(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float = FIRST_STEP_S,
+    deps: RunnerDeps | None = None,
+) -> Discovery:
+    """Run the script until a dataset is found training; record the call sites and the
+    datasets iterated on the way (a counting loop, a peek, `adapt` come before training).
+
+    The child leaves once a stream feeds optimizer updates, or, where nothing updates for
+    `FALLBACK_S` of iterating, once the busiest loop is chosen instead. A script that
+    never builds a pipeline yields an empty `Discovery` (``found`` is False); one that
+    trains on no dataset has no `training` stream, and `no_training()` says what was seen.
+    """
+    path = check_script(script)
+    with workdir() as work:
+        out_file = work / "discovery.jsonl"
+        spec = child_spec("discover", path, args, Config())
+        spec.update(discovery_file=str(out_file), fallback_s=FALLBACK_S)
+        ended = ChildRun(deps or RunnerDeps(), work, spec, cwd=cwd).run(deadline_s=timeout_s)
+        rows = []
+        if out_file.exists():
+            for line in out_file.read_text(encoding="utf-8").splitlines():
+                with contextlib.suppress(json.JSONDecodeError):
+                    rows.append(json.loads(line))
+    return parse_discovery(
+        str(path),
+        rows,
+        ended.returncode,
+        ended.stderr_tail,
+        timed_out=ended.timed_out,
+        waited_s=timeout_s,
+    )
+
+
+def parse_discovery(
+    script: str,
+    rows: list[dict[str, Any]],
+    returncode: int | None,
+    stderr_tail: str,
+    *,
+    timed_out: bool = False,
+    waited_s: float = 0.0,
+) -> Discovery:
+    """A `Discovery` from the child's discovery rows (one dict per JSON line)."""
+    watch = StreamWatch(0.0)
+    sites: dict[tuple[str, str], dict[str, Any]] = {}  # in order of first call
+    calls: dict[tuple[str, str], int] = {}
+    pipelines: list[IteratedPipeline] = []
+    uses_keras = False
+    for row in rows:
+        kind = row.get("kind")
+        if kind in ("stream", "training"):
+            watch.event(ClockEvent(str(kind), row))
+        elif kind == "elements":
+            watch.elements = {int(k): int(v) for k, v in dict(row.get("counts", {})).items()}
+        elif kind == "site":
+            key = (row["site"], row["op"])
+            sites.setdefault(key, row)
+            calls[key] = calls.get(key, 0) + 1
+        elif kind == "iterate":
+            pipelines.append(_pipeline(row))
+        elif kind == "keras":
+            uses_keras = True
+    return Discovery(
+        script,
+        tuple(_call_site(row, calls[key]) for key, row in sites.items()),
+        tuple(pipelines),
+        uses_keras,
+        returncode,
+        stderr_tail,
+        watch.streams(),
+        timed_out,
+        waited_s,
+    )
+
+
+def _pipeline(row: dict[str, Any]) -> IteratedPipeline:
+    return IteratedPipeline(
+        site=row.get("site"),
+        final_prefetch=bool(row.get("final_prefetch")),
+        batched=bool(row.get("batched")),
+        threadpool_size=row.get("threadpool_size"),
+        deterministic=row.get("deterministic"),
+        stream=row.get("stream"),
+    )
+
+
+def _call_site(row: dict[str, Any], calls: int) -> CallSite:
+    written = config_from_json({"sites": {row["site"]: row["as_written"]}}).sites[row["site"]]
+    return CallSite(
+        site=row["site"],
+        op=row["op"],
+        knobs=tuple(OP_KNOBS[row["op"]]),
+        as_written=written,
+        function=row.get("function"),
+        calls=calls,
+    )

@@ -1,0 +1,423 @@
+"""One measured trial: the script under one config, warm-up → repeat windows → stop.
+
+`run_trial(script, args, config, spec)` → `Measurement`. The child writes a step record
+for every element a stream delivers and events (a stream found training, a NaN loss, an
+exception, the end); `_Trial` follows them as an `Observer` of the one launch loop
+(`trial.launch.ChildRun`):
+
+1. warm-up: the first `warmup_steps` training steps, and at least `warmup_s` after the
+   first (tracing, the first epoch's fill);
+2. `repeats` consecutive windows, each at least `window_s` long and `window_steps`
+   steps; after each, `on_report(index, examples/s so far)`, whose True prunes;
+3. stop: the child's whole group is stopped once the windows are measured.
+
+Failures (exception, non-zero exit, OOM, stall, NaN loss, timeout, no steps) are
+results, never raised: `ScriptError` only for a script that is missing or invalid. A
+script that ends before the windows are full is measured over what it ran (`truncated`).
+Only training streams' steps count (`trial.watch`): a counting loop, a peek, `adapt`,
+validation and `predict` are seen, never measured.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tftune.core.vocabulary import TrialState
+from tftune.probes.clock import (
+    ClockEvent,
+    StepRecord,
+    WindowStats,
+    percentile,
+    spread,
+    step_durations_ms,
+    window_stats,
+)
+from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
+from tftune.tuner.config import Config
+from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
+from tftune.tuner.trial.launch import (
+    ChildRun,
+    Ended,
+    Observer,
+    RunnerDeps,
+    check_script,
+    child_spec,
+    workdir,
+)
+from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S, StreamWatch, describe_streams
+
+# A window of fewer steps than this says little about the noise: with 0.05-2 s steps
+# (real models on a GPU) a window runs until it holds this many, whatever window_s is.
+MIN_WINDOW_STEPS = 10
+OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
+OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
+
+# Called after each repeat window with (repeat index, examples/s so far); True prunes.
+ReportFn = Callable[[int, float], bool]
+Window = tuple[int, list[StepRecord]]  # (start ns, the steps delivered in it)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasureSpec:
+    """How a trial is measured. All times in seconds."""
+
+    warmup_steps: int = 5  # steps skipped (tracing, first-epoch fill) ...
+    warmup_s: float = 1.0  # ... and at least this long after the first step
+    window_s: float = 3.0  # length of one repeat window ...
+    window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
+    repeats: int = 3  # consecutive windows; their spread is the noise
+    # The next training step is due within max(stall_s, 20 x the slowest step so far)
+    # (`trial.watch`); the first within startup_timeout_s; step_timeout_s sets both.
+    stall_s: float = STALL_FLOOR_S
+    startup_timeout_s: float = FIRST_STEP_S
+    step_timeout_s: float | None = None
+    # The script updates nothing (discovery said so: `Discovery.busiest_loop`): measure
+    # the stream that delivers the most, not the one that feeds updates.
+    busiest_loop: bool = False
+    max_wall_s: float | None = None  # hard cap on the whole trial
+    term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
+    nvml_interval_s: float = 0.2
+
+
+def run_trial(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    config: Config | None = None,
+    spec: MeasureSpec | None = None,
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    on_report: ReportFn | None = None,
+    deps: RunnerDeps | None = None,
+) -> Measurement:
+    """Run the script once under `config` and measure its steady state. Never raises for
+    anything the script does; `ScriptError` only for a script that is missing or invalid."""
+    config = config or Config()
+    spec = spec or MeasureSpec()
+    deps = deps or RunnerDeps()
+    path = check_script(script)
+    with workdir() as work:
+        child = ChildRun(deps, work, child_spec("measure", path, args, config), cwd=cwd, clock=True)
+        trial = _Trial(deps, spec, config, on_report)
+        trial.sampler = trial.open_nvml()
+        try:
+            ended = child.run(trial, deadline_s=spec.max_wall_s, term_grace_s=spec.term_grace_s)
+        finally:
+            gpu = trial.close_nvml()
+        return trial.result(ended, gpu)
+
+
+def classify_exit(
+    returncode: int, exception: dict[str, Any] | None, stderr_tail: str
+) -> tuple[FailureKind, str]:
+    """Why a script that raised or exited non-zero failed, in one line."""
+    if exception is not None:
+        kind = str(exception.get("type", "Exception"))
+        message = str(exception.get("message", ""))
+        text = f"{kind}: {message}"
+        bases = [str(b) for b in exception.get("bases", [])]
+        if any(m in text for m in OOM_MARKERS) or any(b in OOM_EXCEPTIONS for b in bases):
+            return FailureKind.OOM, f"out of memory: {text}"[:300]
+        return FailureKind.EXCEPTION, f"raised {text}"[:300]
+    if any(m in stderr_tail for m in OOM_MARKERS):
+        return FailureKind.OOM, f"out of memory (exit code {returncode})"
+    if returncode == -signal.SIGKILL:
+        return FailureKind.OOM, "killed by SIGKILL (likely the kernel's out-of-memory killer)"
+    if returncode < 0:
+        return FailureKind.EXIT, f"killed by signal {-returncode}"
+    last = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else ""
+    suffix = f": {last[:200]}" if last else ""
+    return FailureKind.EXIT, f"exited with code {returncode}{suffix}"
+
+
+class _Trial(Observer):
+    """One measured child run: the state machine of warm-up → windows → stop."""
+
+    def __init__(
+        self, deps: RunnerDeps, spec: MeasureSpec, config: Config, on_report: ReportFn | None
+    ) -> None:
+        self.deps, self.spec, self.config, self.on_report = deps, spec, config, on_report
+        self.records: list[StepRecord] = []
+        self.main_stream: int | None = None  # the first training stream: its steps count
+        self.pending_examples = 0  # another training stream's, added to the next step
+        self.notes_seen: list[str] = []
+        self.busiest: dict[int, list[StepRecord]] = {}  # (busiest_loop) before the window
+        self.watch = StreamWatch(
+            deps.clock(),
+            first_step_s=spec.startup_timeout_s,
+            stall_floor_s=spec.stall_s,
+            step_timeout_s=spec.step_timeout_s,
+        )
+        self.events: list[ClockEvent] = []
+        self.window_start_ns: int | None = None
+        self.windows: list[Window] = []
+        self.current: list[StepRecord] = []
+        self.current_start_ns = 0
+        self.pruned_reason: str | None = None
+        self.sampler: NvmlSampler | NotMeasured | None = None
+
+    # -- the launch loop's questions (`trial.launch.Observer`)
+    def launched(self, now: float) -> None:
+        self.watch.start = now
+
+    def take(self, items: list[StepRecord | ClockEvent]) -> None:
+        self._consume(items)
+
+    def finished(self) -> bool:
+        return self._event_failure() is not None or self._done()
+
+    def said_done(self) -> bool:
+        """The script raised or finished: the process is on its way out."""
+        return any(e.kind in ("exception", "finished") for e in self.events)
+
+    def overdue(self, now: float) -> str | None:
+        return self.watch.overdue(now)
+
+    # -- NVML
+    def open_nvml(self) -> NvmlSampler | NotMeasured:
+        if self.deps.nvml_reader is None:
+            return NotMeasured("NVML sampling disabled")
+        return NvmlSampler.open(self.deps.nvml_reader, self.spec.nvml_interval_s)
+
+    def close_nvml(self) -> GpuFigures | NotMeasured:
+        sampler = self.sampler
+        if isinstance(sampler, NvmlSampler):
+            if self.window_start_ns is None:
+                sampler.stop()
+                return NotMeasured("no steady-state window")
+            return sampler.stop()
+        return sampler if isinstance(sampler, NotMeasured) else NotMeasured("not started")
+
+    # -- records
+    def _consume(self, items: list[StepRecord | ClockEvent]) -> None:
+        for item in items:
+            if isinstance(item, ClockEvent):
+                self.events.append(item)
+                stream = self.watch.event(item)
+                if stream is not None:
+                    self._adopt(stream)
+            elif self.watch.record(item):
+                self._take(item)
+            elif self.spec.busiest_loop:
+                self._take_busiest(item)
+
+    def _take_busiest(self, rec: StepRecord) -> None:
+        """Until the window starts, the stream that delivers the most is measured: not
+        one peeked at once nor a short validation pass. The warm-up restarts on it."""
+        if self.window_start_ns is None and rec.stream != self.main_stream:
+            seen = self.busiest.setdefault(rec.stream, [])
+            seen.append(rec)
+            if len(seen) <= len(self.records):
+                return
+            if self.main_stream is not None:
+                self.busiest[self.main_stream] = self.records
+            self.main_stream = rec.stream
+            self.records = self.busiest.pop(rec.stream)[:-1]
+        if rec.stream == self.main_stream:
+            self.records.append(rec)
+            self.watch.stepped(self.deps.clock(), rec.deliver_ns)
+            self._advance(rec)
+
+    def _adopt(self, stream: int) -> None:
+        """A stream was found training: its steps so far are replayed (the first) or
+        its examples join the main stream's steps from now on (a second one)."""
+        early = self.watch.take_early(stream)
+        if self.main_stream is None:
+            self.main_stream = stream
+            for rec in early:
+                self._take(rec)
+            return
+        first, other = self.watch.where(self.main_stream), self.watch.where(stream)
+        self.notes_seen.append(
+            f"two datasets feed optimizer updates ({first} and {other}): measured together, "
+            f"steps counted on the first, examples of both"
+        )
+
+    def _take(self, rec: StepRecord) -> None:
+        if rec.stream != self.main_stream:
+            self.pending_examples += rec.examples
+            return
+        if self.pending_examples:
+            rec = replace(rec, examples=rec.examples + self.pending_examples)
+            self.pending_examples = 0
+        self.records.append(rec)
+        self.watch.stepped(self.deps.clock(), rec.deliver_ns)
+        self._advance(rec)
+
+    def _advance(self, rec: StepRecord) -> None:
+        spec = self.spec
+        if self.window_start_ns is None:
+            first = self.records[0].deliver_ns
+            if (
+                len(self.records) > spec.warmup_steps
+                and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s
+            ):
+                self.window_start_ns = rec.deliver_ns
+                self.current_start_ns = rec.deliver_ns
+                if isinstance(self.sampler, NvmlSampler):
+                    self.sampler.start()
+            return
+        if self._done():
+            return
+        self.current.append(rec)
+        long_enough = (rec.deliver_ns - self.current_start_ns) / 1e9 >= spec.window_s
+        if long_enough and len(self.current) >= spec.window_steps:
+            self._close_window(rec)
+
+    def _close_window(self, rec: StepRecord) -> None:
+        self.windows.append((self.current_start_ns, self.current))
+        stats = window_stats(self.current_start_ns, self.current)
+        self.current_start_ns = rec.deliver_ns
+        self.current = []
+        if stats is not None and self.on_report is not None and self.pruned_reason is None:
+            rates = [s.examples_per_s for s in _stats(self.windows)]
+            if self.on_report(len(self.windows) - 1, percentile(rates, 50)):
+                self.pruned_reason = f"pruned after {len(self.windows)} window(s)"
+
+    def _done(self) -> bool:
+        return self.pruned_reason is not None or len(self.windows) >= self.spec.repeats
+
+    def _event_failure(self) -> tuple[FailureKind, str] | None:
+        for e in self.events:
+            if e.kind == "nan":
+                policy = self.config.mixed_precision
+                under = f" under the {policy} policy" if policy in SIXTEEN_BIT_POLICIES else ""
+                what = e.payload.get("what") or "loss"
+                return FailureKind.NAN, f"{what} became {e.payload.get('value')} (NaN/inf){under}"
+        return None
+
+    # -- the result
+    def result(self, ended: Ended, gpu: GpuFigures | NotMeasured) -> Measurement:
+        failure = self._event_failure()
+        if ended.overdue is not None:
+            failure = (FailureKind.STALL, ended.overdue)
+        elif ended.timed_out:
+            failure = (FailureKind.TIMEOUT, f"timed out after {self.spec.max_wall_s:.0f} s")
+        alive = ended.alive and not ended.hung
+        said = ended.returncode  # the exit code the script gave (its own, or as it said)
+        if ended.hung:
+            said = next(
+                (int(e.payload.get("code") or 0) for e in self.events if e.kind == "finished"), 1
+            )
+        wall = self.deps.clock() - ended.started
+        exc = next((e.payload for e in self.events if e.kind == "exception"), None)
+        if failure is None and (exc is not None or (not alive and said not in (0, None))):
+            failure = classify_exit(said if said is not None else 1, exc, ended.stderr_tail)
+        measured = None
+        if failure is None:
+            measured = self._measured(gpu, truncated=not alive and not self._done())
+            if measured is None:
+                failure = (FailureKind.NO_STEPS, self._no_steps_reason())
+        state, reason = TrialState.COMPLETE, None
+        if failure is not None:
+            state, reason = TrialState.FAILED, failure[1]
+        elif self.pruned_reason is not None:
+            state, reason = TrialState.PRUNED, self.pruned_reason
+        return replace(
+            measured or Measurement(state),
+            state=state,
+            failure=failure[0] if failure else None,
+            reason=reason,
+            stderr_tail=ended.stderr_tail,
+            returncode=ended.returncode,
+            wall_s=wall,
+            notes=self._notes(measured),
+            streams=self.watch.streams(),
+            config=self.config,
+        )
+
+    def _no_steps_reason(self) -> str:
+        if self.main_stream is None:
+            return (
+                "no training step was measured: no dataset fed an optimizer update before "
+                f"the script ended; {describe_streams(self.watch.streams())}"
+            )
+        return (
+            f"no training step was measured: the script ended during warm-up "
+            f"({len(self.records)} training steps)"
+        )
+
+    def _notes(self, measured: Measurement | None) -> tuple[str, ...]:
+        notes = [n for e in self.events if e.kind == "notes" for n in e.payload.get("notes", [])]
+        notes += self.notes_seen
+        if measured is not None and measured.repeats:
+            per_window = measured.steps / len(measured.repeats)
+            if per_window < self.spec.window_steps:
+                notes.append(
+                    f"each measured window held only {per_window:.0f} steps (fewer than "
+                    f"{self.spec.window_steps}): its noise figure says little; a longer "
+                    "run (more steps) measures it better"
+                )
+        return tuple(notes)
+
+    def _measured(self, gpu: GpuFigures | NotMeasured, truncated: bool) -> Measurement | None:
+        """The windows' figures (a complete Measurement, to be finished by `result`), or
+        None when no window holds a step."""
+        windows = self.windows
+        if truncated:
+            windows = _what_ran(self.records, self.window_start_ns, self.spec.repeats)
+        stats = _stats(windows)
+        if not stats:
+            return None
+        durations = [d for a, w in windows for d in step_durations_ms(a, w)]
+        rates = [s.examples_per_s for s in stats]
+        total_s = sum(s.duration_s for s in stats)
+        wait_share = min(1.0, sum(s.input_wait_s for s in stats) / total_s) if total_s > 0 else 0.0
+        gpu_note = None if isinstance(gpu, GpuFigures) else str(gpu)
+        if isinstance(gpu, GpuFigures):
+            util: float | None = gpu.utilization
+            kind, note, mem = "nvml", None, gpu.memory_used_mb
+        elif isinstance(self.sampler, NvmlSampler):
+            # NVML found a GPU but could not sample it: say so, never fall back to a CPU
+            # figure that would pass for GPU utilization.
+            util, kind, note, mem = None, "nvml", gpu_note, None
+        else:
+            util, kind, note, mem = 1.0 - wait_share, "duty_cycle", None, None
+        return Measurement(
+            TrialState.COMPLETE,
+            examples_per_s=percentile(rates, 50),
+            utilization=util,
+            utilization_kind=kind,
+            utilization_note=note,
+            spread=spread(rates),
+            input_wait_share=wait_share,
+            repeats=tuple(rates),
+            steps_per_s=percentile([s.steps_per_s for s in stats], 50),
+            step_p50_ms=percentile(durations, 50),
+            step_p90_ms=percentile(durations, 90),
+            steps=sum(s.steps for s in stats),
+            examples=sum(s.examples for s in stats),
+            window_s=total_s,
+            truncated=truncated,
+            gpu_memory_used_mb=mem,
+            gpu_note=gpu_note,
+        )
+
+
+def _stats(windows: list[Window]) -> list[WindowStats]:
+    return [s for s in (window_stats(a, w) for a, w in windows) if s is not None]
+
+
+def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: int) -> list[Window]:
+    """The script ended before the full window: up to `repeats` windows over what it ran."""
+    steady = [r for r in records if window_start_ns is not None and r.deliver_ns > window_start_ns]
+    if window_start_ns is not None and steady:
+        start = window_start_ns
+    else:
+        # Never reached the end of warm-up: use everything after the first step.
+        if len(records) < 2:
+            return []
+        start, steady = records[0].deliver_ns, records[1:]
+    repeats = max(1, min(repeats, len(steady) // 2 or 1))
+    size = len(steady) // repeats
+    out: list[Window] = []
+    for i in range(repeats):
+        chunk = steady[i * size : (i + 1) * size] if i < repeats - 1 else steady[i * size :]
+        if chunk:
+            out.append((start, chunk))
+            start = chunk[-1].deliver_ns
+    return out

@@ -1,0 +1,126 @@
+"""``tftune profile``: a TensorBoard trace of training steps [start, stop), with markers.
+
+`profile_script(script, args, start, stop, logdir)` → `ProfileResult`. Steps are counted
+on the stream that feeds optimizer updates (`tuner/child/roles.py`), so a counting loop,
+a peek or `adapt` before training is never what is profiled. The child (mode
+``profile``) says when the trace is written; the script is stopped then, or when a
+training step is overdue (`trial.watch`), through the one launch loop
+(`trial.launch.ChildRun`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tftune.probes.clock import ClockEvent, StepRecord
+from tftune.tuner.config import Config
+from tftune.tuner.trial.launch import (
+    ChildRun,
+    Clock,
+    Ended,
+    Observer,
+    RunnerDeps,
+    check_script,
+    child_spec,
+    workdir,
+)
+from tftune.tuner.trial.watch import FALLBACK_S, StreamSeen, StreamWatch, describe_streams
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileResult:
+    logdir: str
+    captured: bool
+    returncode: int | None
+    reason: str | None
+    stderr_tail: str
+    steps: tuple[int, int] | None = None  # first and last step captured (inclusive)
+    streams: tuple[StreamSeen, ...] = ()  # the datasets iterated, and their roles
+
+
+def profile_script(
+    script: str | os.PathLike[str],
+    args: Sequence[str],
+    start_step: int,
+    stop_step: int,
+    logdir: str | os.PathLike[str],
+    *,
+    config: Config | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout_s: float | None = None,
+    step_timeout_s: float | None = None,
+    deps: RunnerDeps | None = None,
+) -> ProfileResult:
+    """Profile training steps [start_step, stop_step) of the script into `logdir`."""
+    deps = deps or RunnerDeps()
+    path = check_script(script)
+    logdir_abs = str(Path(logdir).resolve())
+    with workdir() as work:
+        spec = child_spec("profile", path, args, config or Config())
+        spec.update(
+            fallback_s=FALLBACK_S,
+            profile={"start": start_step, "stop": stop_step, "logdir": logdir_abs},
+        )
+        watch = _ProfileWatch(StreamWatch(deps.clock(), step_timeout_s=step_timeout_s), deps.clock)
+        ended = ChildRun(deps, work, spec, cwd=cwd, clock=True).run(watch, deadline_s=timeout_s)
+    return watch.result(logdir_abs, ended, stop_step)
+
+
+class _ProfileWatch(Observer):
+    """Follows the streams until the child says the profile is written (or failed)."""
+
+    def __init__(self, watch: StreamWatch, clock: Clock) -> None:
+        self.watch, self.clock = watch, clock
+        self.events: list[ClockEvent] = []
+
+    def launched(self, now: float) -> None:
+        self.watch.start = now
+
+    def take(self, items: list[StepRecord | ClockEvent]) -> None:
+        for item in items:
+            if isinstance(item, ClockEvent):
+                self.events.append(item)
+                self.watch.event(item)
+            elif self.watch.record(item):
+                self.watch.stepped(self.clock(), item.deliver_ns)
+
+    def finished(self) -> bool:
+        return any(e.kind in ("profile_done", "profile_failed") for e in self.events)
+
+    def said_done(self) -> bool:
+        # Done before the profile ended; TF's teardown may hang: it gets the grace period.
+        return any(e.kind in ("finished", "exception") for e in self.events)
+
+    def overdue(self, now: float) -> str | None:
+        return self.watch.overdue(now)
+
+    def result(self, logdir: str, ended: Ended, stop_step: int) -> ProfileResult:
+        events, returncode, overdue = self.events, ended.returncode, ended.overdue
+        done = any(e.kind == "profile_done" for e in events)
+        reason = None
+        if not done:
+            failed = next((e for e in events if e.kind == "profile_failed"), None)
+            exc = next((e for e in events if e.kind == "exception"), None)
+            if failed is not None:
+                reason = f"profiler failed: {failed.payload.get('error')}"
+            elif exc is not None:
+                reason = f"script raised {exc.payload.get('type')}: {exc.payload.get('message')}"
+            elif overdue is not None:
+                reason = overdue
+            elif returncode not in (None, 0) and returncode != -signal.SIGTERM:
+                reason = f"script exited with code {returncode} before training step {stop_step}"
+            else:
+                reason = f"script ended before training step {stop_step}"
+            if self.watch.last_step is None and overdue is None and exc is None:
+                reason += f"; {describe_streams(self.watch.streams())}"
+        steps = None
+        for e in events:
+            if e.kind == "profile_done" and "first" in e.payload and "last" in e.payload:
+                steps = (int(e.payload["first"]), int(e.payload["last"]))
+        return ProfileResult(
+            logdir, done, returncode, reason, ended.stderr_tail, steps, self.watch.streams()
+        )
