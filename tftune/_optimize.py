@@ -300,7 +300,12 @@ def optimize(
     runners: list[Runner] = []
     injected_runner = runner
     if runner is None:
-        spec = MeasureSpec(step_timeout_s=step_timeout_s, busiest_loop=found.busiest_loop)
+        trains = found.training
+        spec = MeasureSpec(
+            step_timeout_s=step_timeout_s,
+            busiest_loop=found.busiest_loop,
+            training_at=(trains.site, trains.place) if trains is not None else None,
+        )
         if window_s is not None:
             spec = replace(spec, window_s=window_s, warmup_s=min(spec.warmup_s, window_s))
         if repeats is not None:

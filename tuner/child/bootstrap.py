@@ -197,6 +197,8 @@ def _wire(
     profiler: _Profiler | None = None
     fallback = spec.get("fallback_s")  # when nothing updates: the busiest loop (`roles`)
     patcher.roles.fallback_s = float(fallback) if fallback is not None else None
+    at = spec.get("training_at")
+    patcher.training_at = (at[0], at[1]) if isinstance(at, list) and len(at) == 2 else None
     if writer is not None:
         hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)
         hooks.on_finding = lambda text: writer.event("notes", notes=[text])

@@ -76,7 +76,7 @@ class Roles:
             if fmarks is not None:
                 fmarks["streams"].add(stream)
         if marks["updates"]:
-            self._declare(stream, "fetched and updated in one tf.function")
+            self.declare(stream, "fetched and updated in one tf.function")
 
     def delivered(self, stream: int, elements: int) -> None:
         """The clock handed over `elements` steps of `stream` (for the fallback)."""
@@ -93,7 +93,7 @@ class Roles:
             first, counts = self._first_element, dict(self._elements)
         if first is None or time.monotonic() - first < self.fallback_s or not counts:
             return
-        self._declare(max(counts, key=lambda n: counts[n]), FALLBACK_HOW)
+        self.declare(max(counts, key=lambda n: counts[n]), FALLBACK_HOW)
 
     def update(self) -> None:
         """An update was applied: eagerly, or traced into a graph."""
@@ -107,7 +107,7 @@ class Roles:
         if marks is not None:
             marks["updates"] = True
             for stream in list(marks["streams"]):
-                self._declare(stream, "fetched and updated in one tf.function")
+                self.declare(stream, "fetched and updated in one tf.function")
         for fn in self._functions():
             fmarks = _marks(fn)
             if fmarks is not None:
@@ -139,7 +139,7 @@ class Roles:
             return
         if marks["updates"] and marks["streams"]:
             for stream in list(marks["streams"]):
-                self._declare(stream, "fetched and updated in one tf.function")
+                self.declare(stream, "fetched and updated in one tf.function")
         elif marks["updates"]:
             self._eager_update()
         else:
@@ -178,9 +178,9 @@ class Roles:
                 if self._credit[stream] >= CONFIRM_UPDATES:
                     confirmed.append(stream)
         for stream in confirmed:
-            self._declare(stream, "fed consecutive optimizer updates")
+            self.declare(stream, "fed consecutive optimizer updates")
 
-    def _declare(self, stream: int, how: str) -> None:
+    def declare(self, stream: int, how: str) -> None:
         with self._lock:
             if stream in self.training:
                 return

@@ -78,6 +78,9 @@ class PatcherState:
         self.script_dir = os.path.abspath(script_dir)
         self.hooks = hooks or Hooks()
         self.instrument_clock = False
+        # (site, place) of the training dataset, from discovery: the bound analysis
+        # transforms only that one (`Streams.prepare`); None: every iterated dataset.
+        self.training_at: tuple[str | None, str | None] | None = None
         self.seen_sites: set[str] = set()
         self.batch_seen = False  # a user batch call was seen: elements count as batches
         self._prefixes: tuple[str, ...] = ()

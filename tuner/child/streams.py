@@ -72,7 +72,10 @@ class Streams(DatasetOps, StepClock):
             self.hooks.on_iterate(info)
         out = apply_globals(ds, self.config, info)
         # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
-        bound = bounds.bound_mode(self.config)
+        bound = bounds.bound_mode(self.config) if self._is_training_at(info.site) else None
+        if bound == bounds.PIPELINE_ONLY and stream is not None:
+            # No model, no update: the drained dataset is what is measured.
+            self.roles.declare(stream, "the pipeline alone (bound analysis)")
         if bound == bounds.MODEL_ONLY:
             out = self._model_only(out, stream)
         if stream is not None and dataset_clock and self.hooks.on_request is not None:
@@ -91,6 +94,17 @@ class Streams(DatasetOps, StepClock):
         if bound == bounds.PIPELINE_ONLY:
             bounds.drain_pipeline_only(out, stream, _original_iter())
         return out
+
+    def _is_training_at(self, site: str | None) -> bool:
+        """Whether the dataset being iterated here is the training one discovery found
+        (the bound analysis transforms it alone); True when none was named."""
+        if self.training_at is None:
+            return True
+        frame = self._user_frame()
+        place = None
+        if frame is not None:
+            place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        return (site, place) == self.training_at
 
     def _model_only(self, ds: Any, stream: int | None) -> Any:
         """The model-only bound's cached elements, filled once per stream: an epoch that

@@ -79,6 +79,10 @@ class MeasureSpec:
     # The script updates nothing (discovery said so: `Discovery.busiest_loop`): measure
     # the stream that delivers the most, not the one that feeds updates.
     busiest_loop: bool = False
+    # Where the training dataset is built and iterated (discovery's `training`: site,
+    # place). The bound analysis caches or drains that dataset only, never a counting
+    # loop or a validation set before it; None: every dataset iterated.
+    training_at: tuple[str | None, str | None] | None = None
     max_wall_s: float | None = None  # hard cap on the whole trial
     term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
     nvml_interval_s: float = 0.2
@@ -101,7 +105,10 @@ def run_trial(
     deps = deps or RunnerDeps()
     path = check_script(script)
     with workdir() as work:
-        child = ChildRun(deps, work, child_spec("measure", path, args, config), cwd=cwd, clock=True)
+        cspec = child_spec("measure", path, args, config)
+        if spec.training_at is not None:
+            cspec["training_at"] = list(spec.training_at)
+        child = ChildRun(deps, work, cspec, cwd=cwd, clock=True)
         trial = _Trial(deps, spec, config, on_report)
         trial.sampler = trial.open_nvml()
         try:
