@@ -214,7 +214,7 @@ def test_a_script_as_written_that_always_crashes_says_its_message(tmp_path: Path
 
 # --- the report ---------------------------------------------------------------------
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tuning_latency.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tuning_latency.json"
 WHEN = "2026-11-30 03:40 UTC"
 
 

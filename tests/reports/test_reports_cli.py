@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from tftune import cli
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

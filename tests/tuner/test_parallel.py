@@ -56,10 +56,10 @@ from tftune.tuner.study.workers import (
 )
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_optimize_study import latency_bound, space
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import requires_tf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = requires_tf
 

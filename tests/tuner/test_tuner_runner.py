@@ -19,7 +19,7 @@ from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.measurement import FailureKind
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
 

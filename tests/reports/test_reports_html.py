@@ -19,7 +19,7 @@ from tftune.reports.analysis_model import build_analysis_model
 from tftune.reports.tuning_html import render_tuning_html
 from tftune.reports.tuning_model import build_tuning_model
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
 
 

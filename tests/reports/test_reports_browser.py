@@ -20,7 +20,7 @@ from tftune.reports import render_report_json
 
 pytestmark = pytest.mark.browser
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
 CHROME_FLAGS = [
     "--headless",

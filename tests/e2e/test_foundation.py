@@ -15,7 +15,7 @@ import tftune
 from tftune import cli
 from tftune.core.errors import UserError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _modules_after(code: str) -> set[str]:

@@ -17,7 +17,7 @@ from conftest import requires_tf
 
 from tftune import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 # Short windows keep the suite lean; the 4 ms latency makes the effect large anyway.

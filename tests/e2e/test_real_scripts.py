@@ -42,7 +42,7 @@ from conftest import requires_tf
 
 pytestmark = [pytest.mark.slow, requires_tf]
 
-SCRIPTS = Path(__file__).resolve().parent / "realscripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "realscripts"
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 PLAIN_TIMEOUT_S = 120  # a short run takes ~5 s
