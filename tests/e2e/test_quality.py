@@ -51,3 +51,15 @@ def test_mypy_strict_on_package(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_shape_limits() -> None:
+    """Modules at most 500 lines, functions at most 80, no import cycle, and dependencies
+    that point one way (core ← probes ← reports/tuner ← tftune): scripts/shape_report.py."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "shape_report.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
