@@ -1,28 +1,43 @@
 """tftune: find and fix tf.data input-pipeline bottlenecks.
 
 The public API lives here; the command line is `tftune.cli` (which nothing imports).
-Nothing heavy is imported at package import: each function imports what it needs.
+Nothing heavy is imported at package import: each function imports what it needs, and
+the exported types (`Analysis`, `OptimizeResult`, `Config`, `UserError`) are imported on
+first use (`__getattr__`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tftune.core.errors import UserError
     from tftune.probes.analysis import Analysis
+    from tftune.probes.environment import Environment
     from tftune.tuner.config import Config
+    from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, TrialCallback
+    from tftune.tuner.study import Runner
 
 try:
     __version__ = _metadata.version("tftune")
 except _metadata.PackageNotFoundError:  # running from a source tree without install
     __version__ = "0+unknown"
 
-__all__ = ["Analysis", "__version__", "analyze", "apply", "optimize"]
+__all__ = [
+    "Analysis",
+    "Config",
+    "OptimizeResult",
+    "UserError",
+    "__version__",
+    "analyze",
+    "apply",
+    "optimize",
+]
 
 
 def analyze(
@@ -69,18 +84,104 @@ def apply(config: str | os.PathLike[str] | Config) -> None:
     activate(loaded, script_dir)
 
 
-def optimize(script: str | os.PathLike[str], args: Sequence[str] = (), **options: Any) -> Any:
-    """Tune an unmodified training script's tf.data pipeline; returns an
-    `OptimizeResult` (winner config, measured baselines, diff, command). Options are
-    those of ``tftune optimize`` (see `tftune._optimize.optimize`)."""
-    from tftune._optimize import optimize as _optimize
+def optimize(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    trials: int = 20,
+    timeout_s: float | None = None,
+    objective: str | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    seed: int = 0,
+    guided: bool = True,
+    space_file: str | os.PathLike[str] | None = None,
+    batch_size: str | None = None,
+    best_file: str | os.PathLike[str] = "tftune-best.json",
+    json_file: str | os.PathLike[str] | None = None,
+    html_file: str | os.PathLike[str] | None = None,
+    window_s: float | None = None,
+    repeats: int | None = None,
+    step_timeout_s: float | None = None,
+    bounds: bool = True,
+    confirm: bool = True,
+    profile: bool | None = None,
+    runner: Runner | None = None,
+    workers: int = 1,
+    gpus_per_trial: int | None = None,
+    cpus_per_trial: int | None = None,
+    on_trial: TrialCallback | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+    invocation: Sequence[str] | None = None,
+    environment: Callable[[], Environment] | None = None,
+) -> OptimizeResult:
+    """Tune an unmodified training script's tf.data pipeline (and optionally its batch
+    size and precision); returns a frozen `OptimizeResult`: the winner config, the
+    measured baselines, the diff and the command that trains with it. The options are
+    those of ``tftune optimize --help``; ``html_file`` writes the HTML tuning report;
+    ``on_*`` report progress; ``runner`` and ``environment`` replace the trial runner
+    and the machine record (tests). Defaults as `tftune.tuner.optimize.optimize` (a
+    test keeps them equal). Raises a `UserError` on bad input. TensorFlow is imported
+    only in the child processes that run the script."""
+    from tftune.tuner.optimize import optimize as _optimize
 
-    return _optimize(script, args, **options)
+    render_html: HtmlRenderer | None = None
+    if html_file is not None:  # the tuner draws no page itself: it never imports reports
+        from tftune.reports.tuning_html import render_tuning_html
+
+        render_html = render_tuning_html
+
+    return _optimize(
+        script,
+        args,
+        trials=trials,
+        timeout_s=timeout_s,
+        objective=objective,
+        storage=storage,
+        study_name=study_name,
+        seed=seed,
+        guided=guided,
+        space_file=space_file,
+        batch_size=batch_size,
+        best_file=best_file,
+        json_file=json_file,
+        html_file=html_file,
+        render_html=render_html,
+        window_s=window_s,
+        repeats=repeats,
+        step_timeout_s=step_timeout_s,
+        bounds=bounds,
+        confirm=confirm,
+        profile=profile,
+        runner=runner,
+        workers=workers,
+        gpus_per_trial=gpus_per_trial,
+        cpus_per_trial=cpus_per_trial,
+        on_trial=on_trial,
+        on_start=on_start,
+        on_note=on_note,
+        invocation=invocation,
+        environment=environment,
+    )
 
 
 def __getattr__(name: str) -> object:
+    # The exported types, imported on first use: `import tftune` stays light.
     if name == "Analysis":
         from tftune.probes.analysis import Analysis
 
         return Analysis
+    if name == "OptimizeResult":
+        from tftune.tuner.optimize import OptimizeResult
+
+        return OptimizeResult
+    if name == "Config":
+        from tftune.tuner.config import Config
+
+        return Config
+    if name == "UserError":
+        from tftune.core.errors import UserError
+
+        return UserError
     raise AttributeError(name)

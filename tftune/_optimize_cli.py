@@ -69,7 +69,7 @@ def _invocation() -> list[str] | None:
 
 
 def _where(script: str, opts: dict[str, Any]) -> tuple[str, str]:
-    from tftune._optimize import default_study_name
+    from tftune.tuner.optimize import default_study_name
     from tftune.tuner.study import DEFAULT_STORAGE_FILE
 
     return (

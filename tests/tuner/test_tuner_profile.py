@@ -162,7 +162,7 @@ def test_analyze_names_a_keras_py_dataset_and_its_workers(tmp_path: Path, run_cl
 def test_the_guided_profile_names_the_bottleneck_call_site_once(tmp_path: Path) -> None:
     """`tftune optimize`'s guided guess: its short profile names the slow map's site,
     each site once, so the guess raises parallelism where the time goes."""
-    from tftune._optimize import profile_hint
+    from tftune.tuner.optimize import profile_hint
 
     script = tmp_path / "train.py"
     script.write_text(SLOW_SECOND_MAP)

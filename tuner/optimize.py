@@ -1,0 +1,471 @@
+"""`tftune optimize`: discovery → space → bound analysis → guided profile → study → winner.
+
+The orchestration of one tuning run, as `probes.analysis` is that of `tftune analyze`.
+`optimize()` runs named phases: check the inputs and output paths (before any trial
+runs), discover the training loop and build the space, make the runners (one per worker
+slot), measure the bounds and take the guided profile, run the study, then emit the
+winner (config file, diff, snippet, tuning JSON, HTML page). It returns a frozen
+`OptimizeResult`. The steps before the study live in `tuner.preflight` and are
+re-exported here.
+
+The HTML page is drawn by the caller's ``render_html`` (the front door passes
+`tftune.reports.tuning_html.render_tuning_html`): the tuner never imports the reports.
+The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only parses options,
+shows progress and prints what this returns.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tftune.core.errors import ConfigError
+from tftune.core.userfiles import write_text_atomic
+from tftune.probes.environment import Environment, collect
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.config import Config
+from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
+from tftune.tuner.preflight import (
+    GUIDE_PROFILE_STEPS,
+    GUIDE_PROFILE_TIMEOUT_S,
+    build_search_space,
+    check_inputs,
+    check_search_options,
+    check_writable,
+    default_study_name,
+    discover_training,
+    gpu_visible,
+    measure_ceiling,
+    pick_objective,
+    profile_hint,
+)
+from tftune.tuner.record import api_call, build_record
+from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
+from tftune.tuner.study import (
+    DEFAULT_SEED,
+    DEFAULT_TRIALS,
+    GuidedHint,
+    Objective,
+    Runner,
+    StudyOutcome,
+    StudySettings,
+    TrialRecord,
+)
+from tftune.tuner.trial import Discovery
+
+__all__ = [
+    "GUIDE_PROFILE_STEPS",
+    "GUIDE_PROFILE_TIMEOUT_S",
+    "HtmlRenderer",
+    "OptimizeResult",
+    "TrialCallback",
+    "check_writable",
+    "default_study_name",
+    "discover_training",
+    "gpu_visible",
+    "measure_ceiling",
+    "optimize",
+    "profile_hint",
+]
+
+TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
+HtmlRenderer = Callable[[dict[str, Any]], str]  # the tuning JSON → one HTML page
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizeResult:
+    """What `optimize` measured and wrote."""
+
+    outcome: StudyOutcome
+    space: SearchSpace
+    ceiling: Ceiling | None
+    best_file: Path
+    json_file: Path | None
+    html_file: Path | None
+    command: str
+    diff: str
+    snippet: str
+    report: dict[str, Any]
+
+    @property
+    def best_config(self) -> Config:
+        return self.outcome.best_config
+
+
+def optimize(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    trials: int = DEFAULT_TRIALS,
+    timeout_s: float | None = None,
+    objective: str | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    seed: int = DEFAULT_SEED,
+    guided: bool = True,
+    space_file: str | os.PathLike[str] | None = None,
+    batch_size: str | None = None,
+    best_file: str | os.PathLike[str] = "tftune-best.json",
+    json_file: str | os.PathLike[str] | None = None,
+    html_file: str | os.PathLike[str] | None = None,
+    render_html: HtmlRenderer | None = None,
+    window_s: float | None = None,
+    repeats: int | None = None,
+    step_timeout_s: float | None = None,
+    bounds: bool = True,
+    confirm: bool = True,
+    profile: bool | None = None,
+    runner: Runner | None = None,
+    workers: int = 1,
+    gpus_per_trial: int | None = None,
+    cpus_per_trial: int | None = None,
+    on_trial: TrialCallback | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+    invocation: Sequence[str] | None = None,
+    environment: Callable[[], Environment] | None = None,
+) -> OptimizeResult:
+    """Tune the tf.data pipeline (and optionally batch size and precision) of an
+    unmodified training script. See ``tftune optimize --help`` for the options.
+
+    ``html_file`` is drawn by ``render_html`` (the tuning JSON → the page); without a
+    renderer no page is written. ``invocation`` is the command line as typed (the CLI
+    passes it) for the reproducibility record; from the API the record holds the
+    ``tftune.optimize(...)`` call. ``environment`` replaces
+    `probes.environment.collect` (tests)."""
+    started = time.monotonic()
+    outputs = ((best_file, "--best"), (json_file, "--json"), (html_file, "-o"))
+    path = check_inputs(script, trials, storage, outputs)
+    env_future = _read_environment(environment)
+    note = on_note or (lambda _s: None)
+    bound = check_search_options(batch_size, space_file)
+    found = discover_training(path, args, step_timeout_s, note)
+    gpu = gpu_visible() if runner is None else runner.gpu_visible
+    space = build_search_space(script, path, found, gpu, space_file, bound, note)
+    obj = pick_objective(objective, gpu, note)
+    slots = _Slots(workers, gpus_per_trial, cpus_per_trial)
+    measure = _Measure(window_s, repeats, step_timeout_s)
+    pool = _make_runners(path, args, found, gpu, runner, slots, measure, note)
+    # The profile runs the real script: by default only when the trials do too.
+    do_profile = (runner is None) if profile is None else profile
+    ceiling = measure_ceiling(pool.runners[0], note) if bounds else None
+    hint = profile_hint(path, args, note) if guided and do_profile else None
+    study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
+    settings = _settings(study, obj, hint, path, args, started)
+    outcome = _run_study(space, pool, settings, on_trial, on_start, note)
+    record = _record(script, path, args, study, invocation, env_future)
+    won = _emit_winner(script, path, args, found, outcome, best_file, record, note)
+    report = _tuning_report(script, won, space, ceiling, gpu, study.seed, record, started)
+    json_path = _write_json(report, json_file)
+    html_path = _write_html(report, html_file, render_html)
+    return OptimizeResult(
+        outcome,
+        space,
+        ceiling,
+        won.best_file,
+        json_path,
+        html_path,
+        won.command,
+        won.diff,
+        won.snippet,
+        report,
+    )
+
+
+def _read_environment(environment: Callable[[], Environment] | None) -> Future[Environment]:
+    """The machine record (TF build, NVML, pip freeze) takes seconds: read it once, in
+    the Python that runs the script, while discovery and the trials run."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tftune-record")
+    future = pool.submit(environment or (lambda: collect(sys.executable)))
+    pool.shutdown(wait=False)
+    return future
+
+
+# --- the runners, one per worker slot, and the study --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """``--workers``, ``--gpus-per-trial``, ``--cpus-per-trial``."""
+
+    workers: int
+    gpus_per_trial: int | None
+    cpus_per_trial: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Measure:
+    """``--window``, ``--repeats``, ``--step-timeout``: how one trial is measured."""
+
+    window_s: float | None
+    repeats: int | None
+    step_timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Pool:
+    """The runners (one per worker), the event that stops them all and, for the real
+    script, each slot's reaper of the processes it leaves behind."""
+
+    runners: tuple[Runner, ...]
+    stop: threading.Event
+    reap: tuple[Callable[[], None], ...]
+
+
+def _make_runners(
+    path: Path,
+    args: Sequence[str],
+    found: Discovery,
+    gpu: bool,
+    runner: Runner | None,
+    slots_opt: _Slots,
+    measure: _Measure,
+    note: Callable[[str], None],
+) -> _Pool:
+    """A `ScriptRunner` per worker slot (with its GPUs and CPUs), or the injected
+    runner for every worker."""
+    from tftune.tuner.study import ScriptRunner
+    from tftune.tuner.study import workers as parallel
+    from tftune.tuner.trial import MeasureSpec
+
+    workers = slots_opt.workers
+    slots = parallel.assign_slots(
+        workers,
+        gpus=parallel.visible_gpus() if slots_opt.gpus_per_trial is not None else (),
+        gpus_per_trial=slots_opt.gpus_per_trial,
+        cpus=parallel.available_cpus(),
+        cpus_per_trial=slots_opt.cpus_per_trial,
+    )
+    if workers > 1 and not gpu:
+        note(parallel.CPU_ONLY_WARNING.format(n=workers))
+    elif workers > 1 and slots_opt.gpus_per_trial is None:
+        note(parallel.SHARED_GPU_WARNING.format(n=workers))
+    stop = threading.Event()
+    if runner is not None:
+        return _Pool((runner,) * workers, stop, ())
+    trains = found.training
+    spec = MeasureSpec(
+        step_timeout_s=measure.step_timeout_s,
+        busiest_loop=found.busiest_loop,
+        training_at=(trains.site, trains.place) if trains is not None else None,
+    )
+    if measure.window_s is not None:
+        window = measure.window_s
+        spec = replace(spec, window_s=window, warmup_s=min(spec.warmup_s, window))
+    if measure.repeats is not None:
+        spec = replace(spec, repeats=measure.repeats)
+    reap: list[Callable[[], None]] = []
+    runners: list[Runner] = []
+    for slot in slots:
+        deps, launcher = parallel.slot_deps(slot, stop)
+        reap.append(launcher.reap)
+        runners.append(ScriptRunner(path, args, spec=spec, gpu_visible=gpu, deps=deps))
+        if slot.gpus is not None or slot.cpus is not None:
+            note(slot.describe())
+    return _Pool(tuple(runners), stop, tuple(reap))
+
+
+@dataclass(frozen=True, slots=True)
+class _Study:
+    """The options that define the study and its reproducibility record."""
+
+    trials: int
+    timeout_s: float | None
+    seed: int
+    guided: bool
+    storage: str | None
+    study_name: str | None
+    confirm: bool
+
+
+def _settings(
+    study: _Study,
+    obj: Objective,
+    hint: GuidedHint | None,
+    path: Path,
+    args: Sequence[str],
+    started: float,
+) -> StudySettings:
+    """The study's settings; ``--timeout`` counts from the start of `optimize`."""
+    elapsed = time.monotonic() - started
+    return StudySettings(
+        objective=obj,
+        n_trials=study.trials,
+        timeout_s=None if study.timeout_s is None else max(1.0, study.timeout_s - elapsed),
+        seed=study.seed,
+        guided=study.guided,
+        storage=study.storage,
+        study_name=study.study_name or default_study_name(path),
+        confirm=study.confirm,
+        target=shlex.join([str(path), *args]),
+        hint=hint,
+    )
+
+
+def _run_study(
+    space: SearchSpace,
+    pool: _Pool,
+    settings: StudySettings,
+    on_trial: TrialCallback | None,
+    on_start: Callable[[int, int], None] | None,
+    note: Callable[[str], None],
+) -> StudyOutcome:
+    """The study: in this thread with one runner; one worker thread a runner with more."""
+    from tftune.tuner.study import run_parallel, run_study
+
+    if len(pool.runners) > 1:
+        return run_parallel(
+            space,
+            pool.runners,
+            settings,
+            on_trial=on_trial,
+            on_start=on_start,
+            on_note=note,
+            stop=pool.stop,
+            reap=pool.reap,
+        )
+    return run_study(
+        space, pool.runners[0], settings, on_trial=on_trial, on_start=on_start, on_note=note
+    )
+
+
+# --- the winner's files and the tuning report ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Winner:
+    """The winner as written: its config file, the command that trains with it, the
+    diff of the user's lines, the snippet of globals, and the precision advice."""
+
+    outcome: StudyOutcome
+    best_file: Path
+    command: str
+    diff: str
+    snippet: str
+    findings: list[str]
+    advice: str | None
+
+
+def _emit_winner(
+    script: str | os.PathLike[str],
+    path: Path,
+    args: Sequence[str],
+    found: Discovery,
+    outcome: StudyOutcome,
+    best_file: str | os.PathLike[str],
+    record: dict[str, Any],
+    note: Callable[[str], None],
+) -> _Winner:
+    """Writes the winner's config (with the reproducibility record and the findings);
+    builds the diff of the user's lines and the snippet of what no line holds."""
+    from tftune.tuner import emit
+    from tftune.tuner.config import save_config
+
+    # Mixed precision with a 16-bit output layer: recommended only with the fix.
+    runs = [*outcome.records, *([outcome.confirm] if outcome.confirm is not None else [])]
+    findings = sorted({f for r in runs for f in output_findings(r.notes)})
+    advice = recommendation(outcome.best_config.mixed_precision or "off", findings)
+    if advice is not None:
+        note(advice)
+    best_path = Path(best_file)
+    command = emit.run_command(str(script), args, str(best_path))
+    best = emit.best_config_with_metrics(outcome, command)
+    extra: dict[str, Any] = {"record": record, "findings": findings}
+    if advice is not None:
+        extra["notes"] = [advice]
+    save_config(replace(best, meta={**best.meta, **extra}), best_path)
+    diff = emit.source_diff(path, outcome.best_config)
+    own_pipeline = any(s.op not in PY_DATASET_OPS for s in found.sites)
+    snippet = emit.globals_snippet(
+        outcome.best_config, own_pipeline=own_pipeline, config_file=str(best_path)
+    )
+    return _Winner(outcome, best_path, command, diff, snippet, findings, advice)
+
+
+def _record(
+    script: str | os.PathLike[str],
+    path: Path,
+    args: Sequence[str],
+    study: _Study,
+    invocation: Sequence[str] | None,
+    env_future: Future[Environment],
+) -> dict[str, Any]:
+    """The reproducibility record: the command line as typed, or the API call."""
+    argv = (
+        list(invocation)
+        if invocation is not None
+        else [
+            api_call(
+                str(script),
+                args,
+                {
+                    "trials": study.trials,
+                    "seed": study.seed,
+                    "storage": study.storage,
+                    "study_name": study.study_name,
+                },
+            )
+        ]
+    )
+    env = env_future.result()
+    return build_record(path, args, argv=argv, seed=study.seed, environment=env).to_json()
+
+
+def _tuning_report(
+    script: str | os.PathLike[str],
+    won: _Winner,
+    space: SearchSpace,
+    ceiling: Ceiling | None,
+    gpu: bool,
+    seed: int,
+    record: dict[str, Any],
+    started: float,
+) -> dict[str, Any]:
+    """The tuning JSON (schema 1, docs/ARCHITECTURE.md), with the run's wall time, its
+    record and the precision findings."""
+    from tftune.tuner import emit
+
+    report = emit.tuning_json(
+        script=str(script),
+        outcome=won.outcome,
+        space=space,
+        ceiling=ceiling,
+        device="GPU" if gpu else "CPU_ONLY",
+        config_file=str(won.best_file),
+        command=won.command,
+        diff=won.diff,
+        snippet=won.snippet,
+        seed=seed,
+    )
+    report["wall_s"] = round(time.monotonic() - started, 2)
+    report["record"] = record
+    report["findings"] = won.findings
+    if won.advice is not None:
+        report["notes"] = [*report.get("notes", []), won.advice]
+        report["best"]["requires"] = [FLOAT32_OUTPUT_FIX]
+    return report
+
+
+def _write_json(report: dict[str, Any], json_file: str | os.PathLike[str] | None) -> Path | None:
+    from tftune.tuner import emit
+
+    return emit.write_json_atomic(report, json_file) if json_file is not None else None
+
+
+def _write_html(
+    report: dict[str, Any],
+    html_file: str | os.PathLike[str] | None,
+    render_html: HtmlRenderer | None,
+) -> Path | None:
+    """The HTML tuning report, where the caller gave a renderer."""
+    if html_file is None or render_html is None:
+        return None
+    return write_text_atomic(html_file, str(render_html(report)), ConfigError)

@@ -1,0 +1,237 @@
+"""What `tftune optimize` does before its study: the input checks, discovery of the
+training loop and the search space over it, the objective, the bound analysis and the
+guided profile.
+
+The building blocks of `tuner.optimize` (which runs them in order and re-exports them):
+each either returns frozen data or raises a `UserError` (`ConfigError` for an option or
+an output path, `ScriptError` for a script that never trains). Nothing here imports
+TensorFlow in this process: the script runs in child processes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.vocabulary import TrialState as State
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.config import Config
+from tftune.tuner.space import BatchBound, SearchSpace
+from tftune.tuner.study import GuidedHint, Mode, Objective, Runner
+from tftune.tuner.trial import Discovery
+
+
+def check_inputs(
+    script: str | os.PathLike[str],
+    trials: int,
+    storage: str | None,
+    outputs: Sequence[tuple[str | os.PathLike[str] | None, str]],
+) -> Path:
+    """The script's path; `UserError` for a missing script, a bad ``--trials``, an
+    unreachable storage or an output (path, flag) that cannot be written: all before
+    any trial runs."""
+    from tftune.tuner.study import open_storage
+    from tftune.tuner.trial import check_script
+
+    path = check_script(script)
+    if trials < 1:
+        raise ConfigError(f"--trials {trials}: must be at least 1")
+    open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
+    for out_path, flag in outputs:
+        if out_path is not None:  # fail now, not after the whole study
+            check_writable(out_path, flag)
+    return path
+
+
+def check_search_options(
+    batch_size: str | None, space_file: str | os.PathLike[str] | None
+) -> BatchBound | None:
+    """``--batch-size`` parsed; a malformed ``--space`` file fails now, not after
+    discovery."""
+    from tftune.tuner.space import build_space
+    from tftune.tuner.space_file import apply_space_file
+
+    bound = BatchBound.parse(batch_size) if batch_size else None
+    if space_file is not None:
+        apply_space_file(build_space([], cores=1), space_file, known_sites=None)
+    return bound
+
+
+def gpu_visible() -> bool:
+    """Whether NVML sees a GPU (read-only query)."""
+    from tftune.probes.nvml import NvmlUnavailable, PynvmlReader
+
+    try:
+        reader = PynvmlReader()
+    except NvmlUnavailable:
+        return False
+    reader.close()
+    return True
+
+
+def default_study_name(script: str | os.PathLike[str]) -> str:
+    return f"tftune-{Path(script).stem}"
+
+
+def check_writable(path: str | os.PathLike[str], flag: str) -> None:
+    """`ConfigError` unless a file can be written at `path` (its folder exists and is
+    writable, and it is not a folder itself)."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory, expected a file name")
+    if not folder.is_dir():
+        raise ConfigError(f"{flag} {path}: cannot write: no such directory {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: cannot write: permission denied")
+
+
+def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None) -> Ceiling:
+    """Bound analysis: the pipeline alone and the model alone on cached data, both as
+    written. A half that cannot be measured (e.g. the script never iterates a dataset in
+    a way we can isolate) is reported as not measured, with the reason."""
+    pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY)
+    model = runner.measure(Config(), mode=Mode.MODEL_ONLY)
+
+    def value(m: Any) -> tuple[float | None, str | None]:
+        if m.state is State.COMPLETE and m.examples_per_s:
+            return float(m.examples_per_s), None
+        return None, f"not measured ({m.reason or 'no steps'})"
+
+    p, pn = value(pipe)
+    mo, mn = value(model)
+    c = Ceiling(p, mo, pn, mn)
+    if on_note is not None:
+        on_note(
+            f"bound analysis: pipeline alone {p or 0:,.1f} ex/s, model alone {mo or 0:,.1f} ex/s"
+        )
+    return c
+
+
+def discover_training(
+    path: Path, args: Sequence[str], step_timeout_s: float | None, note: Callable[[str], None]
+) -> Discovery:
+    """Discovery, run until the script trains; `ScriptError` with what was seen (streams,
+    the script's exit code and stderr) when it never does."""
+    from tftune.tuner.trial import discover
+    from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S
+
+    note(f"discovering the tf.data call sites of {path.name} and its training loop ...")
+    timeout = step_timeout_s if step_timeout_s is not None else FIRST_STEP_S
+    found = discover(path, args, timeout_s=timeout)
+    trains = found.training
+    if trains is None:
+        raise ScriptError(f"{path.name}: {found.no_training()}")
+    others = [s for s in found.streams if s.stream != trains.stream]
+    if found.busiest_loop:
+        note(
+            f"no optimizer update in {FALLBACK_S:.0f} s of iterating: measuring the dataset "
+            f"loop that delivers the most ({trains.where()}), as a pipeline benchmark"
+        )
+    else:
+        note(f"training loop: the dataset {trains.where()}")
+    if others:
+        note(
+            "also iterated, not measured: "
+            + "; ".join(f"{s.where()} ({s.elements:,} elements)" for s in others)
+        )
+    return found
+
+
+# The guided guess profiles steps [START, STOP) of the script as written.
+GUIDE_PROFILE_STEPS = (5, 15)
+GUIDE_PROFILE_TIMEOUT_S = 120.0
+
+
+def profile_hint(
+    script: Path, args: Sequence[str], note: Callable[[str], None]
+) -> GuidedHint | None:
+    """A short profile of the script as written, analyzed (`tftune analyze`): its input
+    share and the bottleneck call sites. None (and a note) when no profile could be
+    taken or read; the guided guess then uses the as-written trial's own measurement."""
+
+    from tftune.core.errors import UserError
+    from tftune.probes.analysis import analyze
+    from tftune.tuner.trial import profile_script
+
+    start, stop = GUIDE_PROFILE_STEPS
+    with tempfile.TemporaryDirectory(prefix="tftune-guide-") as logdir:
+        try:
+            prof = profile_script(
+                script, args, start, stop, logdir, timeout_s=GUIDE_PROFILE_TIMEOUT_S
+            )
+            if not prof.captured:
+                note(f"guided guess without a profile: {prof.reason}")
+                return None
+            data = analyze(Path(logdir), tool_version="optimize").to_json()
+        except UserError as exc:
+            note(f"guided guess without a profile: {exc}")
+            return None
+    share = data.get("input_share")
+    sites = tuple(  # each once (io and preprocessing in one stage share its site)
+        dict.fromkeys(
+            str(b["call_site"])
+            for b in data.get("bottlenecks", [])
+            if isinstance(b, dict) and b.get("call_site")
+        )
+    )
+    note(
+        "profile of the script as written: "
+        + (f"{share:.0%} of each step waits for input" if share is not None else "no steps")
+        + (f"; bottleneck at {', '.join(sites)}" if sites else "")
+    )
+    return GuidedHint(share if isinstance(share, float) else None, sites)
+
+
+def build_search_space(
+    script: str | os.PathLike[str],
+    path: Path,
+    found: Discovery,
+    gpu: bool,
+    space_file: str | os.PathLike[str] | None,
+    bound: BatchBound | None,
+    note: Callable[[str], None],
+) -> SearchSpace:
+    """The space over the discovered call sites, narrowed by ``--space`` and
+    ``--batch-size``; `ScriptError` when nothing is left to search."""
+    from tftune.tuner.platform import cpu_flags, mentions_keras
+    from tftune.tuner.space import build_space
+    from tftune.tuner.space_file import apply_space_file
+
+    if not found.sites:
+        note(
+            "note: no map, interleave, batch or prefetch call (nor a Keras PyDataset) in "
+            "your own files: the dataset is built by a library (e.g. Keras from numpy "
+            "arrays), so only the global knobs are searched"
+        )
+    space = build_space(
+        found.sites,
+        cores=os.cpu_count() or 1,
+        gpu_visible=gpu,
+        flags=cpu_flags(),
+        uses_keras=found.uses_keras and mentions_keras(path),
+        batch=bound,
+    )
+    if space_file is not None:
+        space = apply_space_file(space, space_file, found.site_keys())
+    if not space.knobs:
+        raise ScriptError(f"{script}: nothing to search (every knob is fixed or left out)")
+    for w in space.warnings:
+        note(f"warning: {w}")
+    for lo in space.left_out:
+        note(f"left out {lo.name}: {lo.reason}")
+    return space
+
+
+def pick_objective(objective: str | None, gpu: bool, note: Callable[[str], None]) -> Objective:
+    """``--objective``; by default GPU utilization where a GPU is visible, else throughput."""
+    obj = (
+        Objective(objective) if objective else (Objective.GPU_UTIL if gpu else Objective.THROUGHPUT)
+    )
+    if obj is not Objective.THROUGHPUT and not gpu:
+        note(f"--objective {obj.value} on a CPU-only machine: utilization is the step duty cycle")
+    return obj
