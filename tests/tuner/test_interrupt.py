@@ -198,8 +198,10 @@ if pid == 0:  # a stubborn helper process: only SIGKILL stops it
         time.sleep(1)
 open(os.path.join(marks, f"main-{os.getpid()}"), "w").close()
 import tensorflow as tf
+w = tf.Variable(0.0)  # a raw SGD update: this loop trains
 for batch in tf.data.Dataset.range(10**9).map(lambda x: x * 2).batch(8):
     time.sleep(0.002)
+    w.assign_sub(1e-12)
 """
 
 
