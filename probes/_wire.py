@@ -121,18 +121,25 @@ def _first_event_offset(data: bytes) -> int | None:
         tag, i = _varint_at(data, i)
         if tag == _EVENT_TAG:
             return i - 1 if data[i - 1] == _EVENT_TAG else None
-        wire = tag & 7
-        if wire == 0:
-            _, i = _varint_at(data, i)
-        elif wire == 2:
-            size, i = _varint_at(data, i)
-            i += size
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
+        skipped = _skip_field(data, i, tag & 7)
+        if skipped is None:
             return None
+        i = skipped
+    return None
+
+
+def _skip_field(data: bytes, i: int, wire: int) -> int | None:
+    """The offset past a field's value of wire type `wire` at `i`; None for a type
+    (groups) these messages never use."""
+    if wire == 0:
+        return _varint_at(data, i)[1]
+    if wire == 2:
+        size, i = _varint_at(data, i)
+        return i + size
+    if wire == 1:
+        return i + 8
+    if wire == 5:
+        return i + 4
     return None
 
 
@@ -177,20 +184,14 @@ def line_header(data: bytes) -> tuple[bool, int]:
     i, stamp = 0, 0
     while i < (first if first is not None else len(data)):
         tag, i = _varint_at(data, i)
-        wire = tag & 7
-        if wire == 0:
+        if tag == _LINE_TIMESTAMP_TAG:
             value, i = _varint_at(data, i)
-            if tag == _LINE_TIMESTAMP_TAG:
-                stamp = value - (1 << 64) if value >= 1 << 63 else value
-        elif wire == 2:
-            size, i = _varint_at(data, i)
-            i += size
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
+            stamp = value - (1 << 64) if value >= 1 << 63 else value
+            continue
+        skipped = _skip_field(data, i, tag & 7)
+        if skipped is None:
             break
+        i = skipped
     if first is None or stamp == 0:
         # Unusual layout (timestamp after the events, or none): decode the line.
         light = xline_events_as_bytes_class().FromString(data)
