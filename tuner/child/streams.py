@@ -95,16 +95,19 @@ class Streams(DatasetOps, StepClock):
             bounds.drain_pipeline_only(out, stream, _original_iter())
         return out
 
+    def _place(self, frame: FrameType | None) -> str | None:
+        """Where the user iterates: `file:line` relative to the script's folder, or the
+        absolute path of a file outside it."""
+        if frame is None:
+            return None
+        return self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
     def _is_training_at(self, site: str | None) -> bool:
         """Whether the dataset being iterated here is the training one discovery found
         (the bound analysis transforms it alone); True when none was named."""
         if self.training_at is None:
             return True
-        frame = self._user_frame()
-        place = None
-        if frame is not None:
-            place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        return (site, place) == self.training_at
+        return (site, self._place(self._user_frame())) == self.training_at
 
     def _model_only(self, ds: Any, stream: int | None) -> Any:
         """The model-only bound's cached elements, filled once per stream: an epoch that
@@ -171,9 +174,7 @@ class Streams(DatasetOps, StepClock):
     def _report_stream(self, stream: int, site: str | None, frame: FrameType | None) -> None:
         """Tell the parent where a stream is built and iterated, when that is news: the
         last place it is iterated at names it (the training loop, after a peek)."""
-        place = None
-        if frame is not None:
-            place = self.site_of(frame) or f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        place = self._place(frame)
         if self.hooks.on_stream is None or self._places.get(stream) == place:
             return
         self._places[stream] = place
