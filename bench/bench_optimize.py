@@ -78,7 +78,7 @@ def coarse(space: Any) -> Any:
 
 
 def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from tftune.core.vocabulary import TrialState as State
+    from tftune.core.vocabulary import TrialState
     from tftune.tuner.platform import cpu_flags, mentions_keras
     from tftune.tuner.space import build_space
     from tftune.tuner.study import (
@@ -131,7 +131,7 @@ def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     grid: list[tuple[float, dict[str, Any]]] = []
     for params in space.grid():
         m = runner.measure(space.config(params))
-        eps = m.examples_per_s if m.state is State.COMPLETE and m.examples_per_s else 0.0
+        eps = m.examples_per_s if m.state is TrialState.COMPLETE and m.examples_per_s else 0.0
         grid.append((eps, params))
         print(f"   grid {eps:>9.1f}  {space.describe(params)}", flush=True)
     grid_s = time.monotonic() - t1

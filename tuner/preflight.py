@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError, ScriptError
-from tftune.core.vocabulary import TrialState as State
+from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.space import BatchBound, SearchSpace
@@ -98,7 +98,7 @@ def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None
     model = runner.measure(Config(), mode=Mode.MODEL_ONLY)
 
     def value(m: Any) -> tuple[float | None, str | None]:
-        if m.state is State.COMPLETE and m.examples_per_s:
+        if m.state is TrialState.COMPLETE and m.examples_per_s:
             return float(m.examples_per_s), None
         return None, f"not measured ({m.reason or 'no steps'})"
 

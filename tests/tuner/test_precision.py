@@ -161,7 +161,7 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
     """The study's notes reach tftune-best.json and the tuning JSON (trials faked: a
     16-bit trial is faster and reports the finding, as the child would)."""
     import tftune
-    from tftune.core.vocabulary import TrialState as State
+    from tftune.core.vocabulary import TrialState
     from tftune.tuner.measurement import Measurement
     from tftune.tuner.study import Runner
 
@@ -170,8 +170,10 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
     class Fake(Runner):
         def measure(self, config: Config, **_: Any) -> Measurement:
             if config.mixed_precision == "mixed_float16":
-                return Measurement(State.COMPLETE, 200.0, 0.5, repeats=(200.0,), notes=(finding,))
-            return Measurement(State.COMPLETE, 100.0, 0.5, repeats=(100.0,))
+                return Measurement(
+                    TrialState.COMPLETE, 200.0, 0.5, repeats=(200.0,), notes=(finding,)
+                )
+            return Measurement(TrialState.COMPLETE, 100.0, 0.5, repeats=(100.0,))
 
     space = tmp_path / "space.json"
     space.write_text(json.dumps({"knobs": {"mixed_precision": "mixed_float16"}}))
