@@ -25,6 +25,10 @@ BREAKDOWN_CATEGORIES = (
     "device_to_device",
     "other",
 )
+# Work the training loop does on the consumer thread between the iterator's GetNext and
+# the step function (Python preprocessing, NumPy conversion, eager ops): not tf.data's
+# and not the step's, so it is a bottleneck of its own, never part of the input wait.
+TRAINING_LOOP = "training_loop"
 # What a bottleneck is (the analysis JSON's `bottlenecks[].category`).
 BOTTLENECK_CATEGORIES = (
     "io",
@@ -34,6 +38,7 @@ BOTTLENECK_CATEGORIES = (
     "host_to_device",
     "device_compute",
     "host_compute",
+    TRAINING_LOOP,
     "other",
 )
 CATEGORY_LABELS = {
@@ -50,6 +55,7 @@ CATEGORY_LABELS = {
     "tokenization": "Tokenization",
     "python": "Python",
     "preprocessing": "Preprocessing",
+    TRAINING_LOOP: "Work in the training loop outside tf.data",
 }
 CATEGORY_COLORS = {
     "input_wait": "#dc4c2c",
@@ -65,6 +71,7 @@ CATEGORY_COLORS = {
     "tokenization": "#be185d",
     "python": "#c2410c",
     "preprocessing": "#0e7490",
+    TRAINING_LOOP: "#9333ea",
 }
 
 

@@ -12,11 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tftune.core.vocabulary import TRAINING_LOOP
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
 from tftune.probes.callsites import read_sites
 from tftune.probes.findings import Findings, dedupe, find
 from tftune.probes.locate import locate
+from tftune.probes.loop_work import find_loop_work
+from tftune.probes.next_moves import NextMove, StepFacts, moves_from, step_facts
 from tftune.probes.recommendations import Recommendation
+from tftune.probes.service_sizing import trace_sizing_json
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
@@ -46,6 +50,7 @@ class Analysis:
     tool_version: str
     notes: tuple[str, ...] = ()
     xprof: XprofComparison | None = None  # only when asked for (`analyze --xprof`)
+    facts: StepFacts | None = None  # what the trace says about the step itself
 
     @property
     def input_share(self) -> float | None:
@@ -70,6 +75,7 @@ class Analysis:
             lo, hi = self.host.span_ps
             duration_ms = _ms(hi - lo)
         cores = self.stages.root_knobs.get("cpu_budget")
+        wait = self.breakdown.fractions().get("input_wait")
         notes = [*self.steps.notes, *self.notes, *f.notes]
         notes += [f"host {s.host} skipped: {s.reason}" for s in self.run.skipped]
         if len(self.run.hosts) > 1:
@@ -127,11 +133,36 @@ class Analysis:
             ],
             "stages": [_stage_json(s) for s in self.stages.stages],
             "timeline": self.timeline.to_json() if self.timeline is not None else None,
+            "next_moves": [_move_json(m) for m in next_moves(self)],
             "notes": notes,
         }
         if self.xprof is not None:
             out["xprof"] = self.xprof.to_json()
+        # When one host is not enough (probes/service_sizing.py): tf.data CPU vs step time.
+        out["service_sizing"] = trace_sizing_json(self.host, self.steps, wait, cores)
         return out
+
+
+def next_moves(analysis: Analysis) -> tuple[NextMove, ...]:
+    """What would speed up the step when the input pipeline is not the limit, best first
+    (precision policy, XLA, a larger batch, Keras' steps_per_execution), from what the
+    trace shows. Empty while the run is input-bound, has no steps, or its training loop's
+    own work outside tf.data is the top bottleneck. Pure: the same analysis gives the same moves;
+    `tftune optimize` calls it on its guided profile before spending trials."""
+    tops = analysis.findings.bottlenecks[:1]
+    if analysis.facts is None or any(b.category == TRAINING_LOOP for b in tops):
+        return ()
+    return moves_from(analysis.facts, analysis.breakdown.fractions(), analysis.input_share)
+
+
+def _move_json(m: NextMove) -> dict[str, Any]:
+    return {
+        "kind": m.kind,
+        "summary": m.summary,
+        "code": m.code,
+        "score": m.score,
+        "evidence": _jsonable(m.evidence),
+    }
 
 
 def _rec_json(r: Recommendation | None) -> dict[str, Any] | None:
@@ -252,6 +283,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         detection=steps.detection,
         compute_functions=_busiest_functions(host),
         sites=sites,
+        loop=find_loop_work(host, steps),
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
     check = compare_with_xprof(host.path, steps, bd) if xprof else None
@@ -268,6 +300,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         tool_version,
         tuple(notes),
         check,
+        step_facts(host, steps, "GPU" if device == "GPU" else "CPU"),
     )
 
 

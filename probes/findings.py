@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.vocabulary import INPUT_CATEGORIES, Band, input_band
+from tftune.core.vocabulary import INPUT_CATEGORIES, TRAINING_LOOP, Band, input_band
 from tftune.probes.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
-from tftune.probes.input_work import StageWork, input_split, ms
+from tftune.probes.fixes import file_open_recs, in_place, loop_rec
+from tftune.probes.input_work import StageWork, input_split, ms, opens_files
+from tftune.probes.loop_work import LOOP_WORK_MIN_MS, LOOP_WORK_SHARE, LoopWork
 from tftune.probes.recommendations import (
     Recommendation,
     at_site,
@@ -64,6 +66,9 @@ class Bottleneck:
 
 # -- verdict ----------------------------------------------------------------------------
 
+# What a run that waits little for input is told, in `analyze` and `optimize` alike.
+NOT_THE_LIMIT = " The input pipeline is not the limit; tuning tf.data will not help much."
+
 
 def verdict(
     input_share: float | None,
@@ -83,6 +88,8 @@ def verdict(
     compute = dev if device == "GPU" else host
     what = "device compute" if device == "GPU" else "host compute"
     tail = f"; {what} takes {round(100 * (compute or 0.0))}%." if compute is not None else "."
+    if band is Band.LOW:
+        tail += NOT_THE_LIMIT
     return Verdict(band.input_bound, band.value, input_share, dev, host, head + tail)
 
 
@@ -137,10 +144,13 @@ def find(
     detection: str,
     compute_functions: Sequence[str] = (),
     sites: Sequence[RecordedSite] = (),
+    loop: LoopWork | None = None,
 ) -> Findings:
     """All findings for one host: verdict, ranked bottlenecks, ranked recommendations.
     `sites`: the call sites `tftune profile` recorded beside the trace (they name the
-    line of a stage the Python tracer did not see)."""
+    line of a stage the Python tracer did not see); `loop`: the training loop's own work
+    outside tf.data (`probes.loop_work`), a bottleneck of its own from
+    `LOOP_WORK_SHARE` of step time on."""
     v = verdict(input_share, fractions, device)
     cores_v = tree.root_knobs.get("cpu_budget")
     cores = cores_v if isinstance(cores_v, int) else None
@@ -161,8 +171,13 @@ def find(
         bottlenecks.append(found)
     if input_share is not None and input_band(input_share).input_bound:
         pf = prefetch_rec(tree, input_share, fractions.get("host_compute") or 0.0)
-        if pf is not None:
+        if pf is not None and in_place(pf, tree) is None:
             recs.append(pf)
+    if loop is not None and loop.share >= LOOP_WORK_SHARE and loop.per_step_ms >= LOOP_WORK_MIN_MS:
+        found_loop = _loop_bottleneck(loop, sites)
+        assert found_loop.recommendation is not None
+        recs.append(found_loop.recommendation)
+        bottlenecks.append(found_loop)
     for found in _step_bottlenecks(fractions, device, compute_functions):
         assert found.recommendation is not None
         recs.append(found.recommendation)
@@ -203,6 +218,8 @@ def _split_wait(
 def _stage_recs(w: StageWork, share: float, cores: int | None, c: str) -> list[Recommendation]:
     """The fixes for category `c` of one stage's work, best first."""
     c_recs: list[Recommendation] = []
+    if w.evidence.get("opens_files"):
+        return file_open_recs(w, share, cores)
     io = io_rec(w, share) if c == "io" else None
     if io is not None:
         c_recs.append(io)
@@ -213,6 +230,16 @@ def _stage_recs(w: StageWork, share: float, cores: int | None, c: str) -> list[R
                 c_recs.append(r)
     c_recs.sort(key=lambda r: -r.gain)
     return c_recs
+
+
+def _opener_above(st: Stage, tree: StageTree) -> Stage | None:
+    """The nearest interleave/flat_map above `st` that opens one file per element."""
+    parent = tree.by_name(st.parent) if st.parent else None
+    while parent is not None:
+        if opens_files(parent, tree.stages):
+            return parent
+        parent = tree.by_name(parent.parent) if parent.parent else None
+    return None
 
 
 def _input_bottleneck(
@@ -227,6 +254,10 @@ def _input_bottleneck(
     named by its line when the Python tracer or the recorded call sites know it, and its
     fixes (tied to that line)."""
     c_recs = _stage_recs(w, share, cores, c)
+    opener = _opener_above(w.stage, tree) if c == "io" and not c_recs else None
+    if opener is not None:  # a reader fed one file at a time: the fix is its interleave's
+        c_recs = file_open_recs(StageWork(opener, {"io": opener.work_ps}, None, {}), share, cores)
+    c_recs = [r for r in c_recs if in_place(r, tree) is None]
     where = call_site(w.stage)
     functions = functions_of(w.stage)
     recorded = site_for_stage(w.stage, tree.stages, sites) if where is None else None
@@ -263,6 +294,23 @@ def _input_bottleneck(
         recommendation=c_recs[0] if c_recs else None,
     )
     return found, c_recs
+
+
+def _loop_bottleneck(loop: LoopWork, sites: Sequence[RecordedSite]) -> Bottleneck:
+    """The training loop's own work: what was seen in it and the fix that moves it."""
+    r = loop_rec(loop, loop.share, sites)
+    evidence: dict[str, Any] = {
+        "per_step_ms": loop.per_step_ms,
+        "untraced_ms_per_step": loop.untraced_ms,
+        "step_function": loop.step_function,
+        "seen_ms_per_step": dict(loop.seen),
+    }
+    if loop.frames:
+        evidence["python_frames"] = list(loop.frames)
+    seen = tuple(k for k, _ in loop.seen)
+    if loop.untraced_ms > 0:
+        seen = (*seen, f"{loop.untraced_ms:.1f} ms/step of Python without TF events")
+    return Bottleneck(TRAINING_LOOP, loop.share, None, loop.call_site, seen, evidence, r)
 
 
 def _step_bottlenecks(

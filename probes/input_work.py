@@ -6,7 +6,9 @@ the stages that block it (`Stage.blocking`). That work is classified from what t
 mean:
 
 * `io`: file-reading sources (TFRecord, TextLine, FixedLengthRecord, ... any source
-  stage whose kind names records, files, lines or readers), read kernels (`ReadFile`,
+  stage whose kind names records, files, lines or readers); the interleave or flat_map
+  above such a reader (its function builds one reader per file, its own time opens the
+  file: with many small files that is where reading goes); read kernels (`ReadFile`,
   `*Reader*`) inside map functions, and Python UDFs that are latency-bound: more of them
   run at once than there are cores, which CPU-bound (let alone GIL-bound) work cannot do,
   or the Python tracer shows them blocked in sleep/read/recv calls.
@@ -103,6 +105,21 @@ def is_io_source(stage: Stage) -> bool:
     return stage.function_calls == 0 and bool(_IO_SOURCE_RE.search(stage.kind))
 
 
+# Stages whose function makes one dataset per input element (interleave, flat_map).
+_OPENER_KIND_RE = re.compile(
+    r"^(Interleave|FlatMap|ParallelInterleave\w*|LegacyParallelInterleave\w*)$"
+)
+
+
+def opens_files(stage: Stage, stages: Sequence[Stage]) -> bool:
+    """An interleave/flat_map whose inputs include a file reader: each call of its function
+    opens a file (`from_tensor_slices(files).interleave(TFRecordDataset)`)."""
+    if not _OPENER_KIND_RE.match(stage.kind):
+        return False
+    below = stage.name + "::"
+    return any(s.name.startswith(below) and is_io_source(s) for s in stages)
+
+
 def _latency_evidence(stage: Stage, cores: int | None) -> tuple[bool | None, dict[str, Any]]:
     """Whether the stage's Python UDFs wait (io) rather than compute, and why we think so."""
     ev: dict[str, Any] = {}
@@ -147,8 +164,14 @@ def turns_text_into_ids(stage: Stage, inputs: Sequence[Stage]) -> bool:
     return "string" in in_types and bool(out_types) and out_types <= _ID_TYPES
 
 
-def stage_work(stage: Stage, cores: int | None, inputs: Sequence[Stage] = ()) -> StageWork:
+def stage_work(
+    stage: Stage, cores: int | None, inputs: Sequence[Stage] = (), opener: bool = False
+) -> StageWork:
+    """`opener`: the stage opens one file per element (`opens_files`): all its work is io."""
     cats: dict[str, int] = defaultdict(int)
+    if opener:
+        opened: dict[str, Any] = {"opens_files": True, "files_opened": stage.function_calls}
+        return StageWork(stage, {"io": stage.work_ps}, None, opened)
     latency, ev = _latency_evidence(stage, cores)
     tokenizer = turns_text_into_ids(stage, inputs)
     if tokenizer:
@@ -201,7 +224,12 @@ def input_split(tree: StageTree) -> list[StageWork]:
     for st in tree.stages:
         if not st.blocking or st.parent is None:
             continue
-        w = stage_work(st, cores if isinstance(cores, int) else None, tree.children(st.name))
+        w = stage_work(
+            st,
+            cores if isinstance(cores, int) else None,
+            tree.children(st.name),
+            opener=opens_files(st, tree.stages),
+        )
         if sum(w.by_category.values()) > 0:
             out.append(w)
     return out

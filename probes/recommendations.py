@@ -26,6 +26,16 @@ VECTORIZE_MAX_CALL_MS = 0.05
 CACHEABLE_MIN_FRACTION = 0.3
 # Deterministic decode/parse kernels whose output can be cached.
 _CACHEABLE_OP_RE = re.compile(r"^(Decode.*|Parse.*|ParseExample.*|.*Resize.*|DecodeRaw)$")
+# Kernels whose output changes from one epoch to the next: a map with one is not cached whole.
+_RANDOM_OP_RE = re.compile(r"(Random|Shuffle|Dropout|Multinomial)", re.IGNORECASE)
+
+
+def _cacheable_ops(st: Stage) -> list[tuple[str, int]]:
+    """The kernels whose output cache() could keep: all of a map with nothing random (or
+    Python) in it, else its decode/parse/resize kernels."""
+    if st.ops_ps and not any(_RANDOM_OP_RE.search(op) or op in PY_UDF_OPS for op, _ in st.ops_ps):
+        return list(st.ops_ps)
+    return [(op, ps) for op, ps in st.ops_ps if _CACHEABLE_OP_RE.match(op)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,16 @@ def py_dataset_rec(
         stage=st.name,
         evidence={"py_dataset": name},
     )
+
+
+def one_at_a_time(st: Stage) -> bool:
+    """Whether a map stage runs its function one element at a time: parallelism 1, or no
+    parallelism in the trace and a kind that is not parallel (a ParallelMapV2 whose
+    parallelism the trace missed is parallel all the same)."""
+    par = st.knob("parallelism")
+    if isinstance(par, int):
+        return par <= 1
+    return not st.kind.startswith("ParallelMap")
 
 
 def at_site(r: Recommendation, site: str, function: str | None) -> Recommendation:
@@ -225,7 +245,7 @@ def _python_recs(
                 evidence=ev,
             )
         )
-    if not isinstance(par, int) or par <= 1:
+    if one_at_a_time(st):
         recs.append(
             Recommendation(
                 summary=(
@@ -266,7 +286,7 @@ def _cpu_map_recs(
     """A map that computes: run it on every core, or say that it already does."""
     par = st.knob("parallelism")
     recs: list[Recommendation] = []
-    if not isinstance(par, int) or par <= 1:
+    if one_at_a_time(st):
         n = cores or 1
         how = f"parallelism {par}" if isinstance(par, int) else "a synchronous map"
         recs.append(
@@ -288,9 +308,14 @@ def _cpu_map_recs(
                 summary=(
                     f"Parallelism is already at the {st.capped_by.replace('_', ' ')} "
                     f"({par}) and the CPU work still blocks the step: do less per element "
-                    "(cache, vectorize) or move the work offline"
+                    "(cache, vectorize), move the work offline, or give the pipeline more "
+                    "CPUs with the tf.data service"
                 ),
-                code="ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)  # already at cap",
+                # Not the parallelism again (it is in place): more CPUs, on service workers.
+                code=(
+                    "ds = ds.apply(tf.data.experimental.service.distribute(\n"
+                    '    processing_mode="distributed_epoch", service="grpc://DISPATCHER:5050"))'
+                ),
                 gain=share * 0.05,
                 category=category,
                 stage=st.name,
@@ -302,14 +327,15 @@ def _cpu_map_recs(
 
 def cache_rec(w: StageWork, share: float) -> Recommendation | None:
     st = w.stage
-    cacheable = sum(ps for op, ps in st.ops_ps if _CACHEABLE_OP_RE.match(op))
+    found = _cacheable_ops(st)
+    cacheable = sum(ps for _, ps in found)
     if not st.function_ps or cacheable < CACHEABLE_MIN_FRACTION * st.function_ps:
         return None
-    frac = cacheable / st.function_ps
-    ops = sorted({op for op, _ in st.ops_ps if _CACHEABLE_OP_RE.match(op)})
+    frac = min(1.0, cacheable / st.function_ps)
+    ops = sorted({op for op, _ in found[:4]})
     return Recommendation(
         summary=(
-            f"{round(100 * frac)}% of the map is deterministic decoding ({', '.join(ops)}): "
+            f"{round(100 * frac)}% of the map is deterministic work ({', '.join(ops)}): "
             "decode once, cache(), and keep only the random augmentation after the cache"
         ),
         code=(

@@ -32,7 +32,8 @@ PRODUCE_SUFFIX = "Produce"
 # `[N]` instance indices that repeat/interleave/flat_map add to a child's path.
 _INSTANCE_RE = re.compile(r"\[\d+\]")
 # A kernel's event: `node_name:OpType` (no spaces after the colon; `A::B` are annotations).
-_OP_EVENT_RE = re.compile(r"^[^:\s][^:]*:([A-Za-z][A-Za-z0-9_]*)$")
+# oneDNN rewrites name their kernels with a leading underscore (`conv:_MklNativeFusedConv2D`).
+_OP_EVENT_RE = re.compile(r"^[^:\s][^:]*:(_?[A-Za-z][A-Za-z0-9_]*)$")
 # Python tracer events: `$file.py:42 function`.
 PY_EVENT_RE = re.compile(r"^\$(?P<file>[^:]+\.py):(?P<line>\d+) (?P<fn>.+)$")
 # Function names TF gives tf.data UDFs when it names them (`__inference_Dataset_map_fn_12`).

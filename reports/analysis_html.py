@@ -70,12 +70,18 @@ def render_analysis_html(
     body = [
         _verdict_section(model),
         _bottleneck_section(model, ids),
+        _moves_section(model, ids),
         _steps_section(model),
         _xprof_section(model),
         _stages_section(model),
         _timeline_section(model),
         _run_section(model),
     ]
+    if model.service_sizing:  # when one host is not enough (probes/service_sizing.py)
+        body.append(
+            '<section id="service-sizing"><h2>When one host is not enough</h2>'
+            f"<p>{esc(model.service_sizing)}</p></section>"
+        )
     return page(
         "input pipeline analysis", "".join(body), model.data_json, model.generated_at, model.source
     )
@@ -159,6 +165,23 @@ def _bottleneck_section(m: AnalysisReport, ids: Ids) -> str:
         '<p class="sub">Ranked by expected gain; each share is a fraction of the mean step '
         "time.</p>"
         f"{cards}</section>"
+    )
+
+
+def _moves_section(m: AnalysisReport, ids: Ids) -> str:
+    """The next moves for the step, when the input pipeline is not the limit."""
+    if not m.next_moves:
+        return ""
+    items = "".join(
+        f'<li data-move="{esc(mv.kind)}"><p><b>{esc(mv.kind.replace("_", " "))}</b>: '
+        f"{esc(mv.summary)}</p>{codebox(mv.code, ids) if mv.code else ''}</li>"
+        for mv in m.next_moves
+    )
+    return (
+        '<section id="next-moves"><h2>Next moves for the step</h2>'
+        '<p class="sub">The input pipeline is not the limit: these would speed up the step '
+        "itself, ranked by what the trace shows.</p>"
+        f"<ol>{items}</ol></section>"
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES, Band, input_band
+from tftune.probes.service_sizing import sizing_caption
 from tftune.reports._read import Reader, dump, share, top_reader
 
 # Defensive caps: the analysis caps its timeline upstream, but a report must stay small
@@ -146,6 +147,17 @@ class XProfCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class NextMove:
+    """One ranked move for the step when the input pipeline is not the limit (the analysis
+    JSON's ``next_moves``)."""
+
+    kind: str
+    summary: str
+    code: str | None
+    score: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class AnalysisReport:
     source: str
     generated_at: str
@@ -164,6 +176,8 @@ class AnalysisReport:
     notes: tuple[str, ...]
     data_json: str  # the (capped) input, embedded in the HTML for scripts
     xprof: XProfCheck | None = None  # None: not cross-checked (or nothing to show)
+    next_moves: tuple[NextMove, ...] = ()
+    service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
 
 
 def build_analysis_model(
@@ -208,6 +222,17 @@ def build_analysis_model(
         notes=r.strings("notes"),
         data_json=dump(_capped(data, timeline)),
         xprof=_xprof(r.obj("xprof")),
+        next_moves=tuple(_move(m) for m in r.objects("next_moves")[:MAX_BOTTLENECKS]),
+        service_sizing=sizing_caption(data.get("service_sizing")),
+    )
+
+
+def _move(m: Reader) -> NextMove:
+    return NextMove(
+        kind=m.string("kind") or "",
+        summary=m.string("summary") or "",
+        code=m.string("code"),
+        score=m.number("score"),
     )
 
 

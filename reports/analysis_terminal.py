@@ -1,7 +1,8 @@
 """The terminal summary of an analysis, rendered with rich from the analysis JSON.
 
 Readable in ten seconds: the verdict, where the step time goes, the ranked bottlenecks,
-the top fix as code, and the tf.data stages with what AUTOTUNE chose; with ``--xprof``,
+the top fix as code, the next moves for the step when the input pipeline is not the
+limit, and the tf.data stages with what AUTOTUNE chose; with ``--xprof``,
 XProf's own step time and input share beside tftune's. It reads only the JSON contract (a
 mapping), so it renders a saved analysis exactly as a fresh one.
 """
@@ -18,11 +19,13 @@ from rich.table import Table
 from rich.text import Text
 
 from tftune.core.vocabulary import Band, category_label, stage_kind, stage_short_name
+from tftune.probes.service_sizing import sizing_caption
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
 MAX_BOTTLENECKS = 5
 MAX_MORE_RECS = 3
 MAX_STAGES = 12
+MAX_MOVES = 4
 _XPROF_FIELDS = ("steptime_ms", "input_share", "tftune_steptime_ms", "tftune_input_share", "note")
 
 
@@ -142,6 +145,23 @@ def _fix(d: Mapping[str, Any]) -> Group | Text:
     return Group(*parts)
 
 
+def _next_moves(d: Mapping[str, Any]) -> Group | None:
+    """What would speed up the step when the input pipeline is not the limit."""
+    moves = [m for m in d.get("next_moves") or [] if isinstance(m, Mapping)]
+    if not moves:
+        return None
+    parts: list[Any] = [
+        Text("Next moves for the step (ranked by what the trace shows):", style="bold")
+    ]
+    for i, m in enumerate(moves[:MAX_MOVES], 1):
+        parts.append(
+            Text(f"{i}. ", style="bold cyan").append(str(m.get("summary")), style="default")
+        )
+        if m.get("code"):
+            parts.append(Padding(Text(str(m["code"]), style="green"), (0, 0, 0, 4)))
+    return Group(*parts)
+
+
 def _stages(d: Mapping[str, Any]) -> Table | Text:
     stages = d.get("stages") or []
     if not stages:
@@ -192,8 +212,15 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
     console.print()
     console.print(_bottlenecks(data))
     console.print(_fix(data))
+    moves = _next_moves(data)
+    if moves is not None:
+        console.print()
+        console.print(moves)
     console.print()
     console.print(_stages(data))
     for note in data.get("notes") or []:
         console.print(Text(f"note: {note}", style="dim"))
+    sizing = sizing_caption(data.get("service_sizing"))  # probes/service_sizing.py
+    if sizing is not None:
+        console.print(Text(sizing, style="bold"))
     return buf.getvalue()

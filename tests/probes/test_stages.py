@@ -41,6 +41,7 @@ def test_names_and_op_types() -> None:
     )
     assert op_type("resize/ResizeBilinear:ResizeBilinear") == "ResizeBilinear"
     assert op_type("EagerPyFunc:EagerPyFunc") == "EagerPyFunc"
+    assert op_type("sequential/conv/Relu:_MklNativeFusedConv2D") == "_MklNativeFusedConv2D"
     assert op_type("EagerLocalExecute: Mul") is None  # a dispatch wrapper, not a kernel
     assert op_type("DecodeImageV2Op::JPEG") is None  # an annotation inside a kernel
 

@@ -1,0 +1,160 @@
+"""Work in the training loop outside tf.data: what the consumer thread does between the
+iterator's GetNext and the step function.
+
+A custom loop that preprocesses in Python (`batch = augment(next(it).numpy())`, then
+`train_step(batch)`) does that work on the main thread, after tf.data has delivered the
+batch and before the step runs: neither tf.data's threads nor the step see it, and
+prefetch cannot hide it. What a trace shows of it (TF 2.21, host tracer level 2, measured
+on tests/tracegen_real.py's `eager_loop`): on the step thread (`python`), between
+`EagerLocalExecute: IteratorGetNext` and the step function's
+`EagerLocalExecute: __inference_<fn>_N`, a gap that holds only the conversions of the
+NumPy result back into a tensor (`tf.constant`, `convert_to_tensor`, `_EagerConst`) and
+any eager ops the loop runs (`EagerLocalExecute: <Op>`). TF 2.21's Python tracer
+(`python_tracer_level=1`) records no frames there; when a build does (`$file.py:N fn`
+events), they name the function and its line.
+
+`find_loop_work(host, steps) -> LoopWork | None`: per step, the step's time outside the
+iterator and outside the step function's execution, and what was seen in it. None when
+the loop calls no tf.function (an eager step cannot be told apart from preprocessing) or
+when Keras runs the loop (`fit`: its per-step host time is `steps_per_execution`'s
+business, see `probes.next_moves`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from tftune.probes.stage_events import I64, PY_EVENT_RE
+from tftune.probes.stage_scan import union_of
+from tftune.probes.steps import FUNCTION_CALL_RE, Steps
+from tftune.probes.trace import HostTrace, Line
+
+PS_PER_MS = 1e9
+# The loop's own work is a finding from this share of step time on, and from this many
+# milliseconds per step (less is the Python of any loop: next(), the marker, the call).
+LOOP_WORK_SHARE = 0.10
+LOOP_WORK_MIN_MS = 1.0
+# Step functions of Keras' own loop (`fit`): no user code runs between their calls.
+KERAS_STEP_FUNCTIONS = frozenset(
+    {"multi_step_on_iterator", "one_step_on_iterator", "one_step_on_data", "train_function"}
+)
+# The consumer's time inside tf.data: the iterator (already counted as input wait) and
+# the iterator made again at each epoch's `for x in ds:` (MakeIterator, *Dataset ops).
+_ITERATOR_RE = re.compile(
+    r"^(EagerLocalExecute: (IteratorGetNext\w*|Optional\w+|MakeIterator|AnonymousIterator\w*|"
+    r"DeleteIterator|GetOptions|\w+Dataset(V\d+)?)|IteratorGetNextOp::DoCompute|Iterator::.*)$"
+)
+# A NumPy value turned back into a tensor: the cost of leaving tf.data for NumPy.
+_CONVERSION_RE = re.compile(r"^(tf\.constant|convert_to_tensor|EagerLocalExecute: _EagerConst)$")
+_EAGER_OP_RE = re.compile(r"^EagerLocalExecute: (?!__inference_)(\w+)$")
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/tensorflow/", "/keras/", "<frozen")
+UNTRACED = "Python without TF events (NumPy, Python loops)"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopWork:
+    """The loop's own work per step, and what it was made of."""
+
+    share: float  # of step time
+    per_step_ms: float
+    step_function: str  # the tf.function the loop calls each step
+    seen: tuple[tuple[str, float], ...]  # (what, ms per step), longest first
+    untraced_ms: float  # per step: time under no event (Python the tracer did not record)
+    frames: tuple[str, ...]  # Python-tracer frames of the user's code, busiest first
+    call_site: str | None  # `file.py:line` of the busiest user frame, when frames exist
+
+
+def _clipped_union(s: I64, e: I64, lo: int, hi: int) -> int:
+    keep = (e > lo) & (s < hi)
+    return union_of([(np.maximum(s[keep], lo), np.minimum(e[keep], hi))])
+
+
+def _what(name: str) -> str | None:
+    """How the loop's work reads in the finding, or None for containers."""
+    if _CONVERSION_RE.match(name):
+        short = name.removeprefix("EagerLocalExecute: ")
+        return f"{short} (a NumPy value converted back into a tensor)"
+    m = _EAGER_OP_RE.match(name)
+    if m and not _ITERATOR_RE.match(name):
+        return f"{m.group(1)} (eager op)"
+    m = PY_EVENT_RE.match(name)
+    if m and not any(k in m.group("file") for k in _LIBRARY_MARKERS):
+        return name[1:]
+    return None
+
+
+def _consumer_line(host: HostTrace, steps: Steps) -> Line | None:
+    plane = host.host_plane
+    if plane is None or not len(steps):
+        return None
+    return next((ln for ln in plane.lines if ln.name == steps.line), None) or next(
+        (ln for ln in plane.lines if ln.name == "python"), None
+    )
+
+
+def find_loop_work(host: HostTrace, steps: Steps) -> LoopWork | None:
+    """The work the training loop does outside tf.data and the step function (see the
+    module docstring); None when there is none to tell apart."""
+    line = _consumer_line(host, steps)
+    plane = host.host_plane
+    if line is None or plane is None or not len(line):
+        return None
+    names = [plane.event_names[m] for m in line.metadata_id.tolist()]
+    starts, ends = line.start_ps, line.end_ps
+    fn_time: dict[str, int] = defaultdict(int)
+    excluded = np.zeros(len(names), dtype=bool)
+    for i, name in enumerate(names):
+        m = FUNCTION_CALL_RE.match(name)
+        if m:
+            fn_time[m.group(1)] += int(line.duration_ps[i])
+            excluded[i] = True
+        elif _ITERATOR_RE.match(name):
+            excluded[i] = True
+    if not fn_time:
+        return None
+    step_fn = max(fn_time, key=lambda k: fn_time[k])
+    if step_fn in KERAS_STEP_FUNCTIONS:
+        return None
+    # The tf.function's Python call (argument binding, dispatch) is the step's overhead,
+    # not the loop's work: its event carries the function's own name.
+    excluded |= np.array([name == step_fn for name in names], dtype=bool)
+    xs, xe = starts[excluded], ends[excluded]
+    labels = [_what(name) for name in names]
+    seen_idx = np.array([lab is not None for lab in labels], dtype=bool)
+    loop_ps = untraced_ps = 0
+    seen_ps: dict[str, int] = defaultdict(int)
+    for lo, hi in zip(steps.start_ps.tolist(), steps.end_ps.tolist(), strict=True):
+        outside = (hi - lo) - _clipped_union(xs, xe, lo, hi)
+        loop_ps += outside
+        covered = _clipped_union(
+            np.concatenate([xs, starts[seen_idx]]), np.concatenate([xe, ends[seen_idx]]), lo, hi
+        )
+        untraced_ps += max(0, (hi - lo) - covered)
+        inside = np.flatnonzero(seen_idx & (starts >= lo) & (starts < hi))
+        for i in inside.tolist():
+            seen_ps[str(labels[i])] += int(min(ends[i], hi) - starts[i])
+    total_ps = int(steps.duration_ps.sum())
+    if total_ps <= 0:
+        return None
+    n = len(steps)
+    seen = tuple(
+        (k, round(v / n / PS_PER_MS, 3)) for k, v in sorted(seen_ps.items(), key=lambda kv: -kv[1])
+    )
+    frames = tuple(k for k, _ in seen if PY_EVENT_RE.match("$" + k))
+    site = None
+    if frames:
+        m = PY_EVENT_RE.match("$" + frames[0])
+        site = f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')}" if m else None
+    return LoopWork(
+        share=round(loop_ps / total_ps, 4),
+        per_step_ms=round(loop_ps / n / PS_PER_MS, 3),
+        step_function=step_fn,
+        seen=seen[:8],
+        untraced_ms=round(untraced_ps / n / PS_PER_MS, 3),
+        frames=frames[:5],
+        call_site=site,
+    )
