@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from tftune.core.errors import UserError
@@ -88,7 +88,7 @@ def optimize(
     script: str | os.PathLike[str],
     args: Sequence[str] = (),
     *,
-    trials: int = 20,
+    trials: int | Literal["auto"] = "auto",
     timeout_s: float | None = None,
     objective: str | None = None,
     storage: str | None = None,
@@ -110,20 +110,19 @@ def optimize(
     workers: int = 1,
     gpus_per_trial: int | None = None,
     cpus_per_trial: int | None = None,
+    data_service: str | None = None,
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     invocation: Sequence[str] | None = None,
     environment: Callable[[], Environment] | None = None,
 ) -> OptimizeResult:
-    """Tune an unmodified training script's tf.data pipeline (and optionally its batch
-    size and precision); returns a frozen `OptimizeResult`: the winner config, the
-    measured baselines, the diff and the command that trains with it. The options are
-    those of ``tftune optimize --help``; ``html_file`` writes the HTML tuning report;
-    ``on_*`` report progress; ``runner`` and ``environment`` replace the trial runner
-    and the machine record (tests). Defaults as `tftune.tuner.optimize.optimize` (a
-    test keeps them equal). Raises a `UserError` on bad input. TensorFlow is imported
-    only in the child processes that run the script."""
+    """Tune an unmodified script's tf.data pipeline (and batch size, precision, a tf.data
+    service); returns a frozen `OptimizeResult` (winner, baselines, diff, command). Options:
+    ``tftune optimize --help``; ``html_file``: the HTML report; ``on_*``: progress;
+    ``runner``, ``environment``: test doubles. Defaults as `tftune.tuner.optimize.optimize`
+    (a test keeps them equal). Raises `UserError` on bad input; TF is imported only in
+    the child processes."""
     from tftune.tuner.optimize import optimize as _optimize
 
     render_html: HtmlRenderer | None = None
@@ -158,6 +157,7 @@ def optimize(
         workers=workers,
         gpus_per_trial=gpus_per_trial,
         cpus_per_trial=cpus_per_trial,
+        data_service=data_service,
         on_trial=on_trial,
         on_start=on_start,
         on_note=on_note,

@@ -93,6 +93,7 @@ def resume_command(script: str, script_args: list[str], opts: dict[str, Any]) ->
         "window": "--window",
         "repeats": "--repeats",
         "json_file": "--json",
+        "data_service": "--data-service",
     }
     for key, flag in flags.items():
         if opts.get(key) is not None:
@@ -165,6 +166,7 @@ def _run(
             workers=opts.get("workers", 1),
             gpus_per_trial=opts.get("gpus_per_trial"),
             cpus_per_trial=opts.get("cpus_per_trial"),
+            data_service=opts.get("data_service"),
             on_trial=view.trial,
             on_start=view.start,
             on_note=view.note,

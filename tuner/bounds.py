@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tftune.probes.service_sizing import CpuMeter, ServiceSizing, host_cores, parse_cpu_note
+from tftune.probes.service_sizing import size_service as _size_service
 from tftune.tuner.config import Config
 
 BOUND_META_KEY = "tftune_bound_mode"
@@ -45,6 +47,8 @@ class Ceiling:
     model_only_examples_per_s: float | None
     pipeline_note: str | None = None
     model_note: str | None = None
+    # When one host is not enough (probes/service_sizing.py); None: not measured.
+    sizing: ServiceSizing | None = None
 
     @property
     def examples_per_s(self) -> float | None:
@@ -69,6 +73,7 @@ class Ceiling:
             "ceiling_examples_per_s": self.examples_per_s,
             "limited_by": self.limited_by,
             "notes": [n for n in (self.pipeline_note, self.model_note) if n],
+            "service_sizing": self.sizing.to_json() if self.sizing is not None else None,
         }
 
 
@@ -80,6 +85,24 @@ def with_bound_mode(config: Config, mode: str) -> Config:
 def bound_mode(config: Config) -> str | None:
     mode = config.meta.get(BOUND_META_KEY)
     return mode if mode in (PIPELINE_ONLY, MODEL_ONLY) else None
+
+
+def pipeline_sizing(
+    notes: tuple[str, ...], examples: int, steps: int, model_rate: float | None
+) -> ServiceSizing | None:
+    """The sizing from the pipeline-alone trial: its child's CPU note (`CpuMeter`, in
+    elements) scaled to examples by the trial's examples per element."""
+    cpu = parse_cpu_note(notes)
+    if cpu is None or model_rate is None or steps <= 0 or examples <= 0:
+        return None
+    busy, elements_per_s = cpu
+    return _size_service(
+        pipeline_rate=elements_per_s * examples / steps,
+        busy_cores=busy,
+        model_rate=model_rate,
+        host_cores=host_cores(),
+        unit="examples",
+    )
 
 
 # --- child side ---------------------------------------------------------------------
@@ -103,10 +126,16 @@ def cache_for_model_only(ds: Any, iterate: Callable[[Any], Any]) -> Any:
     return tf.data.experimental.from_variant(cached._variant_tensor, cached.element_spec).repeat()
 
 
-def drain_pipeline_only(ds: Any, stream: int | None, iterate: Callable[[Any], Any]) -> None:
+def drain_pipeline_only(
+    ds: Any,
+    stream: int | None,
+    iterate: Callable[[Any], Any],
+    on_note: Callable[[str], None] | None = None,
+) -> None:
     """Iterate `ds` without training, its iterator timed by the step clock as the
     consumer's would be (stream `stream`), until the parent stops the process; then
-    leave without running the script's training."""
+    leave without running the script's training. `on_note` gets the CPU the pipeline
+    used (`CpuMeter`, for the service sizing)."""
     import tensorflow as tf
 
     if tf.inside_function():
@@ -118,6 +147,7 @@ def drain_pipeline_only(ds: Any, stream: int | None, iterate: Callable[[Any], An
     iterator = iterate(ds)
     if stream is not None:
         iterator._tftune_stream = stream  # the patched __next__ times this iterator
+    meter = CpuMeter(on_note)
     for _ in iterator:
-        pass
+        meter.tick()
     os._exit(0)  # the dataset ended: the parent measures what ran

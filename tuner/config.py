@@ -12,8 +12,11 @@ File format (schema 1)::
       "sites": {"train.py:42": {"num_parallel_calls": "AUTOTUNE", "batch_size": 64}},
       "threadpool_size": 32, "deterministic": false, "mixed_precision": "off",
       "final_prefetch": "AUTOTUNE", "autotune_cpu_budget": null, "autotune_ram_budget_mb": null,
-      "meta": {"...": "free-form, kept as is (metrics, command, ...)"}
+      "meta": {"...": "free-form, kept as is (metrics, command, ...)"},
+      "data_service": {"address": "grpc://host:5050", "cut": "train.py:40", "...": "..."}
     }
+
+``data_service`` (optional) is the tf.data service, see `tftune.tuner.service`.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from tftune.core.errors import ConfigError
 from tftune.core.userfiles import read_json, write_text_atomic
+from tftune.tuner.service import ServiceConfig, service_from_json
 
 SCHEMA = 1
 AUTOTUNE = -1
@@ -88,6 +92,8 @@ class Config:
     autotune_cpu_budget: int | None = None
     autotune_ram_budget_mb: int | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    # distribute() to a tf.data service at a cut point (tuner/service.py); None: local.
+    data_service: ServiceConfig | None = None
 
     def site(self, key: str) -> SiteConfig | None:
         return self.sites.get(key)
@@ -96,8 +102,10 @@ class Config:
         return replace(self, sites=dict(sites))
 
     def is_as_written(self) -> bool:
-        return all(s.is_empty() for s in self.sites.values()) and all(
-            getattr(self, name) is None for name in _GLOBALS
+        return (
+            all(s.is_empty() for s in self.sites.values())
+            and all(getattr(self, name) is None for name in _GLOBALS)
+            and self.data_service is None
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -108,6 +116,8 @@ class Config:
         for name in _GLOBALS:
             value = getattr(self, name)
             out[name] = _knob_to_json(value) if name in _AUTOTUNABLE else value
+        if self.data_service is not None:
+            out["data_service"] = self.data_service.to_json()
         if self.meta:
             out["meta"] = dict(self.meta)
         return out
@@ -121,7 +131,7 @@ _GLOBALS: tuple[str, ...] = (
     "autotune_cpu_budget",
     "autotune_ram_budget_mb",
 )
-_TOP_KEYS = frozenset({"schema", "sites", "meta", *_GLOBALS})
+_TOP_KEYS = frozenset({"schema", "sites", "meta", "data_service", *_GLOBALS})
 
 
 def _knob_to_json(value: int | bool | None) -> int | str | bool | None:
@@ -201,6 +211,7 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise ConfigError(f"{source}: meta must be an object")
+    kwargs["data_service"] = service_from_json(data.get("data_service"), source)
     return Config(sites=sites, deterministic=det, mixed_precision=mp, meta=meta, **kwargs)
 
 

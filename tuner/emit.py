@@ -32,6 +32,7 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.child.datasets import OP_KNOBS
 from tftune.tuner.config import AUTOTUNE, SITE_KNOBS, Config, SiteConfig
 from tftune.tuner.crashes import CrashSummary
+from tftune.tuner.service import CUT_OPS
 from tftune.tuner.space import SearchSpace, format_value
 from tftune.tuner.study import Role, StudyOutcome, TrialRecord
 
@@ -159,6 +160,17 @@ def _call_edit(call: ast.Call, knob: str, text: str, starts: list[int]) -> _Edit
     return _Edit(close, close, f"{sep}{param}={text}")
 
 
+def _service_edit(tree: ast.Module, starts: list[int], line: int, code: str) -> list[_Edit]:
+    """``.apply(distribute(...))`` after the last stage built on the cut's line (the
+    outermost call of a chain), where `tuner.child.service` applies it."""
+    calls = _find_calls(tree, line, sorted(CUT_OPS))
+    if not calls:
+        return []
+    last = max(calls, key=lambda c: (c.end_lineno or c.lineno, c.end_col_offset or 0))
+    end = starts[(last.end_lineno or last.lineno) - 1] + (last.end_col_offset or 0)
+    return [_Edit(end, end, code)]
+
+
 def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str, tuple[str, str]]:
     """``{relative path: (before, after)}``: the config's call-site knobs written into the
     user's own lines. Files that cannot be read or parsed are skipped (the config still
@@ -169,6 +181,9 @@ def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str,
         path, _, line = key.rpartition(":")
         if line.isdigit() and not site.is_empty():
             by_file.setdefault(path, []).append((int(line), site))
+    cut = config.data_service.cut.rpartition(":") if config.data_service else None
+    if cut is not None:  # the tf.data service's distribute() goes in at its cut
+        by_file.setdefault(cut[0], [])
     out: dict[str, tuple[str, str]] = {}
     for rel, sites in sorted(by_file.items()):
         try:
@@ -179,6 +194,8 @@ def rewrite_sources(script: str | os.PathLike[str], config: Config) -> dict[str,
         starts = _offsets(source)
         alias = _tf_alias(tree)
         edits = [e for line, s in sites for e in _site_edits(tree, starts, line, s, alias)]
+        if cut is not None and cut[0] == rel and config.data_service is not None:
+            edits += _service_edit(tree, starts, int(cut[2]), config.data_service.code(alias))
         new = source
         # From the end of the file back; edits at one place land in the config's order.
         order = sorted(enumerate(edits), key=lambda ie: (ie[1].start, ie[1].end, ie[0]))

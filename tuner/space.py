@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tftune.core.errors import ConfigError
+from tftune.tuner import service
 from tftune.tuner.child.datasets import READERS
 from tftune.tuner.config import (
     AUTOTUNE,
@@ -241,6 +242,8 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     globals_: dict[str, KnobValue] = {}
     for name, value in values.items():
         site, sep, knob = name.rpartition("/")
+        if name in service.PARAM_NAMES:
+            continue  # `service.service_from_values` below
         if sep and knob in SITE_KNOBS:
             if value is not None:
                 if knob in BOOL_SITE_KNOBS:
@@ -264,6 +267,7 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
         sites={s: SiteConfig(**kn) for s, kn in sorted(sites.items())},
         mixed_precision=mp if isinstance(mp, str) else None,
         deterministic=det if isinstance(det, bool) else None,
+        data_service=service.service_from_values(values),
         **ints,  # type: ignore[arg-type]
     )
 
@@ -322,6 +326,8 @@ def build_space(
     flags: Iterable[str] = (),
     uses_keras: bool | None = None,
     batch: BatchBound | None = None,
+    data_service: str | None = None,
+    job_name: str | None = None,
 ) -> SearchSpace:
     """The default search space for the discovered call sites on this machine."""
     knobs: list[Knob] = []
@@ -335,6 +341,9 @@ def build_space(
         if s.op in BATCH_OPS:
             knobs += _batch_knob(s, batch, fixed, left, warnings)
     knobs += _global_knobs(sites, cores, left)
+    if data_service is not None:
+        knobs += _service_knobs(sites, left)
+        fixed.update({service.ADDRESS: data_service, service.JOB_NAME: job_name})
     policy, why = platform_policy(gpu_visible, flags)
     if uses_keras is False:
         left.append(
@@ -375,6 +384,29 @@ def _site_knobs(s: DiscoveredSite) -> list[Knob]:
         knobs.append(_site_knob(s, "use_multiprocessing", (False, True), "workers as processes"))
         knobs.append(_site_knob(s, "buffer_size", QUEUE_CHOICES, "PyDataset queue"))
     return knobs
+
+
+def _service_knobs(sites: Sequence[DiscoveredSite], left: list[LeftOut]) -> list[Knob]:
+    """``--data-service``: where distribute() cuts the pipeline (None: it stays local,
+    the script as written), the processing mode, compression and outstanding requests."""
+    cuts = service.cut_choices([(s.site, s.op) for s in sites])
+    if not cuts:
+        left.append(LeftOut(service.CUT, "no map, interleave or batch call site to cut after"))
+        return []
+    modes, comp = service.PROCESSING_MODES, service.COMPRESSIONS
+    return [
+        Knob(service.CUT, service.CUT, None, (None, *cuts), None, "tf.data service cut"),
+        Knob(service.MODE, service.MODE, None, modes, modes[0], "service processing mode"),
+        Knob(service.COMPRESSION, service.COMPRESSION, None, comp, comp[0], "compression"),
+        Knob(
+            service.MAX_OUTSTANDING,
+            service.MAX_OUTSTANDING,
+            None,
+            service.MAX_OUTSTANDING_CHOICES,
+            None,
+            "outstanding requests",
+        ),
+    ]
 
 
 def _batch_knob(
