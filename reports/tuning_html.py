@@ -128,6 +128,15 @@ def _tuning_hero(m: TuningReport) -> str:
         f'<div class="sentence">{esc(sentence)}</div>'
         + (f'<p class="sub">{esc(ceiling_text)}.</p>' if ceiling_text else "")
         + _confirmed_line(m)
+        + "".join(
+            f'<p class="sub" id="{key}">{esc(text[:1].upper() + text[1:])}</p>'
+            for key, text in (
+                ("break-even", m.break_even),
+                ("stop-reason", m.stop_reason),
+                ("service-sizing", m.service_sizing),
+            )
+            if text
+        )
         + f'<div class="stats">{"".join(stats)}</div></section>'
     )
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
+from tftune.probes.service_sizing import sizing_caption
 from tftune.reports._read import Reader, dump, share, top_reader
 
 MAX_TRIALS = 2000
@@ -145,6 +146,9 @@ class TuningReport:
     study: tuple[tuple[str, str], ...]  # name, storage, seed, platform ...
     data_json: str
     instability: Instability | None = None
+    break_even: str | None = None  # `break_even_sentence`
+    stop_reason: str | None = None  # why the search stopped, in words
+    service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
 
     @property
     def objective_label(self) -> str:
@@ -156,6 +160,29 @@ class TuningReport:
             return self.ceiling_value
         known = [c for c in (self.ceiling_pipeline, self.ceiling_model) if c is not None]
         return min(known) if known else None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def break_even_sentence(data: Mapping[str, Any]) -> str | None:
+    """The tuning JSON's ``break_even`` (`tftune.tuner.breakeven`) in words: what tuning
+    cost, what the winner saves per hour of training, and when it has paid for itself."""
+    be = data.get("break_even")
+    if not isinstance(be, Mapping) or not isinstance(be.get("tuning_s"), (int, float)):
+        return None
+    head = f"Tuning took {_minutes(float(be['tuning_s']))}"
+    saved, after = be.get("saved_s_per_hour"), be.get("pays_off_after_s")
+    r0, r1 = be.get("as_written_examples_per_s"), be.get("tuned_examples_per_s")
+    if not isinstance(saved, (int, float)) or not isinstance(after, (int, float)):
+        return f"{head}; the script as written stays, so there is nothing to pay it back."
+    rates = f" ({r0:,.1f} → {r1:,.1f} ex/s)" if r0 and r1 else ""
+    return (
+        f"{head}; at the measured rates{rates} the winner saves {_minutes(float(saved))} of "
+        f"every hour of training, and has paid for itself after {_minutes(float(after))} "
+        "of training."
+    )
 
 
 def build_tuning_model(
@@ -219,6 +246,9 @@ def build_tuning_model(
         study=_study(r),
         data_json=dump(capped),
         instability=_instability(r.obj("instability")),
+        break_even=break_even_sentence(data),
+        stop_reason=r.string("stop_reason") or None,
+        service_sizing=sizing_caption((data.get("ceiling") or {}).get("service_sizing")),
     )
 
 

@@ -22,6 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tftune.core.vocabulary import TrialState, input_band
+from tftune.probes.service_sizing import sizing_caption
+from tftune.reports.tuning_model import break_even_sentence
 
 NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
@@ -132,8 +134,14 @@ def render_table(data: Mapping[str, Any]) -> Table | Group:
     for row in table_rows(data):
         t.add_row(*row)
     ceiling = data.get("ceiling")
+    caption = []
     if isinstance(ceiling, Mapping) and ceiling.get("ceiling_examples_per_s") is not None:
-        t.caption = ceiling_sentence(data)
+        caption.append(ceiling_sentence(data))
+    caption += [s for s in (break_even_sentence(data), data.get("stop_reason")) if s]
+    sizing = sizing_caption(ceiling.get("service_sizing") if isinstance(ceiling, Mapping) else None)
+    caption += [sizing] if sizing else []
+    if caption:
+        t.caption = "\n".join(str(s) for s in caption)
         t.caption_justify = "left"
     instability = data.get("instability")
     if not isinstance(instability, Mapping) or not instability.get("sentence"):
@@ -231,6 +239,8 @@ def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
         body += f"util {_fmt_util(record.get('utilization'))}"
         if record.get("spread") is not None:
             body += f" (±{record['spread'] / 2:.0%})"
+        # TPE came back to a measured config (`tuner.study.stopping.twin_of`): not run again.
+        body += "".join(f"; {n}" for n in record.get("notes") or () if "is reused" in str(n))
     elif state == TrialState.PRUNED.value:
         body = f"pruned: {reason or ''} ({_fmt_eps(record.get('examples_per_s'))} ex/s so far)"
     else:

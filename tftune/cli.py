@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tftune import __version__
+from tftune._data_service_cli import data_service
 from tftune.core.errors import Terminated, UserError
 from tftune.core.userfiles import write_text_atomic
 
@@ -45,6 +46,21 @@ def main() -> None:
 # with click's suggestion ("No such option: --trails. Did you mean --trials?"), not an
 # argument the script then rejects.
 _SCRIPT_CONTEXT: dict[str, Any] = {}
+
+
+def _trials(value: str | int) -> str | int:
+    """``--trials``: a positive number, or ``auto`` (click reports a ValueError as an
+    invalid value of the option)."""
+    if isinstance(value, int) or value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number or 'auto'") from None
+    if n < 1:
+        raise ValueError(f"{n} must be at least 1 (or 'auto')")
+    return n
+
 
 _STEP_TIMEOUT_HELP = (
     "Seconds to wait for the first training step and for each one after it "
@@ -162,7 +178,14 @@ def profile(
 @main.command(context_settings=_SCRIPT_CONTEXT)
 @click.argument("script", type=click.Path(dir_okay=False))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--trials", default=20, show_default=True, help="Finished trials the study holds.")
+@click.option(
+    "--trials",
+    default="auto",
+    show_default=True,
+    type=_trials,
+    metavar="N|auto",
+    help="Finished trials the study holds, or auto: stop once trials stop gaining (at most 20).",
+)
 @click.option("--timeout", type=float, help="Stop searching after this many seconds.")
 @click.option(
     "--objective",
@@ -231,6 +254,7 @@ def profile(
     type=click.IntRange(min=1),
     help="Pin each concurrent trial to its own K CPUs.",
 )
+@click.option("--data-service", help="Also search a tf.data service cut (grpc://HOST:PORT).")
 def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
     """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
 
@@ -239,6 +263,9 @@ def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
     from tftune._optimize_cli import run_optimize_command
 
     run_optimize_command(script, list(script_args), opts)
+
+
+main.add_command(data_service)
 
 
 @main.command("status")

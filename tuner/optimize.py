@@ -31,6 +31,7 @@ from tftune.core.errors import ConfigError
 from tftune.core.userfiles import write_text_atomic
 from tftune.probes.environment import Environment, collect
 from tftune.tuner.bounds import Ceiling
+from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import Config
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.preflight import (
@@ -46,18 +47,24 @@ from tftune.tuner.preflight import (
     measure_ceiling,
     pick_objective,
     profile_hint,
+    screen_pipeline,
 )
 from tftune.tuner.record import api_call, build_record
+from tftune.tuner.screen import Screen, with_screen_sizing
+from tftune.tuner.service import check_address
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
+    AUTO_TRIALS,
     DEFAULT_SEED,
-    DEFAULT_TRIALS,
     GuidedHint,
     Objective,
+    Role,
     Runner,
     StudyOutcome,
     StudySettings,
     TrialRecord,
+    Trials,
+    trial_budget,
 )
 from tftune.tuner.trial import Discovery
 
@@ -104,7 +111,7 @@ def optimize(
     script: str | os.PathLike[str],
     args: Sequence[str] = (),
     *,
-    trials: int = DEFAULT_TRIALS,
+    trials: Trials = AUTO_TRIALS,
     timeout_s: float | None = None,
     objective: str | None = None,
     storage: str | None = None,
@@ -127,29 +134,27 @@ def optimize(
     workers: int = 1,
     gpus_per_trial: int | None = None,
     cpus_per_trial: int | None = None,
+    data_service: str | None = None,
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     invocation: Sequence[str] | None = None,
     environment: Callable[[], Environment] | None = None,
 ) -> OptimizeResult:
-    """Tune the tf.data pipeline (and optionally batch size and precision) of an
-    unmodified training script. See ``tftune optimize --help`` for the options.
-
-    ``html_file`` is drawn by ``render_html`` (the tuning JSON → the page); without a
-    renderer no page is written. ``invocation`` is the command line as typed (the CLI
-    passes it) for the reproducibility record; from the API the record holds the
-    ``tftune.optimize(...)`` call. ``environment`` replaces
-    `probes.environment.collect` (tests)."""
+    """Tune an unmodified script's tf.data pipeline (options: ``tftune optimize --help``).
+    ``html_file`` is drawn by ``render_html`` (the tuning JSON → the page; none without
+    it). ``invocation``: the command line as typed, for the reproducibility record (from
+    the API: the call). ``environment`` replaces `probes.environment.collect` (tests)."""
     started = time.monotonic()
     outputs = ((best_file, "--best"), (json_file, "--json"), (html_file, "-o"))
     path = check_inputs(script, trials, storage, outputs)
     env_future = _read_environment(environment)
     note = on_note or (lambda _s: None)
     bound = check_search_options(batch_size, space_file)
+    service = check_address(data_service) if data_service else None
     found = discover_training(path, args, step_timeout_s, note)
     gpu = gpu_visible() if runner is None else runner.gpu_visible
-    space = build_search_space(script, path, found, gpu, space_file, bound, note)
+    space = build_search_space(script, path, found, gpu, space_file, bound, note, service)
     obj = pick_objective(objective, gpu, note)
     slots = _Slots(workers, gpus_per_trial, cpus_per_trial)
     measure = _Measure(window_s, repeats, step_timeout_s)
@@ -157,13 +162,16 @@ def optimize(
     # The profile runs the real script: by default only when the trials do too.
     do_profile = (runner is None) if profile is None else profile
     ceiling = measure_ceiling(pool.runners[0], note) if bounds else None
-    hint = profile_hint(path, args, note) if guided and do_profile else None
+    screen = screen_pipeline(path, args, found, space, note) if guided and do_profile else None
+    ceiling = with_screen_sizing(ceiling, screen)  # one host enough? at the best config
+    hint = profile_hint(path, args, note, found.busiest_loop) if guided and do_profile else None
     study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
-    settings = _settings(study, obj, hint, path, args, started)
+    settings = _settings(study, obj, hint, path, args, started, screen)
     outcome = _run_study(space, pool, settings, on_trial, on_start, note)
     record = _record(script, path, args, study, invocation, env_future)
     won = _emit_winner(script, path, args, found, outcome, best_file, record, note)
     report = _tuning_report(script, won, space, ceiling, gpu, study.seed, record, started)
+    report["screen"] = screen.to_json() if screen is not None else None
     json_path = _write_json(report, json_file)
     html_path = _write_html(report, html_file, render_html)
     return OptimizeResult(
@@ -277,7 +285,7 @@ def _make_runners(
 class _Study:
     """The options that define the study and its reproducibility record."""
 
-    trials: int
+    trials: Trials
     timeout_s: float | None
     seed: int
     guided: bool
@@ -293,12 +301,16 @@ def _settings(
     path: Path,
     args: Sequence[str],
     started: float,
+    screen: Screen | None,
 ) -> StudySettings:
-    """The study's settings; ``--timeout`` counts from the start of `optimize`."""
+    """The study's settings; ``--timeout`` counts from the start of `optimize`; the
+    pipeline screen's best configs are the search's first trials."""
     elapsed = time.monotonic() - started
+    n_trials, patience = trial_budget(study.trials)
     return StudySettings(
         objective=obj,
-        n_trials=study.trials,
+        n_trials=n_trials,
+        patience=patience,
         timeout_s=None if study.timeout_s is None else max(1.0, study.timeout_s - elapsed),
         seed=study.seed,
         guided=study.guided,
@@ -307,6 +319,7 @@ def _settings(
         confirm=study.confirm,
         target=shlex.join([str(path), *args]),
         hint=hint,
+        seeds=tuple(screen.seeds()) if screen is not None else (),
     )
 
 
@@ -446,6 +459,14 @@ def _tuning_report(
         seed=seed,
     )
     report["wall_s"] = round(time.monotonic() - started, 2)
+    aw = won.outcome.remeasured(won.outcome.baselines.get(Role.AS_WRITTEN))
+    tuned = emit.tuned_record(won.outcome)
+    report["break_even"] = BreakEven(
+        report["wall_s"],
+        aw.examples_per_s if aw is not None else None,
+        tuned.examples_per_s if won.outcome.best.role is not Role.AS_WRITTEN else None,
+    ).to_json()
+    report["stop_reason"] = won.outcome.stop_reason
     report["record"] = record
     report["findings"] = won.findings
     if won.advice is not None:

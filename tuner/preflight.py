@@ -14,20 +14,23 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.bounds import Ceiling
+from tftune.tuner.bounds import Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
 from tftune.tuner.space import BatchBound, SearchSpace
-from tftune.tuner.study import GuidedHint, Mode, Objective, Runner
+from tftune.tuner.study import AUTO_TRIALS, GuidedHint, Mode, Objective, Runner, Trials
 from tftune.tuner.trial import Discovery
+
+if TYPE_CHECKING:
+    from tftune.tuner.screen import Screen
 
 
 def check_inputs(
     script: str | os.PathLike[str],
-    trials: int,
+    trials: Trials,
     storage: str | None,
     outputs: Sequence[tuple[str | os.PathLike[str] | None, str]],
 ) -> Path:
@@ -38,8 +41,11 @@ def check_inputs(
     from tftune.tuner.trial import check_script
 
     path = check_script(script)
-    if trials < 1:
-        raise ConfigError(f"--trials {trials}: must be at least 1")
+    if trials != AUTO_TRIALS:
+        if isinstance(trials, bool) or not isinstance(trials, int):
+            raise ConfigError(f"--trials {trials!r}: expected a number or 'auto'")
+        if trials < 1:
+            raise ConfigError(f"--trials {trials}: must be at least 1 (or 'auto')")
     open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
     for out_path, flag in outputs:
         if out_path is not None:  # fail now, not after the whole study
@@ -104,7 +110,7 @@ def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None
 
     p, pn = value(pipe)
     mo, mn = value(model)
-    c = Ceiling(p, mo, pn, mn)
+    c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, mo))
     if on_note is not None:
         on_note(
             f"bound analysis: pipeline alone {p or 0:,.1f} ex/s, model alone {mo or 0:,.1f} ex/s"
@@ -147,22 +153,49 @@ GUIDE_PROFILE_STEPS = (5, 15)
 GUIDE_PROFILE_TIMEOUT_S = 120.0
 
 
+def screen_pipeline(
+    path: Path,
+    args: Sequence[str],
+    found: Discovery,
+    space: SearchSpace,
+    note: Callable[[str], None],
+) -> Screen | None:
+    """The pipeline screen (`tuner.screen`), when the space has pipeline knobs: its best
+    configs seed the search."""
+    from tftune.tuner.screen import PIPELINE_FIELDS, run_screen
+
+    if not any(k.field in PIPELINE_FIELDS for k in space.knobs):
+        return None
+    trains = found.training
+    screen = run_screen(path, args, space, (trains.site, trains.place) if trains else None)
+    note(screen.summary())
+    return screen
+
+
 def profile_hint(
-    script: Path, args: Sequence[str], note: Callable[[str], None]
+    script: Path, args: Sequence[str], note: Callable[[str], None], busiest_loop: bool = False
 ) -> GuidedHint | None:
     """A short profile of the script as written, analyzed (`tftune analyze`): its input
     share and the bottleneck call sites. None (and a note) when no profile could be
-    taken or read; the guided guess then uses the as-written trial's own measurement."""
-
+    taken or read; the guided guess then uses the as-written trial's own measurement.
+    `busiest_loop`: discovery found that the script updates nothing, so the profile need
+    not wait the full fallback time for an update before it takes the busiest loop."""
     from tftune.core.errors import UserError
     from tftune.probes.analysis import analyze
     from tftune.tuner.trial import profile_script
+    from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S
 
     start, stop = GUIDE_PROFILE_STEPS
     with tempfile.TemporaryDirectory(prefix="tftune-guide-") as logdir:
         try:
             prof = profile_script(
-                script, args, start, stop, logdir, timeout_s=GUIDE_PROFILE_TIMEOUT_S
+                script,
+                args,
+                start,
+                stop,
+                logdir,
+                timeout_s=GUIDE_PROFILE_TIMEOUT_S,
+                fallback_s=KNOWN_BUSIEST_S if busiest_loop else FALLBACK_S,
             )
             if not prof.captured:
                 note(f"guided guess without a profile: {prof.reason}")
@@ -184,7 +217,12 @@ def profile_hint(
         + (f"{share:.0%} of each step waits for input" if share is not None else "no steps")
         + (f"; bottleneck at {', '.join(sites)}" if sites else "")
     )
-    return GuidedHint(share if isinstance(share, float) else None, sites)
+    moves = tuple(
+        f"{m['summary']} ({m['code']})" if m.get("code") else str(m["summary"])
+        for m in data.get("next_moves") or []
+        if isinstance(m, dict) and m.get("summary")
+    )
+    return GuidedHint(share if isinstance(share, float) else None, sites, next_moves=moves)
 
 
 def build_search_space(
@@ -195,9 +233,11 @@ def build_search_space(
     space_file: str | os.PathLike[str] | None,
     bound: BatchBound | None,
     note: Callable[[str], None],
+    data_service: str | None = None,
 ) -> SearchSpace:
     """The space over the discovered call sites, narrowed by ``--space`` and
-    ``--batch-size``; `ScriptError` when nothing is left to search."""
+    ``--batch-size``, with the tf.data service's knobs for ``--data-service`` (the
+    trainers' job name: ``tftune-<script>``); `ScriptError` when nothing is left."""
     from tftune.tuner.platform import cpu_flags, mentions_keras
     from tftune.tuner.space import build_space
     from tftune.tuner.space_file import apply_space_file
@@ -215,6 +255,8 @@ def build_search_space(
         flags=cpu_flags(),
         uses_keras=found.uses_keras and mentions_keras(path),
         batch=bound,
+        data_service=data_service,
+        job_name=f"tftune-{path.stem}" if data_service else None,
     )
     if space_file is not None:
         space = apply_space_file(space, space_file, found.site_keys())

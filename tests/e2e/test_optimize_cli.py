@@ -55,6 +55,20 @@ def test_optimize_latency_bound_example_end_to_end(tmp_path: Path, run_cli: RunC
     assert ceiling["limited_by"] == "pipeline"
     assert ceiling["model_only_examples_per_s"] > 5 * ceiling["pipeline_only_examples_per_s"]
     assert "num_parallel_calls=" in data["diff"] and data["command"].startswith("tftune run")
+    # The screen ranked pipeline configs in one run; its best seeded the search.
+    screened = data["screen"]["candidates"]
+    assert screened[0]["description"] == "as written" and len(screened) >= 6
+    best_screened = max(c["examples_per_s"] or 0 for c in screened)
+    assert best_screened > CLEAR_FACTOR * (screened[0]["examples_per_s"] or 0)
+    # Why it stopped, and when tuning pays for itself, in the JSON and under the table.
+    assert data["stop_reason"] == "ran the 7 trials asked for (--trials 7)"
+    be = data["break_even"]
+    assert be["tuning_s"] == data["wall_s"] and be["saved_s_per_hour"] > 0
+    assert be["pays_off_after_s"] == pytest.approx(
+        be["tuning_s"] / (1 - be["as_written_examples_per_s"] / be["tuned_examples_per_s"]),
+        rel=0.01,
+    )
+    assert "has paid for itself after" in " ".join(re.sub(r"[│|]", " ", out.stdout).split())
     for row in ("as written", "AUTOTUNE everywhere", "#cores heuristic", "tuned"):
         assert row in out.stdout
     assert (tmp_path / "tftune-best.json").exists()

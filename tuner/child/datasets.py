@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+from tftune.tuner.child.screen import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
 from tftune.tuner.config import (
     AUTOTUNE,
@@ -158,7 +159,18 @@ class DatasetOps(PatcherState):
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            site = patcher.site_of(sys._getframe(1))
+            # A call the pipeline screen replays is made at the user's site it records.
+            site = patcher.forced_site or patcher.site_of(sys._getframe(1))
+            patcher.forced_site = None
+            result = knobbed(site, args, kwargs)
+            if patcher.recording and (method or constructor) and args:
+                if constructor:
+                    remember(args[0], Replay(type(args[0]), args, kwargs, site, True))
+                else:
+                    remember(result, Replay(wrapper, args, kwargs, site))
+            return result
+
+        def knobbed(site: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if site is None or ((method or constructor) and not args):
                 return original(*args, **kwargs)
             try:
@@ -183,6 +195,8 @@ class DatasetOps(PatcherState):
             if patcher.hooks.on_site is not None:
                 patcher.hooks.on_site(SiteCall(site, op, written, name))
             override = patcher.config.site(site)
+            if override is not None and patcher.replay_reached is not None:
+                patcher.replay_reached.add(site)
             if override is not None:
                 for knob, param in knobs.items():
                     value = getattr(override, knob)

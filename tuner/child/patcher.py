@@ -37,6 +37,7 @@ from tftune.tuner.child.distribute import DistributePatches
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.keras import KerasPatches
 from tftune.tuner.child.roles import is_trainable_float
+from tftune.tuner.child.screen import SCREEN_META_KEY, record_methods
 from tftune.tuner.config import Config
 
 
@@ -83,6 +84,9 @@ class Patcher(KerasPatches, DistributePatches):
 
         self._prefixes = _internal_prefixes()
         cls = dataset_ops.DatasetV2
+        if SCREEN_META_KEY in self.config.meta:  # the pipeline screen rebuilds datasets
+            self.recording = True
+            record_methods()
         for op in _DATASET_METHODS:
             original = getattr(cls, op)
             setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))

@@ -82,6 +82,11 @@ class PatcherState:
         # transforms only that one (`Streams.prepare`); None: every iterated dataset.
         self.training_at: tuple[str | None, str | None] | None = None
         self.seen_sites: set[str] = set()
+        # The pipeline screen (tuner/child/screen.py): record the calls that build
+        # datasets; the site a replayed call is made at; the sites a rebuild reached.
+        self.recording = False
+        self.forced_site: str | None = None
+        self.replay_reached: set[str] | None = None
         self.batch_seen = False  # a user batch call was seen: elements count as batches
         self._prefixes: tuple[str, ...] = ()
         self._streams = 0

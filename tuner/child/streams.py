@@ -2,7 +2,8 @@
 
 `Streams.prepare` is called where the script starts iterating a dataset (``__iter__``,
 autograph's dataset loop). It puts the config's global options and a final prefetch on
-it (`apply_globals`), applies the bound analysis' transformation (tuner/bounds.py) and,
+it (`apply_globals`), reads it from a tf.data service when the config says so
+(tuner/child/service.py), applies the bound analysis' transformation (tuner/bounds.py) and,
 when measuring, gives it a stream number: one per place in the user's code that
 iterates (`_new_stream`), reported to the parent with its call site and place
 (``hooks.on_stream``). The step clock (tuner/child/clock.py) counts steps per stream.
@@ -28,6 +29,8 @@ from tftune.tuner.child.datasets import (
     apply_globals,
     describe,
 )
+from tftune.tuner.child.screen import run_screen, screen_spec
+from tftune.tuner.child.service import distribute_at_cut
 
 
 class Streams(DatasetOps, StepClock):
@@ -70,7 +73,15 @@ class Streams(DatasetOps, StepClock):
             info = replace(info, stream=stream)
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
-        out = apply_globals(ds, self.config, info)
+        screen = screen_spec(self.config)
+        if screen is not None and self._is_training_at(info.site):
+            # tftune optimize's pipeline screen (tuner/child/screen.py): rank configs.
+            run_screen(self, ds, info, screen, _original_iter(), apply_globals)
+        src = ds
+        if self.config.data_service is not None and self._is_training_at(info.site):
+            # tftune optimize --data-service (tuner/child/service.py): read from the service.
+            src = distribute_at_cut(ds, self.config.data_service, trial=self.instrument_clock)
+        out = apply_globals(src, self.config, info)
         # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
         bound = bounds.bound_mode(self.config) if self._is_training_at(info.site) else None
         if bound == bounds.PIPELINE_ONLY and stream is not None:
@@ -92,7 +103,7 @@ class Streams(DatasetOps, StepClock):
                 out._tftune_is_prepared = True
                 ds._tftune_prepared = weakref.ref(out)
         if bound == bounds.PIPELINE_ONLY:
-            bounds.drain_pipeline_only(out, stream, _original_iter())
+            bounds.drain_pipeline_only(out, stream, _original_iter(), self.hooks.on_finding)
         return out
 
     def _place(self, frame: FrameType | None) -> str | None:

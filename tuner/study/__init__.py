@@ -15,6 +15,7 @@ for itself. Modules, by job (each one imports only those above it):
 - `records`: a stored trial read back as a `TrialRecord`; knob values that keep failing;
 - `baselines`: as written, AUTOTUNE, the heuristic and the guided guess;
 - `final`: the winner, the final round and its close calls;
+- `stopping`: when the search is done (``--trials auto``), and trials that need no run;
 - `objective`: one trial as Optuna's objective sees it (skip, prune, store);
 - `search`: `run_study`, as named phases;
 - `workers`: several trials at once in one process (slots, `run_parallel`);
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 from tftune.tuner.study.baselines import baseline_params
 from tftune.tuner.study.contract import (
+    AUTO_TRIALS,
     DEFAULT_SEED,
     DEFAULT_TRIALS,
     GuidedHint,
@@ -38,6 +40,8 @@ from tftune.tuner.study.contract import (
     StudyOutcome,
     StudySettings,
     TrialRecord,
+    Trials,
+    trial_budget,
 )
 from tftune.tuner.study.script_runner import ScriptRunner
 from tftune.tuner.study.search import run_study
@@ -50,6 +54,7 @@ from tftune.tuner.study.storage import (
 from tftune.tuner.study.workers import run_parallel
 
 __all__ = [
+    "AUTO_TRIALS",
     "DEFAULT_SEED",
     "DEFAULT_STORAGE_FILE",
     "DEFAULT_TRIALS",
@@ -64,9 +69,11 @@ __all__ = [
     "StudyOutcome",
     "StudySettings",
     "TrialRecord",
+    "Trials",
     "baseline_params",
     "describe_storage_path",
     "open_storage",
     "run_parallel",
     "run_study",
+    "trial_budget",
 ]

@@ -11,7 +11,7 @@ word.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import input_band
@@ -58,10 +58,16 @@ def _site_matches(knob_site: str | None, hinted: Sequence[str]) -> bool:
 
 
 def guided_params(
-    space: SearchSpace, as_written: TrialRecord, cores: int, hint: GuidedHint | None = None
+    space: SearchSpace,
+    as_written: TrialRecord,
+    cores: int,
+    hint: GuidedHint | None = None,
+    screened: Sequence[Mapping[str, KnobValue]] = (),
 ) -> tuple[dict[str, KnobValue], str]:
     """A first guess from the profile of the script as written (`hint`), or else from
-    the as-written trial's input-wait share.
+    the as-written trial's input-wait share; when input-bound and the pipeline screen
+    ranked configs (`screened`, best first: `tuner.screen`), the screen's best, which
+    was measured rather than guessed.
 
     Input-bound (the consumer waits a share w of its time, at least moderately input-bound
     by `input_band`, as `tftune analyze` says it): the pipeline must deliver
@@ -69,13 +75,18 @@ def guided_params(
     most 64), the private thread pool is sized to match (AUTOTUNE never exceeds the pool)
     and every buffer is AUTOTUNE. With a profile, only the bottleneck's call sites get
     that parallelism; the other parallel sites get AUTOTUNE. Not input-bound: the pipeline
-    is fine; keep AUTOTUNE and try the platform's 16-bit policy, where one is in the space.
+    is fine; the step is the limit. Keep AUTOTUNE, try the platform's 16-bit policy where
+    one is in the space, and twice the batch where the batch size is searched (a larger
+    batch amortizes the per-step overhead the step pays whatever its size).
     """
     from_profile = hint is not None and hint.input_share is not None
     w = hint.input_share if hint is not None and from_profile else as_written.input_wait_share
     source = "the profile" if from_profile else "the as-written trial"
     if w is None:
         return baseline_params(space, Role.AUTOTUNE, cores), "no input-wait share: AUTOTUNE"
+    if input_band(w).input_bound and screened:
+        why = f"input-bound ({w:.0%} wait, from {source}): the pipeline screen's best config"
+        return dict(screened[0]), why
     if input_band(w).input_bound:
         factor = 1.0 / max(1e-3, 1.0 - w)
         written = [
@@ -108,7 +119,15 @@ def guided_params(
         )
         return params, why
     params = baseline_params(space, Role.AUTOTUNE, cores)
+    moves = ["AUTOTUNE"]
     for k in space.knobs:
         if k.field == "mixed_precision":
             params[k.name] = next(c for c in k.choices if c is not None)
-    return params, f"not input-bound ({w:.0%} wait, from {source}): AUTOTUNE and 16-bit precision"
+            moves.append(f"16-bit precision ({params[k.name]})")
+        elif k.field == "batch_size" and isinstance(k.as_written, int):
+            batch0 = k.as_written
+            larger = [c for c in k.choices if isinstance(c, int) and c > batch0]
+            if larger:
+                params[k.name] = min(larger, key=lambda c: abs(c - 2 * batch0))
+                moves.append(f"batch {params[k.name]}")
+    return params, f"not input-bound ({w:.0%} wait, from {source}): {', '.join(moves)}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from tftune.core.vocabulary import TrialState
 
@@ -24,11 +24,26 @@ if TYPE_CHECKING:
     from tftune.tuner.measurement import Measurement
     from tftune.tuner.space import KnobValue
 
+# ``--trials auto`` (the default): at most DEFAULT_TRIALS, and the search stops once
+# AUTO_PATIENCE trials in a row gained nothing beyond the noise (`stopping.stop_reason`).
+AUTO_TRIALS: Literal["auto"] = "auto"
 DEFAULT_TRIALS = 20
+AUTO_PATIENCE = 4
 DEFAULT_SEED = 0
+# ``--trials``: a number of finished trials, or "auto".
+Trials = int | Literal["auto"]
+
+
+def trial_budget(trials: Trials) -> tuple[int, int | None]:
+    """``--trials`` as (the most trials the study holds, the auto-stop patience or None)."""
+    if trials == AUTO_TRIALS:
+        return DEFAULT_TRIALS, AUTO_PATIENCE
+    return int(trials), None
+
+
 # The final round re-measures this many of the best distinct trials, beside the
-# as-written, AUTOTUNE and #cores-heuristic baselines, and picks the winner from it.
-FINAL_CANDIDATES = 3
+# as-written and AUTOTUNE baselines, and picks the winner from it.
+FINAL_CANDIDATES = 2
 # A close call (the final round's best gains at least `final.MIN_GAIN` but less than the
 # noise demands) is decided by this many more runs of it and of the script as written,
 # alternately (`final.decide_close_call`).
@@ -120,12 +135,18 @@ class GuidedHint:
     input_share: float | None
     bottleneck_sites: tuple[str, ...] = ()
     source: str = "profile"
+    # When the step, not the input, is the limit: the analysis' next moves for the step
+    # (`probes.analysis.next_moves`), in words, best first.
+    next_moves: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class StudySettings:
     objective: Objective = Objective.THROUGHPUT
     n_trials: int = DEFAULT_TRIALS
+    # ``--trials auto``: stop once this many trials in a row gained nothing beyond the
+    # noise (None: run until the study holds `n_trials`, ``--trials N``).
+    patience: int | None = None
     timeout_s: float | None = None
     seed: int = DEFAULT_SEED
     guided: bool = True
@@ -141,6 +162,9 @@ class StudySettings:
     # would mix incomparable measurements, so it is refused.
     target: str = ""
     hint: GuidedHint | None = None
+    # The pipeline screen's best configs (`tuner.screen.Screen.seeds`): the first
+    # search trials, after the baselines.
+    seeds: tuple[Mapping[str, KnobValue], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +189,8 @@ class StudyOutcome:
     final: tuple[TrialRecord, ...] = ()
     # The script crashes whatever the config (`crashes.find_instability`), else None.
     instability: Instability | None = None
+    # Why the search stopped where it did (`stopping`), in words.
+    stop_reason: str = ""
 
     def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
         """`r`'s figure from the final round where it has one (side by side with the

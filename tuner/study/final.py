@@ -102,14 +102,16 @@ def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> 
 def final_candidates(
     records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective, k: int
 ) -> list[TrialRecord]:
-    """What the final round re-measures: the script as written, AUTOTUNE everywhere and
-    the #cores heuristic (those that completed), then the `k` best feasible trials whose
-    params differ from everything already listed."""
+    """What the final round re-measures: the script as written and AUTOTUNE everywhere
+    (when it completed), then the `k` best feasible trials whose params differ from
+    everything already listed. The #cores heuristic is re-measured only as one of those:
+    each run of the round costs the user a trial's time."""
     out: list[TrialRecord] = [as_written]
-    for role in (Role.AUTOTUNE, Role.HEURISTIC):
-        r = next((x for x in records if x.role is role and x.state is TrialState.COMPLETE), None)
-        if r is not None:
-            out.append(r)
+    r = next(
+        (x for x in records if x.role is Role.AUTOTUNE and x.state is TrialState.COMPLETE), None
+    )
+    if r is not None:
+        out.append(r)
     floor = as_written.examples_per_s or 0.0
     ranked = sorted(
         (

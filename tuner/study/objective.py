@@ -12,12 +12,18 @@ but ignores FAIL ones, and would keep sampling a config that crashes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, RepeatCallback, Role, StudySettings
-from tftune.tuner.study.records import CRASH_ATTR, FAILED_ATTR, STDERR_TAIL_ATTR, dead_values
+from tftune.tuner.study.records import (
+    CRASH_ATTR,
+    FAILED_ATTR,
+    STDERR_TAIL_ATTR,
+    TWIN_ATTR,
+    dead_values,
+)
 from tftune.tuner.study.storage import SKIPPED_ATTR
 
 if TYPE_CHECKING:
@@ -32,6 +38,50 @@ PRUNE_BELOW_BEST = 0.5
 # ... or, for utilization objectives, below this fraction of the as-written rate: such a
 # trial would be infeasible anyway (a winner may never lose examples/s).
 PRUNE_BELOW_AS_WRITTEN = 0.8
+# Successive halving (Optuna's `SuccessiveHalvingPruner`): a searched trial goes on after
+# its first window only if that window is among the best 1/HALVING_FACTOR of the first
+# windows measured so far. The next rung would be at window HALVING_FACTOR: with the
+# default 3 windows, only the first is judged, and a trial measured to its end is never
+# thrown away.
+HALVING_FACTOR = 4
+
+
+def make_pruner() -> Any:
+    """The study's pruner (see `HALVING_FACTOR`)."""
+    import optuna
+
+    return optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=1, reduction_factor=HALVING_FACTOR, min_early_stopping_rate=0
+    )
+
+
+def halving_of(trial: optuna.Trial, objective: Objective) -> Callable[[int, float], bool] | None:
+    """Report window `index`'s rate as step ``index + 1`` and ask the pruner; None where
+    Optuna cannot prune (a two-objective study)."""
+    if objective is Objective.BOTH:
+        return None
+
+    def halving(index: int, eps: float) -> bool:
+        trial.report(eps, index + 1)
+        return bool(trial.should_prune())
+
+    return halving
+
+
+def reuse_twin(trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
+    """End `trial` with `twin`'s measurement (the same config, measured to its end: see
+    `stopping.twin_of`) instead of running the script again."""
+    for key, value in twin.user_attrs.items():
+        if key != "role":
+            trial.set_user_attr(key, value)
+    trial.set_user_attr(TWIN_ATTR, twin.number)
+    trial.set_user_attr("wall_s", 0.0)
+    trial.set_user_attr(
+        "notes", [f"the same config as trial {twin.number}: its measurement is reused"]
+    )
+    trial.set_constraint("not_below_as_written", float(twin.user_attrs.get("constraint", 1.0)))
+    values = twin.values or [0.0]
+    return values[0] if len(values) == 1 else (values[0], values[1])
 
 
 def skip_if_dead(
@@ -68,12 +118,21 @@ def skip_if_dead(
 
 
 def prune_guard(
-    objective: Objective, role: Role, floor: float | None, best_eps: float, prune_why: list[str]
+    objective: Objective,
+    role: Role,
+    floor: float | None,
+    best_eps: float,
+    prune_why: list[str],
+    halving: Callable[[int, float], bool] | None = None,
 ) -> RepeatCallback:
     """The runner's per-repeat callback: False (prune) once a searched trial is
-    clearly worse; the reason goes to `prune_why`."""
+    clearly worse; the reason goes to `prune_why`. `halving` reports each window's rate
+    to Optuna's successive-halving pruner (every role reports, so that the baselines'
+    first windows are what a searched trial competes with) and says whether it would
+    prune."""
 
     def on_repeat(index: int, eps: float) -> bool:
+        behind = halving is not None and halving(index, eps)
         if role is not Role.SEARCH:
             return True  # baselines are always measured in full
         if objective is Objective.THROUGHPUT and best_eps > 0:
@@ -81,9 +140,15 @@ def prune_guard(
         elif floor:
             fraction, ref_eps, what = PRUNE_BELOW_AS_WRITTEN, floor, "the script as written"
         else:
-            return True
+            fraction, ref_eps, what = 0.0, 0.0, ""
         if eps >= fraction * ref_eps:
-            return True
+            if behind:
+                prune_why.append(
+                    f"{eps:,.1f} ex/s after {index + 1} window(s), not among the best "
+                    f"{1 / HALVING_FACTOR:.0%} of the trials' windows so far (successive "
+                    "halving)"
+                )
+            return not behind
         prune_why.append(
             f"{eps:,.1f} ex/s after {index + 1} window(s), below {fraction:.0%} of "
             f"{what} ({ref_eps:,.1f})"

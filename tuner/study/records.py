@@ -14,12 +14,13 @@ configs that share no knob value), a native crash is no knob value's fault, and
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
 from tftune.tuner.crashes import CrashSummary, Run, find_instability
-from tftune.tuner.study.contract import Role, TrialRecord
+from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ FAILED_ATTR = "failed"
 # per run, so that a sampler stuck on it cannot spin).
 DEAD_AFTER = 2
 STDERR_TAIL_ATTR = "stderr_tail"
+# A trial that reused the measurement of this earlier one (the same config).
+TWIN_ATTR = "twin_of"
 CRASH_ATTR = "crash"
 
 
@@ -67,14 +70,17 @@ def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
 
 
 def ran_to_end(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
-    """The trials whose script ran to an end: not skipped, not interrupted (FAIL)."""
+    """The trials whose script ran to an end: not skipped, not interrupted (FAIL), not a
+    twin (a config measured before, whose measurement it reuses: `stopping.twin_of`)."""
     import optuna
 
     ts = optuna.trial.TrialState
     return [
         t
         for t in trials
-        if t.state in (ts.COMPLETE, ts.PRUNED) and not t.user_attrs.get(SKIPPED_ATTR)
+        if t.state in (ts.COMPLETE, ts.PRUNED)
+        and not t.user_attrs.get(SKIPPED_ATTR)
+        and t.user_attrs.get(TWIN_ATTR) is None
     ]
 
 
@@ -152,3 +158,25 @@ def baselines_of(records: Sequence[TrialRecord]) -> list[TrialRecord]:
         ):
             out[r.role] = r
     return list(out.values())
+
+
+def importances(study: optuna.Study, objective: Objective) -> dict[str, float]:
+    """Parameter importances (PED-ANOVA: needs no scikit-learn, unlike fANOVA), or
+    empty when too few trials completed."""
+    import optuna
+
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 3 or not complete[0].params:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # it warns about the sign we already flipped
+            imp = optuna.importance.get_param_importances(
+                study,
+                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                # PED-ANOVA explains what makes the target *low*; we maximize.
+                target=lambda t: -t.values[0] if t.values else 0.0,
+            )
+    except (ImportError, RuntimeError, ValueError, ZeroDivisionError):
+        return {}
+    return {k: round(float(v), 4) for k, v in imp.items()}

@@ -25,12 +25,12 @@ import contextlib
 import hashlib
 import json
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
+from tftune.probes.findings import NOT_THE_LIMIT
 from tftune.tuner.crashes import find_instability
 from tftune.tuner.study.baselines import baseline_params, guided_params
 from tftune.tuner.study.contract import (
@@ -42,14 +42,23 @@ from tftune.tuner.study.contract import (
     TrialRecord,
 )
 from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
-from tftune.tuner.study.objective import prune_guard, skip_if_dead, store
+from tftune.tuner.study.objective import (
+    halving_of,
+    make_pruner,
+    prune_guard,
+    reuse_twin,
+    skip_if_dead,
+    store,
+)
 from tftune.tuner.study.records import (
     as_written_of,
     baselines_of,
     final_runs,
+    importances,
     record_of,
     trial_runs,
 )
+from tftune.tuner.study.stopping import stop_reason, twin_of
 from tftune.tuner.study.storage import (
     INTERRUPTED_ATTR,
     booked,
@@ -80,6 +89,8 @@ AS_WRITTEN_POLL_S = 2.0
 AS_WRITTEN_ATTEMPTS = 2
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
+# A search trial enqueued from the pipeline screen carries its rank here.
+SEED_ATTR = "screen_seed"
 
 
 def run_study(
@@ -144,6 +155,7 @@ def open_study(space: SearchSpace, settings: StudySettings) -> tuple[optuna.Stud
         study = optuna.create_study(
             storage=storage,
             sampler=sampler,
+            pruner=make_pruner(),
             study_name=settings.study_name,
             directions=directions,
             load_if_exists=True,
@@ -194,6 +206,7 @@ class Search:
         self.deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
         self.ran = 0
         self.notes: list[str] = []
+        self.stop_reason = ""
 
     def tell(self, note: str) -> None:
         """A note for the outcome, shown as it is made (once)."""
@@ -292,25 +305,40 @@ class Search:
 
     def enqueue_baselines(self, aw: TrialRecord) -> None:
         cores = self.space.cores
-        guided, guided_why = guided_params(self.space, aw, cores, self.settings.hint)
+        hint, seeds = self.settings.hint, list(self.settings.seeds)
+        guided, guided_why = guided_params(self.space, aw, cores, hint, seeds)
+        if seeds and guided == dict(seeds[0]):  # the screen's best is the guided trial
+            seeds = [*seeds[1:], guided_params(self.space, aw, cores, hint)[0]]
         with self.enqueue_lock():
             self._enqueue(Role.AUTOTUNE, baseline_params(self.space, Role.AUTOTUNE, cores))
             self._enqueue(Role.HEURISTIC, baseline_params(self.space, Role.HEURISTIC, cores))
             if self.settings.guided:
                 self._enqueue(Role.GUIDED, guided)
+            trials = self.study.get_trials(deepcopy=False)
+            for i, seed in enumerate(seeds):
+                if not any(t.user_attrs.get(SEED_ATTR) == i for t in trials):
+                    attrs = {"role": Role.SEARCH.value, SEED_ATTR: i}
+                    self.study.enqueue_trial(dict(seed), user_attrs=attrs)
         if self.settings.guided:
             self.tell(f"guided guess: {guided_why}")
+        if hint is not None and hint.next_moves:  # the analysis gives them when not input-bound
+            # Said before any trial is spent on pipeline knobs, as `tftune analyze` says it.
+            moves = "; ".join(f"{i}) {m}" for i, m in enumerate(hint.next_moves, 1))
+            self.tell(f"{NOT_THE_LIMIT.strip()} Next moves for the step: {moves}")
 
     # --- phase 4: search ----------------------------------------------------------------
 
     def search(self) -> None:
         """TPE until the study holds --trials; then wait for other workers' trials."""
         n = self.settings.n_trials
-        while True:  # skipped trials (`dead_values`) leave budget for another round
+        self._stop_when_done(self.study, None)  # a resumed study may be done already
+        while not self.stop_reason:  # skipped trials (`dead_values`) leave budget
             started = len(self.study.get_trials(deepcopy=False))
             self.run_some(n - booked(self.study.get_trials(deepcopy=False)))
             if len(self.study.get_trials(deepcopy=False)) == started:
                 break
+        if not self.stop_reason:
+            self.stop_reason = self._budget_words()
         # Other workers' trials still running are part of the result every worker reports.
         wait_for_others(
             lambda: self.study.get_trials(deepcopy=False),
@@ -326,7 +354,13 @@ class Search:
         self.study.optimize(
             self.objective,
             n_trials=n,
-            callbacks=[self._report, self._stop_at_deadline, self._stop_at_budget, self._booked],
+            callbacks=[
+                self._report,
+                self._stop_at_deadline,
+                self._stop_at_budget,
+                self._booked,
+                self._stop_when_done,
+            ],
         )
 
     def best_so_far(self) -> TrialRecord | None:
@@ -350,7 +384,25 @@ class Search:
         # Checked after each trial (a running trial is never cut short), on the injected
         # clock so that tests can drive it.
         if self.past_deadline():
+            self.stop_reason = self.stop_reason or (
+                f"stopped at --timeout {self.settings.timeout_s:g} s"
+            )
             study.stop()
+
+    def _stop_when_done(self, study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
+        # --trials auto: no gain beyond the noise in the last `patience` trials.
+        if self.settings.patience is None or self.stop_reason:
+            return
+        why = stop_reason(self.records(), self.settings.objective, self.settings.patience)
+        if why is not None:
+            self.stop_reason = why
+            study.stop()
+
+    def _budget_words(self) -> str:
+        n = self.settings.n_trials
+        if self.settings.patience is None:
+            return f"ran the {n} trials asked for (--trials {n})"
+        return f"reached the most trials --trials auto runs ({n}) while still gaining"
 
     def _stop_at_budget(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
         # Like Optuna's MaxTrialsCallback over finished trials, but an interrupted trial
@@ -366,10 +418,13 @@ class Search:
             k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
             for k in self.space.knobs
         }
+        recs = self.records()
         if role is Role.SEARCH:
             skip_if_dead(trial, self.study.get_trials(deepcopy=False), params, self.settings)
         self.ran += 1
-        recs = self.records()
+        twin = twin_of(recs, params) if role is Role.SEARCH else None
+        if twin is not None:  # TPE came back to a measured config: no need to run it
+            return reuse_twin(trial, self.study.trials[twin.number])
         aw = as_written_of(recs)
         floor = aw.examples_per_s if aw is not None else None
         best_eps = max(
@@ -377,7 +432,14 @@ class Search:
             default=0.0,
         )
         prune_why: list[str] = []
-        on_repeat = prune_guard(self.settings.objective, role, floor, best_eps, prune_why)
+        on_repeat = prune_guard(
+            self.settings.objective,
+            role,
+            floor,
+            best_eps,
+            prune_why,
+            halving_of(trial, self.settings.objective),
+        )
         config = self.space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
         try:
             with heartbeat(self.study._storage, trial._trial_id):
@@ -430,26 +492,5 @@ class Search:
             wall_s=self.clock() - self.t0,
             ran_this_session=self.ran,
             notes=tuple(self.notes),
+            stop_reason=self.stop_reason,
         )
-
-
-def importances(study: optuna.Study, objective: Objective) -> dict[str, float]:
-    """Parameter importances (PED-ANOVA: needs no scikit-learn, unlike fANOVA), or
-    empty when too few trials completed."""
-    import optuna
-
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if len(complete) < 3 or not complete[0].params:
-        return {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # it warns about the sign we already flipped
-            imp = optuna.importance.get_param_importances(
-                study,
-                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
-                # PED-ANOVA explains what makes the target *low*; we maximize.
-                target=lambda t: -t.values[0] if t.values else 0.0,
-            )
-    except (ImportError, RuntimeError, ValueError, ZeroDivisionError):
-        return {}
-    return {k: round(float(v), 4) for k, v in imp.items()}

@@ -54,15 +54,19 @@ def profile_script(
     timeout_s: float | None = None,
     step_timeout_s: float | None = None,
     deps: RunnerDeps | None = None,
+    fallback_s: float = FALLBACK_S,
 ) -> ProfileResult:
-    """Profile training steps [start_step, stop_step) of the script into `logdir`."""
+    """Profile training steps [start_step, stop_step) of the script into `logdir`.
+    `fallback_s`: how long the child waits for an update before it takes the busiest
+    loop as training (shorter once discovery has found that the script updates nothing:
+    `watch.KNOWN_BUSIEST_S`)."""
     deps = deps or RunnerDeps()
     path = check_script(script)
     logdir_abs = str(Path(logdir).resolve())
     with workdir() as work:
         spec = child_spec("profile", path, args, config or Config())
         spec.update(
-            fallback_s=FALLBACK_S,
+            fallback_s=fallback_s,
             profile={"start": start_step, "stop": stop_step, "logdir": logdir_abs},
         )
         watch = _ProfileWatch(StreamWatch(deps.clock(), step_timeout_s=step_timeout_s), deps.clock)

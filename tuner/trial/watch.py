@@ -27,6 +27,10 @@ STALL_FACTOR = 20.0
 # A script that updates nothing (a pipeline benchmark) is measured on its busiest loop
 # once its datasets have delivered this long with no update (`tuner/child/roles.py`).
 FALLBACK_S = 20.0
+# Once discovery has found that the script updates nothing, a later run (the guided
+# profile) waits only this long before it takes the busiest loop: enough for one loop
+# to deliver more than a peek or a count at the start.
+KNOWN_BUSIEST_S = 3.0
 EARLY_KEPT = 4096  # records kept per stream until it is known whether it trains
 
 

@@ -1,0 +1,168 @@
+"""The pipeline screen: many pipeline configs ranked in one run of a real script
+(a real TensorFlow child: the dataset rebuilt under each candidate and drained alone)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tftune.tuner.config import AUTOTUNE, SiteConfig
+from tftune.tuner.screen import MAX_CANDIDATES, Screen, ScreenEntry, candidates, run_screen
+from tftune.tuner.space import build_space
+from tftune.tuner.study import StudySettings
+from tftune.tuner.trial import discover
+from tftune.tuner.trial.discovery import CallSite
+
+# A user's script: the data comes through shuffle, repeat and a map applied inside
+# `ds.apply(...)`, each element waits ~3 ms in Python (a remote read), and an eager loop
+# trains a one-variable model on it.
+SCRIPT = textwrap.dedent(
+    """
+    import time
+    import tensorflow as tf
+
+    def read(i):
+        def slow(x):
+            time.sleep(0.003)
+            return float(x)
+        y = tf.py_function(slow, [i], tf.float32)
+        y.set_shape([])
+        return y
+
+    ds = tf.data.Dataset.range(100000).shuffle(64, seed=1).repeat()
+    ds = ds.apply(lambda d: d.map(read))
+    ds = ds.batch(8)
+    w = tf.Variable(0.0)
+    opt = tf.keras.optimizers.SGD(1e-9)
+    for step, batch in enumerate(ds):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(batch * w)
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+        if step > 100000:
+            break
+    """
+)
+# The same pipeline, iterated inside a tf.function: it cannot be drained from Python.
+IN_FUNCTION = textwrap.dedent(
+    """
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.range(10**9).map(lambda i: tf.cast(i, tf.float32)).batch(8)
+    w = tf.Variable(0.0)
+    opt = tf.keras.optimizers.SGD(1e-9)
+
+    @tf.function
+    def train():
+        for batch in ds:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(batch * w)
+            opt.apply_gradients([(tape.gradient(loss, w), w)])
+
+    train()
+    """
+)
+
+
+def test_candidates_keep_the_model_side_and_size_the_pool_with_the_parallelism() -> None:
+    sites = [
+        CallSite("train.py:10", "map", (), SiteConfig(), None, 1),
+        CallSite("train.py:11", "batch", (), SiteConfig(batch_size=32), None, 1),
+    ]
+    space = build_space(sites, cores=2)
+    got = candidates(space)
+    assert got[0] == space.as_written_params()
+    assert got[1]["train.py:10/num_parallel_calls"] == AUTOTUNE
+    assert len(got) <= MAX_CANDIDATES and len({repr(sorted(p.items())) for p in got}) == len(got)
+    for params in got:
+        assert params["train.py:11/batch_size"] == 32  # the model's side stays as written
+        par = params["train.py:10/num_parallel_calls"]
+        if isinstance(par, int) and par > 2:
+            assert params["threadpool_size"] == par  # AUTOTUNE never goes past the pool
+    assert {16, 64} <= {p["train.py:10/num_parallel_calls"] for p in got}
+
+
+def test_seeds_are_the_best_ranked_and_never_a_partly_rebuilt_candidate() -> None:
+    entries = (
+        ScreenEntry({"p": 1}, "as written", 100.0),
+        ScreenEntry({"p": 2}, "a", 900.0, missing=("x.py:3",)),  # not rebuilt at x.py:3
+        ScreenEntry({"p": 3}, "b", 500.0),
+        ScreenEntry({"p": 4}, "c", None, error="InvalidArgumentError: ..."),
+        ScreenEntry({"p": 5}, "d", 700.0),
+    )
+    screen = Screen(entries, 3.0)
+    assert screen.seeds(2) == [{"p": 5}, {"p": 3}]
+    assert "best 700.0 ex/s (d), as written 100.0" in screen.summary()
+    assert StudySettings(seeds=tuple(screen.seeds())).seeds[0] == {"p": 5}
+
+
+@pytest.fixture(scope="module")
+def screened(tmp_path_factory: pytest.TempPathFactory) -> tuple[Screen, list[str]]:
+    folder = tmp_path_factory.mktemp("screen")
+    script = folder / "train.py"
+    script.write_text(SCRIPT)
+    found = discover(script)
+    space = build_space(found.sites, cores=2)
+    trains = found.training
+    assert trains is not None
+    screen = run_screen(script, [], space, (trains.site, trains.place), seconds=0.4)
+    return screen, [k.site or "" for k in space.knobs if k.field == "num_parallel_calls"]
+
+
+def test_every_candidate_is_rebuilt_and_drained_in_one_run(
+    screened: tuple[Screen, list[str]],
+) -> None:
+    screen, _sites = screened
+    assert screen.reason is None
+    for e in screen.entries:
+        assert e.error is None and e.missing == () and (e.examples_per_s or 0) > 0, e
+        assert e.busy_cores is not None and e.busy_cores > 0
+    assert screen.entries[0].description == "as written"
+
+
+def test_the_screen_ranks_a_latency_bound_map_by_its_parallelism(
+    screened: tuple[Screen, list[str]],
+) -> None:
+    """Each element waits 3 ms in Python: 16 calls in flight (with the pool to run them)
+    deliver several times what one does, whatever the load on the machine."""
+    screen, (site,) = screened
+    written = screen.entries[0].examples_per_s or 0.0
+    par16 = next(e for e in screen.entries if e.params.get(f"{site}/num_parallel_calls") == 16)
+    assert (par16.examples_per_s or 0.0) > 3 * written
+    best = screen.best_first()[0]
+    assert best.params[f"{site}/num_parallel_calls"] not in (None, 1, 2)
+
+
+def test_a_dataset_iterated_in_a_tf_function_is_not_screened(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(IN_FUNCTION)
+    found = discover(script)
+    space = build_space(found.sites, cores=2)
+    screen = run_screen(script, [], space, None, seconds=0.2)
+    assert screen.best_first() == [] and screen.seeds() == []
+    why = "the training dataset is iterated inside a tf.function"
+    assert screen.reason == f"no candidate could be screened: {why}"
+    assert all(e.error == why for e in screen.entries)
+
+
+def test_one_host_sizing_uses_the_pipeline_at_its_best_screened_config() -> None:
+    from tftune.probes.service_sizing import host_cores
+    from tftune.tuner.bounds import Ceiling
+    from tftune.tuner.screen import with_screen_sizing
+
+    cores = host_cores()
+    entries = (
+        ScreenEntry({"p": 1}, "as written", 1000.0, busy_cores=0.5),
+        ScreenEntry({"p": 2}, "best", 4000.0, busy_cores=float(cores)),  # every core busy
+    )
+    ceiling = Ceiling(1000.0, 40_000.0)
+    sized = with_screen_sizing(ceiling, Screen(entries, 2.0))
+    assert sized is not None and sized.sizing is not None
+    s = sized.sizing
+    assert s.pipeline_rate == 4000.0 and s.saturated
+    assert s.per_core_rate == pytest.approx(4000.0 / cores)
+    assert s.cores_needed == pytest.approx(10.0 * cores)  # 40,000 at 4,000/cores per core
+    assert s.more_workers == 10 - 1  # ten hosts in all, this one included
+    assert with_screen_sizing(None, Screen(entries, 2.0)) is None
+    assert with_screen_sizing(ceiling, None) is ceiling

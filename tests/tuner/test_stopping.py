@@ -1,0 +1,256 @@
+"""Spending less on tuning: --trials auto, reused twins, successive halving, the guided
+guess for a compute-bound script and the break-even figures (no TensorFlow, no
+subprocess: an injected runner over a model of the script)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tftune.core.vocabulary import TrialState
+from tftune.reports.tuning_model import break_even_sentence
+from tftune.tuner.breakeven import BreakEven
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.measurement import Measurement
+from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.study import (
+    Mode,
+    Objective,
+    RepeatCallback,
+    Role,
+    Runner,
+    StudySettings,
+    TrialRecord,
+    run_study,
+    trial_budget,
+)
+from tftune.tuner.study.baselines import guided_params
+from tftune.tuner.study.contract import AUTO_PATIENCE, DEFAULT_TRIALS, GuidedHint
+from tftune.tuner.study.stopping import stop_reason, twin_of
+from tftune.tuner.trial.discovery import CallSite
+
+MAP = "train.py:10"
+BATCH = "train.py:11"
+SITES = [
+    CallSite(MAP, "map", (), SiteConfig(), None, 1),
+    CallSite(BATCH, "batch", (), SiteConfig(batch_size=32), None, 1),
+]
+
+
+def space() -> SearchSpace:
+    return build_space(SITES, cores=2)
+
+
+def plateau(config: Config) -> float:
+    """Any parallel map reaches the same rate: nothing is left to find after it."""
+    s = config.sites.get(MAP) or SiteConfig()
+    return 1000.0 if s.num_parallel_calls in (None, 1) else 4000.0
+
+
+class Runs(Runner):
+    def __init__(self, model: Callable[[Config], float], repeats: int = 3) -> None:
+        self.model, self.repeats = model, repeats
+        self.calls: list[Config] = []
+        self.windows: list[int] = []
+
+    def measure(
+        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
+    ) -> Measurement:
+        self.calls.append(config)
+        eps, done = self.model(config), []
+        for i in range(self.repeats):
+            done.append(eps)
+            if on_repeat is not None and not on_repeat(i, eps):
+                self.windows.append(len(done))
+                return Measurement(TrialState.PRUNED, eps, repeats=tuple(done), reason="pruned")
+        self.windows.append(len(done))
+        return Measurement(
+            TrialState.COMPLETE, eps, 0.5, spread=0.02, input_wait_share=0.1, repeats=tuple(done)
+        )
+
+
+def settings(tmp_path: Path, **kw: object) -> StudySettings:
+    base: dict[str, object] = {"storage": str(tmp_path / "s.journal"), "study_name": "t"}
+    base.update(kw)
+    return StudySettings(**base)  # type: ignore[arg-type]
+
+
+def rec(
+    n: int, role: Role, eps: float | None, state: TrialState = TrialState.COMPLETE
+) -> TrialRecord:
+    return TrialRecord(n, role, state, {"p": n}, "", eps, 0.5, spread=0.02, feasible=True)
+
+
+# --- --trials auto ----------------------------------------------------------------------
+
+
+def test_trials_auto_means_at_most_twenty_with_patience() -> None:
+    assert trial_budget("auto") == (DEFAULT_TRIALS, AUTO_PATIENCE)
+    assert trial_budget(7) == (7, None)
+
+
+def test_the_search_goes_on_while_trials_still_gain() -> None:
+    recs = [rec(0, Role.AS_WRITTEN, 100.0), rec(1, Role.AUTOTUNE, 200.0)]
+    recs += [rec(2 + i, Role.SEARCH, 300.0 * 1.1**i) for i in range(6)]  # +10% each
+    assert stop_reason(recs, Objective.THROUGHPUT, 4) is None
+
+
+def test_the_search_stops_after_patience_trials_without_a_gain_beyond_the_noise() -> None:
+    recs = [
+        rec(0, Role.AS_WRITTEN, 100.0),
+        rec(1, Role.AUTOTUNE, 200.0),
+        rec(2, Role.SEARCH, 500.0),
+    ]
+    recs += [rec(3, Role.SEARCH, 505.0), rec(4, Role.SEARCH, 90.0)]  # +1%: within the noise
+    recs += [rec(5, Role.SEARCH, None, TrialState.FAILED)]
+    assert stop_reason(recs, Objective.THROUGHPUT, 4) is None  # 3 so far
+    recs.append(rec(6, Role.SEARCH, 250.0, TrialState.PRUNED))
+    why = stop_reason(recs, Objective.THROUGHPUT, 4)
+    assert why is not None
+    assert "the last 4 gained nothing beyond the noise (3%)" in why
+    assert "trial 2's 500.0 ex/s" in why and "after 7 trials" in why
+
+
+def test_baselines_do_not_use_up_the_patience() -> None:
+    recs = [rec(0, Role.AS_WRITTEN, 100.0)]
+    recs += [
+        rec(i, r, 100.0) for i, r in enumerate((Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED), 1)
+    ]
+    recs += [rec(4, Role.SEARCH, 100.0)]
+    assert stop_reason(recs, Objective.THROUGHPUT, 2) is None
+
+
+def test_auto_stops_a_plateaued_search_early_and_says_why(tmp_path: Path) -> None:
+    runner = Runs(plateau)
+    out = run_study(space(), runner, settings(tmp_path, n_trials=20, patience=4))
+    searched = [r for r in out.records if r.role is Role.SEARCH]
+    assert len(searched) == 4, [r.examples_per_s for r in out.records]
+    assert out.stop_reason.startswith("stopped after 8 trials: the last 4 gained nothing")
+    assert (out.best.examples_per_s or 0) == 4000.0
+
+
+def test_fixed_trials_run_to_the_end_and_say_so(tmp_path: Path) -> None:
+    out = run_study(space(), Runs(plateau), settings(tmp_path, n_trials=9, confirm=False))
+    assert len(out.records) == 9
+    assert out.stop_reason == "ran the 9 trials asked for (--trials 9)"
+
+
+# --- twins: a config measured again is not run again -------------------------------------
+
+
+def test_a_twin_reuses_the_complete_measurement_only() -> None:
+    done = TrialRecord(3, Role.SEARCH, TrialState.COMPLETE, {"a": 1}, "", 10.0)
+    pruned = TrialRecord(2, Role.SEARCH, TrialState.PRUNED, {"a": 2}, "", 1.0)
+    confirm = TrialRecord(3, Role.CONFIRM, TrialState.COMPLETE, {"a": 3}, "", 1.0)
+    assert twin_of([done, pruned, confirm], {"a": 1}) is done
+    assert twin_of([done, pruned, confirm], {"a": 2}) is None  # one short window: again
+    assert twin_of([done, pruned, confirm], {"a": 3}) is None
+
+
+def test_tpe_coming_back_to_a_config_costs_no_run(tmp_path: Path) -> None:
+    runner = Runs(plateau)
+    out = run_study(space(), runner, settings(tmp_path, n_trials=20, confirm=False))
+    twins = [r for r in out.records if r.notes and "is reused" in r.notes[0]]
+    assert twins, "TPE never sampled a measured config again in 20 trials of a plateau"
+    assert len(runner.calls) == len(out.records) - len(twins)
+    for t in twins:
+        first = next(r for r in out.records if r.number < t.number and r.params == t.params)
+        assert t.examples_per_s == first.examples_per_s and t.wall_s == 0.0
+    assert out.ran_this_session == len(out.records)
+
+
+# --- successive halving -----------------------------------------------------------------
+
+
+def test_search_trials_behind_after_one_window_stop_there(tmp_path: Path) -> None:
+    """Only the best first windows go on; baselines always run all their windows."""
+    rates = iter([1000.0, 1500.0, 2000.0, 2500.0] + [1200.0 + 10 * i for i in range(8)])
+    runner = Runs(lambda _c: next(rates))
+    out = run_study(space(), runner, settings(tmp_path, n_trials=12, confirm=False))
+    assert runner.windows[:4] == [3, 3, 3, 3]
+    halved = [r for r in out.records if "successive halving" in (r.reason or "")]
+    assert halved and all(r.role is Role.SEARCH and len(r.repeats) == 1 for r in halved)
+    assert all(r.state is TrialState.PRUNED for r in halved)
+
+
+# --- the guided guess for a compute-bound script ------------------------------------------
+
+
+def test_a_compute_bound_guess_tries_a_larger_batch() -> None:
+    aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 100.0, input_wait_share=0.01)
+    params, why = guided_params(space(), aw, 2, GuidedHint(0.01))
+    assert params[f"{BATCH}/batch_size"] == 64
+    assert params[f"{MAP}/num_parallel_calls"] == AUTOTUNE
+    assert "not input-bound (1% wait, from the profile)" in why and "batch 64" in why
+
+
+# --- break-even ---------------------------------------------------------------------------
+
+
+def test_break_even_arithmetic() -> None:
+    be = BreakEven(120.0, 1000.0, 4000.0)  # the same examples in a quarter of the time
+    assert be.saved_s_per_hour == pytest.approx(2700.0)
+    assert be.pays_off_after_s == pytest.approx(160.0)
+    assert BreakEven(120.0, 1000.0, 990.0).to_json()["pays_off_after_s"] is None
+    assert BreakEven(120.0, 1000.0, None).saved_s_per_hour is None
+
+
+def test_break_even_in_words() -> None:
+    words = break_even_sentence({"break_even": BreakEven(120.0, 1000.0, 4000.0).to_json()})
+    assert words == (
+        "Tuning took 2.0 min; at the measured rates (1,000.0 → 4,000.0 ex/s) the winner saves "
+        "45.0 min of every hour of training, and has paid for itself after 2.7 min of training."
+    )
+    kept = break_even_sentence({"break_even": BreakEven(75.0, 1000.0, None).to_json()})
+    assert (
+        kept == "Tuning took 75 s; the script as written stays, so there is nothing to pay it back."
+    )
+    assert break_even_sentence({}) is None
+
+
+# --- the pipeline screen's configs: the guided guess and the first search trials ----------
+
+
+def test_an_input_bound_guess_is_the_screens_best_config() -> None:
+    sp = space()
+    best = sp.params_for({"num_parallel_calls": 64, "threadpool_size": 64})
+    aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 100.0)
+    params, why = guided_params(sp, aw, 2, GuidedHint(0.9), [best])
+    assert (
+        params == best
+        and why == "input-bound (90% wait, from the profile): the pipeline screen's best config"
+    )
+    params, _ = guided_params(sp, aw, 2, GuidedHint(0.01), [best])  # the step is the limit
+    assert params != best and params[f"{BATCH}/batch_size"] == 64
+
+
+def test_screened_configs_are_the_first_search_trials(tmp_path: Path) -> None:
+    sp = space()
+    seeds = tuple(sp.params_for({"num_parallel_calls": p, "threadpool_size": p}) for p in (64, 16))
+    hint = GuidedHint(0.9)
+    runner = Runs(plateau)
+    out = run_study(
+        sp, runner, settings(tmp_path, n_trials=7, confirm=False, seeds=seeds, hint=hint)
+    )
+    roles = [r.role for r in out.records]
+    assert roles[:5] == [Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED, Role.SEARCH]
+    guided = next(r for r in out.records if r.role is Role.GUIDED)
+    assert guided.params == seeds[0]  # the screen's best is the guided trial ...
+    # ... and the next screened config and the profile's own guess come right after it.
+    profile_guess = guided_params(sp, out.records[0], 2, hint)[0]
+    assert [dict(r.params) for r in out.records[4:6]] == [seeds[1], profile_guess]
+
+
+def test_a_compute_bound_script_is_told_so_before_any_pipeline_trial(tmp_path: Path) -> None:
+    moves = ("use 16-bit precision (keras.mixed_precision.set_global_policy(...))", "XLA")
+    hint = GuidedHint(0.02, next_moves=moves)
+    events: list[str] = []
+    out = run_study(
+        space(), Runs(plateau), settings(tmp_path, n_trials=5, confirm=False, hint=hint),
+        on_note=events.append, on_trial=lambda r, _b: events.append(f"trial {r.role.value}"),
+    )  # fmt: skip
+    said = next(n for n in out.notes if n.startswith("The input pipeline is not the limit"))
+    assert said.endswith("Next moves for the step: 1) " + moves[0] + "; 2) XLA")
+    assert events.index(said) < events.index("trial search")  # before pipeline trials

@@ -1,0 +1,93 @@
+"""When the search is done: ``--trials auto``'s stopping rule, and trials that need no run.
+
+Every trial costs the user a run of their script. Two rules spend less:
+
+- `stop_reason`: ``--trials auto`` stops the search once `patience` finished trials in a
+  row brought no gain beyond the noise over the best so far (the gain a change must
+  show to be recommended, `final.required_gain`: at least 3%, more where the windows
+  spread). The baselines are measured first whatever happens; the count starts after
+  them.
+- `twin_of`: TPE samples a config it has already measured once it has converged. That
+  trial reuses the earlier measurement instead of running the script again (a "twin"),
+  and counts as a trial that gained nothing.
+
+Both are pure functions of the finished trials, so that every worker of a shared study
+reaches the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.study.contract import Objective, Role, TrialRecord
+from tftune.tuner.study.final import required_gain
+
+if TYPE_CHECKING:
+    from tftune.tuner.space import KnobValue
+
+# The trials measured before the search (as written, AUTOTUNE, heuristic, guided).
+_BASELINE_ROLES = frozenset({Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED})
+
+
+def _figure(r: TrialRecord, objective: Objective) -> float | None:
+    """The objective's primary figure (examples/s for throughput and both)."""
+    if objective is Objective.GPU_UTIL:
+        return r.utilization
+    return r.examples_per_s
+
+
+def _gains(r: TrialRecord, best: TrialRecord | None, objective: Objective) -> bool:
+    """`r` is a new best, by more than the noise of the two measurements."""
+    mine = _figure(r, objective)
+    if mine is None or r.state is not TrialState.COMPLETE or not r.feasible:
+        return False
+    if best is None:
+        return True
+    theirs = _figure(best, objective)
+    if not theirs:
+        return True
+    return mine / theirs - 1.0 > required_gain(r, best)
+
+
+def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: int) -> str | None:
+    """Why the search should stop now, or None to go on (see the module docstring)."""
+    ordered = sorted((r for r in records if r.role is not Role.CONFIRM), key=lambda r: r.number)
+    best: TrialRecord | None = None
+    since_gain = 0
+    searched = 0
+    for r in ordered:
+        if r.role is Role.AS_WRITTEN and r.state is TrialState.COMPLETE:
+            r = _feasible(r)
+        if _gains(r, best, objective):
+            best, since_gain = r, 0
+        elif r.role not in _BASELINE_ROLES:
+            since_gain += 1
+        searched += r.role not in _BASELINE_ROLES
+    if best is None or searched < patience or since_gain < patience:
+        return None
+    noise = required_gain(best, best)
+    figure = _figure(best, objective) or 0.0
+    unit = "utilization" if objective is Objective.GPU_UTIL else "ex/s"
+    shown = f"{figure:.0%}" if objective is Objective.GPU_UTIL else f"{figure:,.1f}"
+    return (
+        f"stopped after {len(ordered)} trials: the last {since_gain} gained nothing beyond "
+        f"the noise ({noise:.0%}) over trial {best.number}'s {shown} {unit}"
+    )
+
+
+def _feasible(r: TrialRecord) -> TrialRecord:
+    """The script as written is the floor: it counts as a feasible best to beat."""
+    return r if r.feasible else replace(r, feasible=True)
+
+
+def twin_of(records: Sequence[TrialRecord], params: Mapping[str, KnobValue]) -> TrialRecord | None:
+    """The earliest trial that measured exactly `params` to the end, not counting
+    final-round runs: its measurement stands for a trial that samples the same config
+    again. A pruned or failed one does not: one short window may have been unlucky, a
+    failure transient (a value that keeps failing is skipped: `records.dead_values`)."""
+    wanted = dict(params)
+    done = (r for r in records if r.role is not Role.CONFIRM and r.state is TrialState.COMPLETE)
+    return next((r for r in sorted(done, key=lambda r: r.number) if dict(r.params) == wanted), None)
