@@ -50,7 +50,7 @@ from tftune.tuner.preflight import (
     screen_pipeline,
 )
 from tftune.tuner.record import api_call, build_record
-from tftune.tuner.screen import Screen, with_screen_sizing
+from tftune.tuner.screen import Screen
 from tftune.tuner.service import check_address
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
@@ -161,9 +161,8 @@ def optimize(
     pool = _make_runners(path, args, found, gpu, runner, slots, measure, note)
     # The profile runs the real script: by default only when the trials do too.
     do_profile = (runner is None) if profile is None else profile
-    ceiling = measure_ceiling(pool.runners[0], note) if bounds else None
     screen = screen_pipeline(path, args, found, space, note) if guided and do_profile else None
-    ceiling = with_screen_sizing(ceiling, screen)  # one host enough? at the best config
+    ceiling = measure_ceiling(pool.runners[0], note, screen) if bounds else None
     hint = profile_hint(path, args, note, found.busiest_loop) if guided and do_profile else None
     study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
     settings = _settings(study, obj, hint, path, args, started, screen)

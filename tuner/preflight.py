@@ -14,18 +14,16 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
+from tftune.tuner.screen import Screen, with_screen_sizing
 from tftune.tuner.space import BatchBound, SearchSpace
 from tftune.tuner.study import AUTO_TRIALS, GuidedHint, Mode, Objective, Runner, Trials
 from tftune.tuner.trial import Discovery
-
-if TYPE_CHECKING:
-    from tftune.tuner.screen import Screen
 
 
 def check_inputs(
@@ -96,11 +94,15 @@ def check_writable(path: str | os.PathLike[str], flag: str) -> None:
         raise ConfigError(f"{flag} {path}: cannot write: permission denied")
 
 
-def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None) -> Ceiling:
+def measure_ceiling(
+    runner: Runner, on_note: Callable[[str], None] | None = None, screen: Screen | None = None
+) -> Ceiling:
     """Bound analysis: the pipeline alone and the model alone on cached data, both as
     written. A half that cannot be measured (e.g. the script never iterates a dataset in
-    a way we can isolate) is reported as not measured, with the reason."""
-    pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY)
+    a way we can isolate) is reported as not measured, with the reason. When the pipeline
+    screen drained the script as written, its figure is the pipeline alone (one run
+    fewer), and the sizing comes from the pipeline at its best screened config."""
+    written = screen.as_written() if screen is not None else None
     model = runner.measure(Config(), mode=Mode.MODEL_ONLY)
 
     def value(m: Any) -> tuple[float | None, str | None]:
@@ -108,12 +110,19 @@ def measure_ceiling(runner: Runner, on_note: Callable[[str], None] | None = None
             return float(m.examples_per_s), None
         return None, f"not measured ({m.reason or 'no steps'})"
 
-    p, pn = value(pipe)
     mo, mn = value(model)
-    c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, mo))
+    if written is not None:
+        c = Ceiling(written.examples_per_s, mo, None, mn)
+        c = with_screen_sizing(c, screen) or c
+    else:
+        pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY)
+        p, pn = value(pipe)
+        c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, mo))
     if on_note is not None:
         on_note(
-            f"bound analysis: pipeline alone {p or 0:,.1f} ex/s, model alone {mo or 0:,.1f} ex/s"
+            f"bound analysis: pipeline alone {c.pipeline_only_examples_per_s or 0:,.1f} ex/s"
+            + (" (the screen's, as written)" if written is not None else "")
+            + f", model alone {mo or 0:,.1f} ex/s"
         )
     return c
 
@@ -161,7 +170,8 @@ def screen_pipeline(
     note: Callable[[str], None],
 ) -> Screen | None:
     """The pipeline screen (`tuner.screen`), when the space has pipeline knobs: its best
-    configs seed the search."""
+    configs seed the search, and its figure for the script as written is the bound
+    analysis' pipeline alone."""
     from tftune.tuner.screen import PIPELINE_FIELDS, run_screen
 
     if not any(k.field in PIPELINE_FIELDS for k in space.knobs):

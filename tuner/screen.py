@@ -98,6 +98,11 @@ class Screen:
             key=lambda e: -(e.examples_per_s or 0.0),
         )
 
+    def as_written(self) -> ScreenEntry | None:
+        """The script as written drained alone (the first candidate), when it ran."""
+        first = self.entries[0] if self.entries else None
+        return first if first is not None and first.ranked else None
+
     def seeds(self, k: int = SEEDS) -> list[dict[str, KnobValue]]:
         """The `k` best screened configs, best first."""
         return [dict(e.params) for e in self.best_first()[:k]]

@@ -137,6 +137,8 @@ def test_a_dead_workers_trial_is_failed_retried_and_nothing_is_lost(tmp_path: Pa
         (None, STALE_AFTER_S + 60, os.getpid(), False),  # this very process: alive
         (None, 1.0, "dead", True),  # this host, process gone
     ],
+    # Ids without the pid: parallel test workers must collect the same test names.
+    ids=["other-host-old", "other-host-beating", "this-process", "this-host-dead"],
 )
 def test_stale_rules(
     tmp_path: Path, host: str | None, age_s: float, pid: object, stale: bool

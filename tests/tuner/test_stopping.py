@@ -254,3 +254,17 @@ def test_a_compute_bound_script_is_told_so_before_any_pipeline_trial(tmp_path: P
     said = next(n for n in out.notes if n.startswith("The input pipeline is not the limit"))
     assert said.endswith("Next moves for the step: 1) " + moves[0] + "; 2) XLA")
     assert events.index(said) < events.index("trial search")  # before pipeline trials
+
+
+def test_seeds_beyond_the_budget_are_not_left_waiting_in_the_study(tmp_path: Path) -> None:
+    import optuna
+
+    from tftune.tuner.study import open_storage
+
+    sp = space()
+    seeds = tuple(sp.params_for({"num_parallel_calls": p, "threadpool_size": p}) for p in (64, 16))
+    s = settings(tmp_path, n_trials=5, confirm=False, seeds=seeds, hint=GuidedHint(0.9))
+    out = run_study(sp, Runs(plateau), s)
+    assert len(out.records) == 5
+    study = optuna.load_study(study_name="t", storage=open_storage(s.storage)[0])
+    assert [t.state.name for t in study.get_trials()].count("WAITING") == 0

@@ -5,18 +5,17 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
 
 1. open (or resume) the study, and recover a dead worker's trials (`storage`);
 2. as written (role ``as_written``): the reference every winner must beat;
-3. baselines: AUTOTUNE everywhere, the #cores heuristic and the analysis-guided guess,
-   enqueued (`baselines`);
-4. search: TPE (multivariate, seeded) for the rest of the budget; trials that are
-   clearly worse are pruned from the runner's per-repeat throughput reports;
+3. baselines: AUTOTUNE everywhere, the #cores heuristic, the analysis-guided guess and
+   the pipeline screen's seeds, enqueued within the budget (`baselines`);
+4. search: TPE (multivariate, seeded) until the budget or `stopping.stop_reason`;
+   clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
 5. final round: the winner, re-measured beside the baselines (`final`);
 6. outcome: everything frozen into a `StudyOutcome`.
 
 ``--trials N`` is the number of finished trials the *study* should hold, so a resumed or
 shared study (several workers on one storage) stops at N in total and never reruns a
-finished trial. A trial whose script failed is stored as PRUNED and flagged
-(`records.FAILED_ATTR`), so that TPE learns from it; a knob value that keeps failing is
-skipped (`records.dead_values`).
+finished trial. A failed trial is stored as PRUNED and flagged (`records.FAILED_ATTR`),
+so that TPE learns from it; a knob value that keeps failing is skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError, ScriptError
@@ -203,6 +202,7 @@ class Search:
         self.space, self.runner, self.settings, self.study = space, runner, settings, study
         self.on_trial, self.on_note = on_trial, on_note
         self.clock, self.sleep, self.t0 = clock, sleep, t0
+        self.timeout_s = settings.timeout_s or 0.0
         self.deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
         self.ran = 0
         self.notes: list[str] = []
@@ -298,10 +298,19 @@ class Search:
         file, an advisory lock on PostgreSQL."""
         return study_lock(self.settings.storage, self.settings.study_name)
 
-    def _enqueue(self, role: Role, params: Mapping[str, KnobValue]) -> None:
+    def _room(self, trials: Sequence[optuna.trial.FrozenTrial]) -> int:
+        """Trials the budget still has room for, enqueued ones counted: a trial enqueued
+        past it would wait in the study forever (other workers may have used it up)."""
+        waiting = sum(1 for t in trials if t.state.name == "WAITING")
+        return self.settings.n_trials - booked(trials) - waiting
+
+    def _enqueue(self, key: str, value: object, params: Mapping[str, KnobValue]) -> None:
+        """Enqueue `params` once per study (no trial has user attribute `key` = `value`
+        yet), and only within the budget."""
         trials = self.study.get_trials(deepcopy=False)
-        if not any(t.user_attrs.get("role") == role.value for t in trials):
-            self.study.enqueue_trial(dict(params), user_attrs={"role": role.value})
+        if not any(t.user_attrs.get(key) == value for t in trials) and self._room(trials) > 0:
+            attrs = {key: value} if key == "role" else {"role": Role.SEARCH.value, key: value}
+            self.study.enqueue_trial(dict(params), user_attrs=attrs)
 
     def enqueue_baselines(self, aw: TrialRecord) -> None:
         cores = self.space.cores
@@ -310,15 +319,12 @@ class Search:
         if seeds and guided == dict(seeds[0]):  # the screen's best is the guided trial
             seeds = [*seeds[1:], guided_params(self.space, aw, cores, hint)[0]]
         with self.enqueue_lock():
-            self._enqueue(Role.AUTOTUNE, baseline_params(self.space, Role.AUTOTUNE, cores))
-            self._enqueue(Role.HEURISTIC, baseline_params(self.space, Role.HEURISTIC, cores))
+            for role in (Role.AUTOTUNE, Role.HEURISTIC):
+                self._enqueue("role", role.value, baseline_params(self.space, role, cores))
             if self.settings.guided:
-                self._enqueue(Role.GUIDED, guided)
-            trials = self.study.get_trials(deepcopy=False)
+                self._enqueue("role", Role.GUIDED.value, guided)
             for i, seed in enumerate(seeds):
-                if not any(t.user_attrs.get(SEED_ATTR) == i for t in trials):
-                    attrs = {"role": Role.SEARCH.value, SEED_ATTR: i}
-                    self.study.enqueue_trial(dict(seed), user_attrs=attrs)
+                self._enqueue(SEED_ATTR, i, seed)
         if self.settings.guided:
             self.tell(f"guided guess: {guided_why}")
         if hint is not None and hint.next_moves:  # the analysis gives them when not input-bound
@@ -384,9 +390,7 @@ class Search:
         # Checked after each trial (a running trial is never cut short), on the injected
         # clock so that tests can drive it.
         if self.past_deadline():
-            self.stop_reason = self.stop_reason or (
-                f"stopped at --timeout {self.settings.timeout_s:g} s"
-            )
+            self.stop_reason = self.stop_reason or f"stopped at --timeout {self.timeout_s:g} s"
             study.stop()
 
     def _stop_when_done(self, study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
