@@ -48,6 +48,7 @@ from tftune.tuner.preflight import (
     pick_objective,
     profile_hint,
     screen_pipeline,
+    with_bounds,
 )
 from tftune.tuner.record import api_call, build_record
 from tftune.tuner.screen import Screen
@@ -164,6 +165,7 @@ def optimize(
     screen = screen_pipeline(path, args, found, space, note) if guided and do_profile else None
     ceiling = measure_ceiling(pool.runners[0], note, screen) if bounds else None
     hint = profile_hint(path, args, note, found.busiest_loop) if guided and do_profile else None
+    hint = with_bounds(hint, ceiling) if guided else None
     study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
     settings = _settings(study, obj, hint, path, args, started, screen)
     outcome = _run_study(space, pool, settings, on_trial, on_start, note)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,21 @@ def measure_ceiling(
             + f", model alone {mo or 0:,.1f} ex/s"
         )
     return c
+
+
+# The pipeline alone at least this many times the model alone: the model is the limit.
+MODEL_BOUND_FACTOR = 2.0
+
+
+def with_bounds(hint: GuidedHint | None, ceiling: Ceiling | None) -> GuidedHint | None:
+    """`hint` marked `model_bound` when the bound analysis measured the pipeline alone at
+    `MODEL_BOUND_FACTOR` times the model alone or more: a profile's few percent of input
+    wait then is scheduling, not a pipeline to tune."""
+    p = ceiling.pipeline_only_examples_per_s if ceiling is not None else None
+    m = ceiling.model_only_examples_per_s if ceiling is not None else None
+    if p is None or m is None or p < MODEL_BOUND_FACTOR * m:
+        return hint
+    return replace(hint or GuidedHint(None, source="bound analysis"), model_bound=True)
 
 
 def discover_training(

@@ -268,3 +268,22 @@ def test_seeds_beyond_the_budget_are_not_left_waiting_in_the_study(tmp_path: Pat
     assert len(out.records) == 5
     study = optuna.load_study(study_name="t", storage=open_storage(s.storage)[0])
     assert [t.state.name for t in study.get_trials()].count("WAITING") == 0
+
+
+def test_a_pipeline_far_faster_than_the_model_gets_the_compute_bound_guess() -> None:
+    from tftune.tuner.bounds import Ceiling
+    from tftune.tuner.preflight import with_bounds
+
+    sp = space()
+    aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 100.0)
+    best = sp.params_for({"num_parallel_calls": 64, "threadpool_size": 64})
+    profiled = GuidedHint(0.07)  # "moderately input-bound" by the profile's wait alone
+    assert with_bounds(profiled, Ceiling(10_000.0, 9_000.0)) is profiled
+    hint = with_bounds(profiled, Ceiling(56_000.0, 6_500.0))
+    assert hint is not None and hint.model_bound and hint.input_share == 0.07
+    params, why = guided_params(sp, aw, 2, hint, [best])
+    assert params != best and params[f"{BATCH}/batch_size"] == 64
+    assert why.startswith("not input-bound (7% wait, from the profile; the pipeline alone")
+    assert with_bounds(None, Ceiling(56_000.0, 6_500.0)) == GuidedHint(
+        None, source="bound analysis", model_bound=True
+    )

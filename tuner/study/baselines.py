@@ -82,12 +82,15 @@ def guided_params(
     from_profile = hint is not None and hint.input_share is not None
     w = hint.input_share if hint is not None and from_profile else as_written.input_wait_share
     source = "the profile" if from_profile else "the as-written trial"
+    model_bound = hint is not None and hint.model_bound
+    if model_bound:  # the bound analysis outranks a profile's few percent of wait
+        w, source = w or 0.0, f"{source}; the pipeline alone outruns the model"
     if w is None:
         return baseline_params(space, Role.AUTOTUNE, cores), "no input-wait share: AUTOTUNE"
-    if input_band(w).input_bound and screened:
+    if input_band(w).input_bound and not model_bound and screened:
         why = f"input-bound ({w:.0%} wait, from {source}): the pipeline screen's best config"
         return dict(screened[0]), why
-    if input_band(w).input_bound:
+    if input_band(w).input_bound and not model_bound:
         factor = 1.0 / max(1e-3, 1.0 - w)
         written = [
             k.as_written

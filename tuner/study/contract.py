@@ -138,6 +138,9 @@ class GuidedHint:
     # When the step, not the input, is the limit: the analysis' next moves for the step
     # (`probes.analysis.next_moves`), in words, best first.
     next_moves: tuple[str, ...] = ()
+    # The bound analysis found the pipeline alone far faster than the model alone
+    # (`preflight.with_bounds`): the model is the limit, whatever the profile's wait.
+    model_bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)
