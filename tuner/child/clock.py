@@ -104,17 +104,7 @@ class StepClock(PatcherState):
         return self._graph_timed_next(stream, get, optional)
 
     def _examples_eager(self, stream: int, element: Any) -> int:
-        if not self._batched.get(stream, False):
-            return 1
-        leaf = _first_leaf(element)
-        replicas = _replica_values(leaf)
-        if replicas is not None:
-            return sum(_leading(v) for v in replicas)
-        if _rank(leaf) == 0:  # e.g. `enumerate()`'s index first: the batch is further on
-            import tensorflow as tf
-
-            leaf = next((v for v in tf.nest.flatten(element) if _rank(v) != 0), leaf)
-        return _leading(leaf)
+        return examples_of(element) if self._batched.get(stream, False) else 1
 
     def _eager_record(self, stream: int, requested: int, delivered: int, examples: int) -> None:
         with self._flush_lock:  # the poller thread may be handing this list over
@@ -368,6 +358,20 @@ def _rank(value: Any) -> int | None:
                 return len(known)
     shape = getattr(value, "shape", None)
     return len(shape) if shape is not None and getattr(shape, "rank", 0) is not None else None
+
+
+def examples_of(element: Any) -> int:
+    """A batched eager element's examples: the leading dimension of its first batched
+    leaf (summed over replicas of a distributed one)."""
+    leaf = _first_leaf(element)
+    replicas = _replica_values(leaf)
+    if replicas is not None:
+        return sum(_leading(v) for v in replicas)
+    if _rank(leaf) == 0:  # e.g. `enumerate()`'s index first: the batch is further on
+        import tensorflow as tf
+
+        leaf = next((v for v in tf.nest.flatten(element) if _rank(v) != 0), leaf)
+    return _leading(leaf)
 
 
 def _leading(value: Any) -> int:

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tftune.core.userfiles import write_text_atomic
+from tftune.tuner.child.clock import examples_of
 from tftune.tuner.config import Config, config_from_json
 
 REPLAY_ATTR = "_tftune_replay"
@@ -167,27 +169,14 @@ def drain_rate(
     while time.monotonic() - start < spec.seconds or elements < 3:
         element = next(it)
         elements += 1
-        examples += _examples(element) if batched else 1
+        examples += examples_of(element) if batched else 1
     wall = time.monotonic() - start
     return examples / wall, (time.process_time() - cpu0) / wall
 
 
-def _examples(element: Any) -> int:
-    import tensorflow as tf
-
-    first = tf.nest.flatten(element)[0]
-    shape = getattr(first, "shape", None)
-    if shape is None or shape.rank in (None, 0):
-        return 1
-    return int(tf.shape(first)[0])
-
-
 def write_results(path: str, rows: list[dict[str, Any]]) -> None:
     """Atomically: the parent may read the file whenever the child ends."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(rows, fh)
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(rows))
 
 
 SCREEN_META_KEY = "tftune_screen"
