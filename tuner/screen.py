@@ -29,6 +29,7 @@ from tftune.tuner.child.screen import SCREEN_META_KEY
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.space import KnobValue, SearchSpace
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, child_spec, workdir
+from tftune.tuner.trial.watch import FIRST_STEP_S
 
 SCREEN_SECONDS = 1.0  # drained per candidate, after ...
 SCREEN_WARMUP_S = 0.5  # ... this long for its buffers to fill and functions to trace
@@ -38,9 +39,6 @@ MAX_CANDIDATES = 12
 NOT_REACHED = "not reached"
 # How many of the best screened configs seed the search (`Screen.seeds`).
 SEEDS = 2
-# The script's start-up comes first (imports, data, model): the same allowance as a
-# trial's first step, plus the candidates themselves.
-START_UP_S = 300.0
 
 
 def candidates(space: SearchSpace) -> list[dict[str, KnobValue]]:
@@ -186,25 +184,27 @@ def run_screen(
         if training_at is not None:
             spec["training_at"] = list(training_at)
         per = seconds + SCREEN_WARMUP_S + 2.0
+        # The script's start-up comes first: a trial's allowance for its first step.
         ended = ChildRun(deps or RunnerDeps(), work, spec).run(
-            deadline_s=START_UP_S + per * len(params)
+            deadline_s=FIRST_STEP_S + per * len(params)
         )
-        rows = _read(out)
+        got = [r for r in _read(out) if isinstance(r, dict)]
+    rows = got + [{"error": NOT_REACHED}] * (len(params) - len(got))
     entries = tuple(
         ScreenEntry(
             p,
             space.describe(p),
-            row.get("examples_per_s") if isinstance(row, dict) else None,
-            row.get("error") if isinstance(row, dict) else NOT_REACHED,
-            tuple(row.get("missing", ())) if isinstance(row, dict) else (),
-            row.get("busy_cores") if isinstance(row, dict) else None,
+            row.get("examples_per_s"),
+            row.get("error"),
+            tuple(row.get("missing", ())),
+            row.get("busy_cores"),
         )
-        for p, row in zip(params, [*rows, *[None] * (len(params) - len(rows))], strict=True)
+        for p, row in zip(params, rows, strict=True)
     )
     reason = None
     if not any(e.ranked for e in entries):
         said = next((e.error for e in entries if e.error and e.error != NOT_REACHED), None)
-        if said is None and rows == [] and ended.returncode:
+        if said is None and not got and ended.returncode:
             said = f"the script exited with code {ended.returncode} before its training loop"
         reason = "no candidate could be screened" + (f": {said}" if said else "")
     return Screen(entries, time.monotonic() - started, reason)
