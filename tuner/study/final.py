@@ -81,7 +81,7 @@ def choose_winner(
     return max(feasible, key=lambda r: _score(r, objective))
 
 
-def _gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
+def relative_gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
     """`r`'s relative gain over `base` in the objective's primary figure."""
     if objective is Objective.GPU_UTIL and r.utilization and base.utilization:
         return r.utilization / base.utilization - 1.0
@@ -265,7 +265,7 @@ def decide_close_call(
         return _score(r, objective)[0]
 
     pooled, pooled_base = pool_runs(mine), pool_runs(base)
-    gain = _gain(pooled, pooled_base, objective) or 0.0
+    gain = relative_gain(pooled, pooled_base, objective) or 0.0
     t = welch_t([figure(r) for r in base], [figure(r) for r in mine])
     holds = (pooled.examples_per_s or 0.0) >= (pooled_base.examples_per_s or 0.0)
     change = gain >= MIN_GAIN and t >= DECIDE_T and holds
@@ -334,7 +334,7 @@ def choose_final(
         pick = pareto_front(feasible)[0]
     else:
         pick = max(feasible, key=lambda f: _score(f, objective))
-    gain, needed = _gain(pick, base, objective), required_gain(pick, base, run_noise)
+    gain, needed = relative_gain(pick, base, objective), required_gain(pick, base, run_noise)
     if gain is not None and gain < needed:
         return (
             as_written,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
-from tftune.tuner.study.final import required_gain
+from tftune.tuner.study.final import relative_gain, required_gain
 
 if TYPE_CHECKING:
     from tftune.tuner.space import KnobValue
@@ -46,10 +46,8 @@ def _gains(r: TrialRecord, best: TrialRecord | None, objective: Objective) -> bo
         return False
     if best is None:
         return True
-    theirs = _figure(best, objective)
-    if not theirs:
-        return True
-    return mine / theirs - 1.0 > required_gain(r, best)
+    gain = relative_gain(r, best, objective)
+    return gain is None or gain > required_gain(r, best)
 
 
 def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: int) -> str | None:
