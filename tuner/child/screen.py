@@ -73,6 +73,22 @@ class Replay:
     constructor: bool = False
 
 
+def lineage_sites(ds: Any, depth: int = 0) -> set[str]:
+    """The user's call sites on `ds`'s lineage (the datasets it was built from)."""
+    site = getattr(ds, "_tftune_site", None)
+    replay: Replay | None = getattr(ds, REPLAY_ATTR, None)
+    found = {s for s in (site, replay.site if replay else None) if s}
+    if depth > 256:
+        return found
+    try:
+        inputs = list(ds._inputs())
+    except Exception:  # not a dataset, or one whose inputs cannot be listed
+        inputs = []
+    for parent in inputs:
+        found |= lineage_sites(parent, depth + 1)
+    return found
+
+
 def remember(target: Any, replay: Replay) -> None:
     """Tag `target` (the dataset a call returned, or a constructed reader) with `replay`."""
     with contextlib.suppress(AttributeError, TypeError):
@@ -214,13 +230,15 @@ def run_screen(
     def force(site: str | None) -> None:
         patcher.forced_site = site
 
+    lineage = lineage_sites(ds)
     for index, candidate in enumerate(spec.candidates):
         reached: set[str] = set()
         row: dict[str, Any] = {"index": index}
         patcher.config, patcher.replay_reached = candidate, reached
         try:
             rebuilt = Rebuilder(force, reached).rebuild(ds)
-            out = apply_globals(rebuilt, candidate, info)
+            # repeat(): a script that builds one epoch's dataset would end the window.
+            out = apply_globals(rebuilt, candidate, info).repeat()
             rate, busy = drain_rate(out, iterate, spec, bool(info.batched))
             row.update(examples_per_s=rate, busy_cores=round(busy, 3))
         except StopIteration:
@@ -229,8 +247,9 @@ def run_screen(
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             patcher.config, patcher.replay_reached = original, None
+        # Sites of other pipelines (a validation set's) are not this dataset's to reach.
         asked = {site for site, knobs in candidate.sites.items() if not knobs.is_empty()}
-        row["missing"] = sorted(asked - reached)
+        row["missing"] = sorted((asked & lineage) - reached)
         rows.append(row)
         write_results(spec.out, rows)
     patcher.hooks = hooks
