@@ -67,16 +67,20 @@ SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
 BOOL_SITE_KNOBS = frozenset({"use_multiprocessing"})
 
 
-def capped_interleave_calls(cycle_length: object, calls: object) -> object:
-    """An interleave's `num_parallel_calls` as TF accepts it: at most a fixed
-    `cycle_length` (more is an InvalidArgumentError when the pipeline starts). AUTOTUNE
-    or no value on either side leaves `calls` as it is."""
+def capped_interleave_calls(cycle_length: object, calls: object, cores: int) -> object:
+    """An interleave's `num_parallel_calls` as TF accepts it: at most its cycle length
+    (more is an InvalidArgumentError when the pipeline starts). A cycle length of
+    AUTOTUNE, or none (TF's default is AUTOTUNE), is the host's `cores` to TF. AUTOTUNE
+    or no value for `calls` leaves it as it is."""
 
     def count(v: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
-    if count(cycle_length) and count(calls) and calls > cycle_length:  # type: ignore[operator]
-        return cycle_length
+    cycle = cycle_length if count(cycle_length) else None
+    if cycle is None and (cycle_length is None or cycle_length == AUTOTUNE):
+        cycle = cores
+    if cycle is not None and count(calls) and calls > cycle:  # type: ignore[operator]
+        return cycle
     return calls
 
 

@@ -187,7 +187,7 @@ class SearchSpace:
                 continue
             par = f"{k.site}/num_parallel_calls"
             calls = out.get(par, written.get(par))
-            capped = capped_interleave_calls(out.get(k.name, k.as_written), calls)
+            capped = capped_interleave_calls(out.get(k.name, k.as_written), calls, self.cores)
             if capped != calls:
                 out[par] = capped  # type: ignore[assignment]
         return out

@@ -205,8 +205,9 @@ class DatasetOps(PatcherState):
                 if op == "interleave":  # TF refuses more calls than a fixed cycle length
                     calls = _as_int(bound.arguments.get("num_parallel_calls"))
                     cycle = _as_int(bound.arguments.get("cycle_length"))
-                    if capped_interleave_calls(cycle, calls) != calls:
-                        bound.arguments["num_parallel_calls"] = cycle
+                    capped = capped_interleave_calls(cycle, calls, len(os.sched_getaffinity(0)))
+                    if capped != calls:
+                        bound.arguments["num_parallel_calls"] = capped
             result = original(*bound.args, **bound.kwargs)
             if constructor:
                 _tag(args[0], site)
