@@ -30,7 +30,8 @@ MAX_STDERR_TAILS = 40  # failed trials whose stderr tail the report shows and em
 
 OBJECTIVES = ("throughput", "gpu-util", "both")
 BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
-OPTIONAL_BASELINES = frozenset({"guided"})  # a row only when the run measured it
+# A row only when the run measured it (the heuristic is not run where the screen drained it).
+OPTIONAL_BASELINES = frozenset({"heuristic", "guided"})
 # Optuna's states of a trial that has not ended: a study's history may hold them while
 # other workers run. Such a trial has no result (`Trial.state` None).
 UNFINISHED_STATES = ("RUNNING", "WAITING")

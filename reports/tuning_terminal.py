@@ -23,7 +23,7 @@ from rich.text import Text
 
 from tftune.core.vocabulary import TrialState, input_band
 from tftune.probes.service_sizing import sizing_caption
-from tftune.reports.tuning_model import break_even_sentence
+from tftune.reports.tuning_model import OPTIONAL_BASELINES, break_even_sentence
 
 NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
@@ -100,7 +100,9 @@ def table_rows(data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
     baselines = data.get("baselines") or {}
     aw = _as_written(data)
     rows: list[tuple[str, Figures | None]] = [
-        (label, _remeasured(baselines.get(key))) for label, key in _BASELINE_ROWS
+        (label, _remeasured(baselines.get(key)))
+        for label, key in _BASELINE_ROWS
+        if key not in OPTIONAL_BASELINES or baselines.get(key) is not None
     ]
     rows.append(("tuned", tuned_figures(data)))
     out = []
@@ -162,10 +164,13 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
     together, e.g. on shared CPU cores)."""
     ceiling: Mapping[str, Any] = data.get("ceiling") or {}
     model = ceiling.get("model_only_examples_per_s")
-    parts = [
-        f"pipeline alone {_rate(ceiling.get('pipeline_only_examples_per_s'))}, "
-        f"model alone on cached data {_rate(model)}"
-    ]
+    model_note = ceiling.get("model_note")
+    model_words = (
+        f"model alone {model_note}"
+        if model is None and model_note
+        else f"model alone on cached data {_rate(model)}"
+    )
+    parts = [f"pipeline alone {_rate(ceiling.get('pipeline_only_examples_per_s'))}, {model_words}"]
     top = ceiling.get("ceiling_examples_per_s")
     aw, tuned = _as_written(data), tuned_figures(data)
     aw_eps, tuned_eps = (aw or {}).get("examples_per_s"), tuned.get("examples_per_s")
@@ -189,6 +194,13 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
             f"{tuned_eps / model:.0%} of the model alone"
         )
         top, half = model, "the model"
+    elif model is None and model_note and tuned_eps * CEILING_REACHED > top:
+        # No model half (the script trains nothing): the pipeline is the whole run.
+        parts.append(
+            f"as written reaches {aw_eps / top:.0%} of the pipeline alone; tuning lifted the "
+            f"pipeline past it ({tuned_eps / top:.1f}x)"
+        )
+        return "; ".join(parts)
     elif tuned_eps * CEILING_REACHED > max(top, model or 0):
         # Past both halves as written: the tuned config changed what they were measured
         # with (a batch size changes the model's rate too).

@@ -39,6 +39,11 @@ EXIT_BOUND_UNAVAILABLE = 3
 NOT_IN_FUNCTION = "the pipeline alone cannot be measured for a dataset iterated in a tf.function"
 
 
+# The pipeline alone at least this many times the model alone: the model is the limit
+# (the guided guess, `preflight.with_bounds`; the screen stops there, `tuner.screen`).
+MODEL_BOUND_FACTOR = 2.0
+
+
 @dataclass(frozen=True, slots=True)
 class Ceiling:
     """The two bound measurements (examples/s; None: not measured, with the reason)."""
@@ -73,6 +78,8 @@ class Ceiling:
             "ceiling_examples_per_s": self.examples_per_s,
             "limited_by": self.limited_by,
             "notes": [n for n in (self.pipeline_note, self.model_note) if n],
+            "pipeline_note": self.pipeline_note,
+            "model_note": self.model_note,
             "service_sizing": self.sizing.to_json() if self.sizing is not None else None,
         }
 

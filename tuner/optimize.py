@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,13 +43,16 @@ from tftune.tuner.preflight import (
     default_study_name,
     discover_training,
     gpu_visible,
+    guided_hint,
     measure_ceiling,
+    measure_model,
     pick_objective,
     profile_hint,
     screen_pipeline,
     with_bounds,
 )
 from tftune.tuner.record import api_call, build_record
+from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.screen import Screen
 from tftune.tuner.service import check_address
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
@@ -153,22 +155,21 @@ def optimize(
     note = on_note or (lambda _s: None)
     bound = check_search_options(batch_size, space_file)
     service = check_address(data_service) if data_service else None
-    found = discover_training(path, args, step_timeout_s, note)
-    gpu = gpu_visible() if runner is None else runner.gpu_visible
-    space = build_search_space(script, path, found, gpu, space_file, bound, note, service)
-    obj = pick_objective(objective, gpu, note)
-    slots = _Slots(workers, gpus_per_trial, cpus_per_trial)
-    measure = _Measure(window_s, repeats, step_timeout_s)
-    pool = _make_runners(path, args, found, gpu, runner, slots, measure, note)
-    # The profile runs the real script: by default only when the trials do too.
-    do_profile = (runner is None) if profile is None else profile
-    screen = screen_pipeline(path, args, found, space, note) if guided and do_profile else None
-    ceiling = measure_ceiling(pool.runners[0], note, screen) if bounds else None
-    hint = profile_hint(path, args, note, found.busiest_loop) if guided and do_profile else None
-    hint = with_bounds(hint, ceiling) if guided else None
-    study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
-    settings = _settings(study, obj, hint, path, args, started, screen)
-    outcome = _run_study(space, pool, settings, on_trial, on_start, note)
+    slots = Slots(workers, gpus_per_trial, cpus_per_trial)
+    with spare_pool(path, slots, runner, note) as spares:  # runs start warm where safe
+        found = discover_training(path, args, step_timeout_s, note, spares)
+        gpu = gpu_visible() if runner is None else runner.gpu_visible
+        space = build_search_space(script, path, found, gpu, space_file, bound, note, service)
+        obj = pick_objective(objective, gpu, note)
+        measure = MeasureOptions(window_s, repeats, step_timeout_s)
+        pool = make_runners(path, args, found, gpu, runner, slots, measure, note, spares)
+        # The profile runs the real script: by default only when the trials do too.
+        do_profile = (runner is None) if profile is None else profile
+        look = _Guidance(guided and do_profile, bounds, guided)
+        screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
+        study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
+        settings = _settings(study, obj, hint, path, args, started, screen)
+        outcome = _run_study(space, pool, settings, on_trial, on_start, note)
     record = _record(script, path, args, study, invocation, env_future)
     won = _emit_winner(script, path, args, found, outcome, best_file, record, note)
     report = _tuning_report(script, won, space, ceiling, gpu, study.seed, record, started)
@@ -198,88 +199,35 @@ def _read_environment(environment: Callable[[], Environment] | None) -> Future[E
     return future
 
 
-# --- the runners, one per worker slot, and the study --------------------------------------
+# --- the study ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class _Slots:
-    """``--workers``, ``--gpus-per-trial``, ``--cpus-per-trial``."""
+class _Guidance:
+    """What is measured before the study: the pipeline screen and the guided profile
+    (`profile`: they run the real script), the bound analysis (`bounds`), and whether a
+    guided guess is made at all (`guided`)."""
 
-    workers: int
-    gpus_per_trial: int | None
-    cpus_per_trial: int | None
+    profile: bool
+    bounds: bool
+    guided: bool
 
-
-@dataclass(frozen=True, slots=True)
-class _Measure:
-    """``--window``, ``--repeats``, ``--step-timeout``: how one trial is measured."""
-
-    window_s: float | None
-    repeats: int | None
-    step_timeout_s: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Pool:
-    """The runners (one per worker), the event that stops them all and, for the real
-    script, each slot's reaper of the processes it leaves behind."""
-
-    runners: tuple[Runner, ...]
-    stop: threading.Event
-    reap: tuple[Callable[[], None], ...]
-
-
-def _make_runners(
-    path: Path,
-    args: Sequence[str],
-    found: Discovery,
-    gpu: bool,
-    runner: Runner | None,
-    slots_opt: _Slots,
-    measure: _Measure,
-    note: Callable[[str], None],
-) -> _Pool:
-    """A `ScriptRunner` per worker slot (with its GPUs and CPUs), or the injected
-    runner for every worker."""
-    from tftune.tuner.study import ScriptRunner
-    from tftune.tuner.study import workers as parallel
-    from tftune.tuner.trial import MeasureSpec
-
-    workers = slots_opt.workers
-    slots = parallel.assign_slots(
-        workers,
-        gpus=parallel.visible_gpus() if slots_opt.gpus_per_trial is not None else (),
-        gpus_per_trial=slots_opt.gpus_per_trial,
-        cpus=parallel.available_cpus(),
-        cpus_per_trial=slots_opt.cpus_per_trial,
-    )
-    if workers > 1 and not gpu:
-        note(parallel.CPU_ONLY_WARNING.format(n=workers))
-    elif workers > 1 and slots_opt.gpus_per_trial is None:
-        note(parallel.SHARED_GPU_WARNING.format(n=workers))
-    stop = threading.Event()
-    if runner is not None:
-        return _Pool((runner,) * workers, stop, ())
-    trains = found.training
-    spec = MeasureSpec(
-        step_timeout_s=measure.step_timeout_s,
-        busiest_loop=found.busiest_loop,
-        training_at=(trains.site, trains.place) if trains is not None else None,
-    )
-    if measure.window_s is not None:
-        window = measure.window_s
-        spec = replace(spec, window_s=window, warmup_s=min(spec.warmup_s, window))
-    if measure.repeats is not None:
-        spec = replace(spec, repeats=measure.repeats)
-    reap: list[Callable[[], None]] = []
-    runners: list[Runner] = []
-    for slot in slots:
-        deps, launcher = parallel.slot_deps(slot, stop)
-        reap.append(launcher.reap)
-        runners.append(ScriptRunner(path, args, spec=spec, gpu_visible=gpu, deps=deps))
-        if slot.gpus is not None or slot.cpus is not None:
-            note(slot.describe())
-    return _Pool(tuple(runners), stop, tuple(reap))
+    def measure(
+        self,
+        path: Path,
+        args: Sequence[str],
+        found: Discovery,
+        space: SearchSpace,
+        pool: RunnerPool,
+        note: Callable[[str], None],
+    ) -> tuple[Screen | None, Ceiling | None, GuidedHint | None]:
+        runner = pool.runners[0]  # the model alone first: where it is the limit, the
+        # screen stops after the script as written
+        model = measure_model(runner, found.busiest_loop) if self.bounds else None
+        screen = screen_pipeline(path, args, found, space, note, model) if self.profile else None
+        ceiling = measure_ceiling(runner, note, screen, model=model) if self.bounds else None
+        hint = guided_hint(path, args, found, ceiling, screen, note) if self.profile else None
+        return screen, ceiling, with_bounds(hint, ceiling) if self.guided else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,12 +269,13 @@ def _settings(
         target=shlex.join([str(path), *args]),
         hint=hint,
         seeds=tuple(screen.seeds()) if screen is not None else (),
+        screened=screen is not None and (screen.stopped or bool(screen.seeds())),
     )
 
 
 def _run_study(
     space: SearchSpace,
-    pool: _Pool,
+    pool: RunnerPool,
     settings: StudySettings,
     on_trial: TrialCallback | None,
     on_start: Callable[[int, int], None] | None,

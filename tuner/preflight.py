@@ -15,16 +15,19 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.bounds import Ceiling, pipeline_sizing
+from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
 from tftune.tuner.screen import Screen, with_screen_sizing
 from tftune.tuner.space import BatchBound, SearchSpace
 from tftune.tuner.study import AUTO_TRIALS, GuidedHint, Mode, Objective, Runner, Trials
 from tftune.tuner.trial import Discovery
+
+if TYPE_CHECKING:
+    from tftune.tuner.trial.spare import SparePool
 
 
 def check_inputs(
@@ -95,41 +98,63 @@ def check_writable(path: str | os.PathLike[str], flag: str) -> None:
         raise ConfigError(f"{flag} {path}: cannot write: permission denied")
 
 
+ModelHalf = tuple[float | None, str | None]  # the model alone: examples/s, or why not
+
+
+def _first_windows(index: int, _eps: float) -> bool:  # False: stop, measured enough
+    return index + 1 < BOUND_WINDOWS
+
+
+def _value(m: Any) -> ModelHalf:
+    if m.state in (TrialState.COMPLETE, TrialState.PRUNED) and m.examples_per_s:
+        return float(m.examples_per_s), None
+    return None, f"not measured ({m.reason or 'no steps'})"
+
+
+def measure_model(runner: Runner, busiest_loop: bool = False) -> ModelHalf:
+    """The model alone on cached data, as written, over its first `BOUND_WINDOWS`
+    windows. A script that trains nothing (`busiest_loop`) has no model to measure: its
+    loop only consumes the pipeline."""
+    if busiest_loop:
+        return None, f"not measured ({NO_MODEL})"
+    return _value(runner.measure(Config(), mode=Mode.MODEL_ONLY, on_repeat=_first_windows))
+
+
 def measure_ceiling(
-    runner: Runner, on_note: Callable[[str], None] | None = None, screen: Screen | None = None
+    runner: Runner,
+    on_note: Callable[[str], None] | None = None,
+    screen: Screen | None = None,
+    busiest_loop: bool = False,
+    model: ModelHalf | None = None,
 ) -> Ceiling:
-    """Bound analysis: the pipeline alone and the model alone on cached data, both as
-    written. A half that cannot be measured (e.g. the script never iterates a dataset in
+    """Bound analysis: the pipeline alone and the model alone on cached data (`model`,
+    when `measure_model` already measured it), both as written, each over its first
+    `BOUND_WINDOWS` windows (a bound, not a decision: the trials that decide measure all
+    theirs). A half that cannot be measured (e.g. the script never iterates a dataset in
     a way we can isolate) is reported as not measured, with the reason. When the pipeline
     screen drained the script as written, its figure is the pipeline alone (one run
     fewer), and the sizing comes from the pipeline at its best screened config."""
     written = screen.as_written() if screen is not None else None
-    model = runner.measure(Config(), mode=Mode.MODEL_ONLY)
-
-    def value(m: Any) -> tuple[float | None, str | None]:
-        if m.state is TrialState.COMPLETE and m.examples_per_s:
-            return float(m.examples_per_s), None
-        return None, f"not measured ({m.reason or 'no steps'})"
-
-    mo, mn = value(model)
+    mo, mn = model if model is not None else measure_model(runner, busiest_loop)
     if written is not None:
         c = Ceiling(written.examples_per_s, mo, None, mn)
         c = with_screen_sizing(c, screen) or c
     else:
-        pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY)
-        p, pn = value(pipe)
+        pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY, on_repeat=_first_windows)
+        p, pn = _value(pipe)
         c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, mo))
     if on_note is not None:
         on_note(
             f"bound analysis: pipeline alone {c.pipeline_only_examples_per_s or 0:,.1f} ex/s"
             + (" (the screen's, as written)" if written is not None else "")
-            + f", model alone {mo or 0:,.1f} ex/s"
+            + (f", model alone {mo:,.1f} ex/s" if mo is not None else f", model alone {mn}")
         )
     return c
 
 
-# The pipeline alone at least this many times the model alone: the model is the limit.
-MODEL_BOUND_FACTOR = 2.0
+# Windows each half of the bound analysis measures.
+BOUND_WINDOWS = 1
+NO_MODEL = "the script trains nothing: its loop only consumes the dataset"
 
 
 def with_bounds(hint: GuidedHint | None, ceiling: Ceiling | None) -> GuidedHint | None:
@@ -144,24 +169,32 @@ def with_bounds(hint: GuidedHint | None, ceiling: Ceiling | None) -> GuidedHint 
 
 
 def discover_training(
-    path: Path, args: Sequence[str], step_timeout_s: float | None, note: Callable[[str], None]
+    path: Path,
+    args: Sequence[str],
+    step_timeout_s: float | None,
+    note: Callable[[str], None],
+    spares: SparePool | None = None,
 ) -> Discovery:
-    """Discovery, run until the script trains; `ScriptError` with what was seen (streams,
-    the script's exit code and stderr) when it never does."""
+    """Discovery, run until the script trains (from a warm spare where there are some);
+    `ScriptError` with what was seen (streams, the script's exit code and stderr) when it
+    never does."""
     from tftune.tuner.trial import discover
+    from tftune.tuner.trial.launch import RunnerDeps
     from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S
 
     note(f"discovering the tf.data call sites of {path.name} and its training loop ...")
     timeout = step_timeout_s if step_timeout_s is not None else FIRST_STEP_S
-    found = discover(path, args, timeout_s=timeout)
+    found = discover(path, args, timeout_s=timeout, deps=RunnerDeps(spares=spares))
     trains = found.training
     if trains is None:
         raise ScriptError(f"{path.name}: {found.no_training()}")
     others = [s for s in found.streams if s.stream != trains.stream]
     if found.busiest_loop:
         note(
-            f"no optimizer update in {FALLBACK_S:.0f} s of iterating: measuring the dataset "
-            f"loop that delivers the most ({trains.where()}), as a pipeline benchmark"
+            f"no optimizer update in {found.fallback_s:.0f} s of iterating"
+            + (" (its code names nothing that trains)" if found.fallback_s < FALLBACK_S else "")
+            + f": measuring the dataset loop that delivers the most ({trains.where()}), as a "
+            "pipeline benchmark"
         )
     else:
         note(f"training loop: the dataset {trains.where()}")
@@ -184,18 +217,61 @@ def screen_pipeline(
     found: Discovery,
     space: SearchSpace,
     note: Callable[[str], None],
+    model: ModelHalf | None = None,
 ) -> Screen | None:
     """The pipeline screen (`tuner.screen`), when the space has pipeline knobs: its best
     configs seed the search, and its figure for the script as written is the bound
-    analysis' pipeline alone."""
+    analysis' pipeline alone. With the `model` alone measured, it stops after the
+    script as written where that drains `MODEL_BOUND_FACTOR` times faster."""
     from tftune.tuner.screen import PIPELINE_FIELDS, run_screen
 
     if not any(k.field in PIPELINE_FIELDS for k in space.knobs):
         return None
     trains = found.training
-    screen = run_screen(path, args, space, (trains.site, trains.place) if trains else None)
+    where = (trains.site, trains.place) if trains else None
+    stop = MODEL_BOUND_FACTOR * model[0] if model is not None and model[0] else None
+    screen = run_screen(path, args, space, where, stop_above=stop)
     note(screen.summary())
     return screen
+
+
+def profile_skipped(found: Discovery, ceiling: Ceiling | None, screen: Screen | None) -> str | None:
+    """Why the guided profile would tell nothing the trials need, or None when it would.
+    The profile says whether the run is input-bound and where; the guided guess reads
+    it. Where the pipeline screen ranked configs and the run is input-bound without it
+    (a script that trains nothing waits on its pipeline by construction; or the bound
+    analysis measured the model alone at `MODEL_BOUND_FACTOR` times the pipeline alone
+    or more), the guess is the screen's best whatever the profile says: one run saved.
+    A compute-bound run keeps its profile: its next moves come from there."""
+    if screen is None or not screen.seeds():
+        return None
+    if found.busiest_loop:
+        return "the script trains nothing, so it waits on its pipeline by construction"
+    p = ceiling.pipeline_only_examples_per_s if ceiling is not None else None
+    m = ceiling.model_only_examples_per_s if ceiling is not None else None
+    if p and m and m >= MODEL_BOUND_FACTOR * p:
+        return (
+            f"the bound analysis says input-bound (pipeline alone {p:,.1f} ex/s, model alone "
+            f"{m:,.1f} ex/s)"
+        )
+    return None
+
+
+def guided_hint(
+    path: Path,
+    args: Sequence[str],
+    found: Discovery,
+    ceiling: Ceiling | None,
+    screen: Screen | None,
+    note: Callable[[str], None],
+) -> GuidedHint | None:
+    """The guided profile's hint (`profile_hint`), unless `profile_skipped` says it would
+    tell nothing the trials need: the as-written trial's own input wait then stands in."""
+    skipped = profile_skipped(found, ceiling, screen)
+    if skipped is not None:
+        note(f"no guided profile: {skipped}; the screen's best is the guided trial")
+        return None
+    return profile_hint(path, args, note, found.busiest_loop)
 
 
 def profile_hint(

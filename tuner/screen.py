@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.probes.service_sizing import host_cores, size_service
-from tftune.tuner.bounds import Ceiling
+from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling
 from tftune.tuner.child.screen import SCREEN_META_KEY
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.space import KnobValue, SearchSpace
@@ -37,6 +37,7 @@ SCREEN_WARMUP_S = 0.5  # ... this long for its buffers to fill and functions to 
 SCREEN_PARALLELISM = (4, 8, 16, 32, 64)
 MAX_CANDIDATES = 12
 NOT_REACHED = "not reached"
+NOT_SCREENED = "not screened: the pipeline as written outruns the model"
 # How many of the best screened configs seed the search (`Screen.seeds`).
 SEEDS = 2
 
@@ -101,13 +102,26 @@ class Screen:
         first = self.entries[0] if self.entries else None
         return first if first is not None and first.ranked else None
 
+    @property
+    def stopped(self) -> bool:
+        """It ended after the script as written, whose pipeline outran the model."""
+        rest = self.entries[1:]
+        return bool(rest) and all(e.error == NOT_SCREENED for e in rest)
+
     def seeds(self, k: int = SEEDS) -> list[dict[str, KnobValue]]:
-        """The `k` best screened configs, best first."""
-        return [dict(e.params) for e in self.best_first()[:k]]
+        """The `k` best screened configs, best first (none when it `stopped`)."""
+        return [] if self.stopped else [dict(e.params) for e in self.best_first()[:k]]
 
     def summary(self) -> str:
         """One line for the progress output."""
         best = self.best_first()
+        if self.stopped:
+            return (
+                f"pipeline screen: the script as written drained alone at "
+                f"{best[0].examples_per_s or 0.0:,.1f} ex/s, at least {MODEL_BOUND_FACTOR:.0f}x "
+                "the model alone: the pipeline is not the limit, so no other config was "
+                f"screened ({self.wall_s:.0f} s)"
+            )
         if self.reason is not None or not best:
             return f"pipeline screen: {self.reason or 'nothing ranked'}"
         written = self.entries[0].examples_per_s if self.entries else None
@@ -168,8 +182,10 @@ def run_screen(
     *,
     deps: RunnerDeps | None = None,
     seconds: float = SCREEN_SECONDS,
+    stop_above: float | None = None,
 ) -> Screen:
-    """Screen `candidates(space)` in one run of the script (module docstring)."""
+    """Screen `candidates(space)` in one run of the script (module docstring); stop
+    after the script as written when it drains at `stop_above` examples/s or more."""
     params = candidates(space)
     started = time.monotonic()
     with workdir() as work:
@@ -179,6 +195,7 @@ def run_screen(
             "seconds": seconds,
             "warmup_s": SCREEN_WARMUP_S,
             "out": str(out),
+            "stop_above": stop_above,
         }
         spec = child_spec("apply", script, args, replace(Config(), meta={SCREEN_META_KEY: meta}))
         if training_at is not None:
@@ -189,7 +206,12 @@ def run_screen(
             deadline_s=FIRST_STEP_S + per * len(params)
         )
         got = [r for r in _read(out) if isinstance(r, dict)]
-    rows = got + [{"error": NOT_REACHED}] * (len(params) - len(got))
+    stopped = (
+        stop_above is not None
+        and len(got) == 1
+        and (got[0].get("examples_per_s") or 0.0) >= stop_above
+    )
+    rows = got + [{"error": NOT_SCREENED if stopped else NOT_REACHED}] * (len(params) - len(got))
     entries = tuple(
         ScreenEntry(
             p,

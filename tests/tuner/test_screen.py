@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from tftune.tuner.config import AUTOTUNE, SiteConfig
-from tftune.tuner.screen import MAX_CANDIDATES, Screen, ScreenEntry, candidates, run_screen
+from tftune.tuner.screen import (
+    MAX_CANDIDATES,
+    NOT_SCREENED,
+    Screen,
+    ScreenEntry,
+    candidates,
+    run_screen,
+)
 from tftune.tuner.space import build_space
 from tftune.tuner.study import StudySettings
 from tftune.tuner.trial import discover
@@ -172,3 +179,22 @@ def test_one_host_sizing_uses_the_pipeline_at_its_best_screened_config() -> None
     assert s.more_workers == 10 - 1  # ten hosts in all, this one included
     assert with_screen_sizing(None, Screen(entries, 2.0)) is None
     assert with_screen_sizing(ceiling, None) is ceiling
+
+
+def test_the_screen_stops_after_the_script_as_written_when_the_model_is_the_limit(
+    tmp_path: Path,
+) -> None:
+    """With the model alone measured first, a pipeline as written that already drains
+    at twice the model's rate or more is not the limit: nothing else is screened."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    found = discover(script)
+    space = build_space(found.sites, cores=2)
+    trains = found.training
+    assert trains is not None
+    where = (trains.site, trains.place)
+    screen = run_screen(script, [], space, where, seconds=0.2, stop_above=1.0)
+    assert screen.stopped and screen.seeds() == [] and screen.as_written() is not None
+    assert all(e.error == NOT_SCREENED for e in screen.entries[1:])
+    assert len(screen.entries) == len(candidates(space)) > 2
+    assert "the pipeline is not the limit, so no other config was screened" in screen.summary()

@@ -232,15 +232,19 @@ def test_screened_configs_are_the_first_search_trials(tmp_path: Path) -> None:
     hint = GuidedHint(0.9)
     runner = Runs(plateau)
     out = run_study(
-        sp, runner, settings(tmp_path, n_trials=7, confirm=False, seeds=seeds, hint=hint)
+        sp,
+        runner,
+        settings(tmp_path, n_trials=7, confirm=False, seeds=seeds, screened=True, hint=hint),
     )
     roles = [r.role for r in out.records]
-    assert roles[:5] == [Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED, Role.SEARCH]
+    # The screen drained the #cores heuristic's pipeline: it gets no trial of its own.
+    assert roles[:4] == [Role.AS_WRITTEN, Role.AUTOTUNE, Role.GUIDED, Role.SEARCH]
+    assert Role.HEURISTIC not in roles
     guided = next(r for r in out.records if r.role is Role.GUIDED)
     assert guided.params == seeds[0]  # the screen's best is the guided trial ...
     # ... and the next screened config and the profile's own guess come right after it.
     profile_guess = guided_params(sp, out.records[0], 2, hint)[0]
-    assert [dict(r.params) for r in out.records[4:6]] == [seeds[1], profile_guess]
+    assert [dict(r.params) for r in out.records[3:5]] == [seeds[1], profile_guess]
 
 
 def test_a_compute_bound_script_is_told_so_before_any_pipeline_trial(tmp_path: Path) -> None:

@@ -121,14 +121,13 @@ for batch in ds:  # consumes, updates nothing: a pipeline benchmark
 """
 
 
-def test_a_loop_that_updates_nothing_is_measured_as_the_busiest_loop(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import tftune.tuner.trial.discovery as discovery
+def test_a_loop_that_updates_nothing_is_measured_as_the_busiest_loop(tmp_path: Path) -> None:
+    from tftune.tuner.trial.watch import KNOWN_BUSIEST_S
 
-    monkeypatch.setattr(discovery, "FALLBACK_S", 2.0)
     script = _script(tmp_path, CONSUMER)
     found = discover(script)
+    # Its code names nothing that trains: the short wait, not FALLBACK_S.
+    assert found.fallback_s == KNOWN_BUSIEST_S
     assert found.busiest_loop and found.training is not None
     assert found.training.site == "train.py:5" and found.training.place == "train.py:6"
     assert "the busiest loop" in found.training.role
@@ -276,19 +275,23 @@ def test_a_config_never_asks_an_interleave_for_more_calls_than_its_cycle(
     tmp_path: Path, run_cli
 ) -> None:  # type: ignore[no-untyped-def]
     """A config file may say 8 parallel calls for an interleave written with
-    `cycle_length=2`; TF would refuse it when the pipeline starts. The run uses 2."""
+    `cycle_length=2`, or with TF's default cycle length (AUTOTUNE: the core count); TF
+    would refuse either when the pipeline starts. The run caps them (2, and the cores)."""
     script = _script(
         tmp_path,
         """
         import tensorflow as tf
         ds = tf.data.Dataset.range(4).interleave(
             lambda i: tf.data.Dataset.range(3), cycle_length=2)
+        ds = ds.interleave(lambda i: tf.data.Dataset.range(2))
         print("SUM", int(ds.reduce(tf.constant(0, tf.int64), lambda a, b: a + b)))
         """,
     )
-    (site,) = discover(script, cwd=tmp_path).sites
-    assert site.as_written == SiteConfig(cycle_length=2)
-    config = Config(sites={site.site: SiteConfig(num_parallel_calls=8)})
+    fixed, default = discover(script, cwd=tmp_path).sites
+    assert fixed.as_written == SiteConfig(cycle_length=2)
+    assert default.as_written == SiteConfig()
+    eight = SiteConfig(num_parallel_calls=8)
+    config = Config(sites={fixed.site: eight, default.site: eight})
     out = run_cli("run", "--config", str(save_config(config, tmp_path / "c.json")), "train.py")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "SUM 12" in out.stdout

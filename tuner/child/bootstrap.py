@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import json
 import os
 import runpy
@@ -39,6 +40,12 @@ from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
 from tftune.tuner.config import config_from_json
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
+# A warm spare (`tuner/trial/spare.py`): the modules to import before the spec exists
+# (comma-separated dotted paths: ``tensorflow``, ``tensorflow.keras.layers``), and the file
+# to create once they are imported.
+PRELOAD_ENV = "TFTUNE_CHILD_PRELOAD"
+READY_ENV = "TFTUNE_CHILD_READY"
+SPEC_POLL_S = 0.01
 EXIT_DISCOVERY_DONE = 0
 # How often the child checks that the tftune process that started it is still there.
 PARENT_POLL_S = 0.5
@@ -236,6 +243,7 @@ def main() -> None:
     # A native crash (SIGSEGV, SIGABRT) prints every thread's Python stack to stderr,
     # which the parent keeps with the failed trial.
     faulthandler.enable()
+    _preload()
     spec_path = os.environ.pop(SPEC_ENV)
     with open(spec_path, encoding="utf-8") as fh:
         spec: dict[str, Any] = json.load(fh)
@@ -287,6 +295,30 @@ def main() -> None:
             writer.event("finished", code=code or 0)
         if mode == "measure":
             _leave_now(exit_code)
+
+
+def _preload() -> None:
+    """A warm spare: import what the next run will (`PRELOAD_ENV`), say so, then wait
+    for the spec file to appear (the parent writes it whole: a rename). A module that
+    fails to import is left to the script, which meets the same error in its own line."""
+    names = os.environ.pop(PRELOAD_ENV, "")
+    ready = os.environ.pop(READY_ENV, None)
+    if not names:
+        return
+    for dotted in names.split(","):
+        head, *attrs = dotted.split(".")
+        try:
+            obj: Any = importlib.import_module(head)
+            for attr in attrs:  # `tf.keras` loads lazily, on attribute access
+                obj = getattr(obj, attr)
+        except Exception:
+            break
+    if ready:
+        with open(ready, "w", encoding="utf-8"):
+            pass
+    spec = os.environ[SPEC_ENV]
+    while not os.path.exists(spec):
+        time.sleep(SPEC_POLL_S)
 
 
 def _leave_now(exit_code: object) -> None:

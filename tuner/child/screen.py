@@ -160,14 +160,19 @@ class ScreenSpec:
     seconds: float
     warmup_s: float
     out: str
+    # The first candidate (the script as written) draining at least this fast ends the
+    # screen there: the pipeline is not the limit (None: screen them all).
+    stop_above: float | None = None
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> ScreenSpec:
+        stop = meta.get("stop_above")
         return cls(
             tuple(config_from_json(c, "screen candidate") for c in meta["candidates"]),
             float(meta["seconds"]),
             float(meta["warmup_s"]),
             str(meta["out"]),
+            float(stop) if stop is not None else None,
         )
 
 
@@ -252,5 +257,8 @@ def run_screen(
         row["missing"] = sorted((asked & lineage) - reached)
         rows.append(row)
         write_results(spec.out, rows)
+        rate = row.get("examples_per_s")
+        if index == 0 and spec.stop_above is not None and rate and rate >= spec.stop_above:
+            break  # the pipeline as written already outruns the model: nothing to rank
     patcher.hooks = hooks
     os._exit(0)

@@ -51,6 +51,13 @@ def baseline_params(space: SearchSpace, role: Role, cores: int) -> dict[str, Kno
     raise ValueError(role)
 
 
+def baseline_roles(screened: bool) -> tuple[Role, ...]:
+    """The baselines measured as full trials beside the script as written: AUTOTUNE
+    everywhere, and the #cores heuristic unless the pipeline screen drained it (its
+    candidates hold the same pipeline: `tuner.screen.candidates`), which saves a trial."""
+    return (Role.AUTOTUNE,) if screened else (Role.AUTOTUNE, Role.HEURISTIC)
+
+
 def _site_matches(knob_site: str | None, hinted: Sequence[str]) -> bool:
     if knob_site is None:
         return False

@@ -168,6 +168,9 @@ class StudySettings:
     # The pipeline screen's best configs (`tuner.screen.Screen.seeds`): the first
     # search trials, after the baselines.
     seeds: tuple[Mapping[str, KnobValue], ...] = ()
+    # The screen ran its pipeline configs, or found the pipeline is not the limit: the
+    # #cores heuristic gets no trial of its own (`baselines.baseline_roles`).
+    screened: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,11 @@
 The winner is the best *feasible* trial: one with at least the as-written examples/s
 (TPE's constraint, and `choose_winner`'s guard). The search's best figures are best-of-N
 and biased upwards, so a final round (`run_final_round`) re-measures the few best
-distinct trials (`final_candidates`) beside the as-written, AUTOTUNE and heuristic
-baselines, one after the other (the script as written both first and last, to see the
-run-to-run noise: `merge_as_written`), and the winner is chosen from that round alone
+distinct trials (`final_candidates`) beside the as-written and AUTOTUNE baselines, one
+after the other (the script as written both first and last, to see the run-to-run
+noise: `merge_as_written`). A candidate the leader leads by `DECISIVE_LEAD` or more
+keeps its search figure (`decisive_lead`): confirming a 14x gain costs the user runs and
+tells nothing. The winner is chosen from that round alone
 (`choose_final`). If nothing beats the script as written in it by more than the noise
 (`required_gain`), the winner is the script as written: tftune never ends below it, and
 never recommends a change that does not pay for itself. A close call (at least
@@ -29,6 +31,9 @@ if TYPE_CHECKING:
 # A change is recommended only if it gains at least this much over the script as written
 # in the final round (more where the measurements are noisier: `required_gain`).
 MIN_GAIN = 0.03
+# The final round leaves out a candidate the leader leads by this factor or more in its
+# search figures (`decisive_lead`): run-to-run noise on a host is a few percent.
+DECISIVE_LEAD = 1.5
 # A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
 # with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
 DECIDE_T = 2.0
@@ -361,7 +366,7 @@ class FinalVerdict:
     confirm: TrialRecord | None  # the winner's figure from the final round
     final: tuple[TrialRecord, ...]  # the round as reported (repeat runs pooled)
     runs: tuple[TrialRecord, ...]  # every run of the round, each on its own
-    note: str | None = None
+    notes: tuple[str, ...] = ()  # what the round decided, and what it left out
 
 
 def run_final_round(
@@ -378,21 +383,82 @@ def run_final_round(
     The best of N noisy trials is biased upwards, and the baselines were measured minutes
     apart from it: hence the round."""
     leaders = final_candidates(records, as_written, settings.objective, settings.final_candidates)
+    top, beaten = decisive_lead(leaders, as_written, settings.objective)
+    kept = [c for c in leaders if c not in beaten]
     if on_note is not None:
-        on_note(f"final round: re-measuring {len(leaders)} configs side by side ...")
+        on_note(f"final round: re-measuring {len(kept)} configs side by side ...")
     # The script as written opens and closes the round: the two runs of one config show
     # how much this machine moves from run to run (`merge_as_written`).
-    runs = final_round([*leaders, as_written], runner, space, on_note)
+    closing = [as_written] if as_written in kept else []
+    runs = final_round([*kept, *closing], runner, space, on_note)
+    again, left_out = _recheck(beaten, top, runs, as_written, runner, space, settings, on_note)
+    runs += again
     final, noise = merge_as_written(runs, as_written)
     best, confirm, note, close = choose_final(
         records, as_written, trial_best, final, settings.objective, noise
     )
-    verdict = FinalVerdict(best, confirm, final, runs, note)
+    verdict = FinalVerdict(best, confirm, final, runs, (note,) if note else ())
     if close is not None and settings.decide_pairs > 0:
         verdict = _settle_close_call(
             close, verdict, records, as_written, runner, space, settings, on_note
         )
-    return verdict
+    return replace(verdict, notes=(left_out, *verdict.notes)) if left_out else verdict
+
+
+def decisive_lead(
+    candidates: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective
+) -> tuple[TrialRecord | None, list[TrialRecord]]:
+    """(the candidate with the best search figure other than the script as written; the
+    candidates it leads by `DECISIVE_LEAD` or more in examples/s and in the objective's
+    figure): re-measuring those tells nothing, since no noise seen on a host moves a run
+    by half. They keep their search figures; `_recheck` measures them after all when the
+    leader's own re-measure no longer leads them so."""
+    others = [c for c in candidates if c.number != as_written.number]
+    if not others:
+        return None, []
+    top = max(others, key=lambda r: _score(r, objective))
+    return top, [c for c in candidates if c is not top and _leads(top, c, objective)]
+
+
+def _leads(a: TrialRecord, b: TrialRecord, objective: Objective) -> bool:
+    """Whether `a` leads `b` by `DECISIVE_LEAD` in examples/s and the objective's figure."""
+    fa, fb = _score(a, objective)[0], _score(b, objective)[0]
+    ea, eb = a.examples_per_s or 0.0, b.examples_per_s or 0.0
+    return fb >= 0 and fa >= DECISIVE_LEAD * fb and ea >= DECISIVE_LEAD * eb
+
+
+def _recheck(
+    beaten: Sequence[TrialRecord],
+    top: TrialRecord | None,
+    runs: Sequence[TrialRecord],
+    as_written: TrialRecord,
+    runner: Runner,
+    space: SearchSpace,
+    settings: StudySettings,
+    on_note: Callable[[str], None] | None,
+) -> tuple[tuple[TrialRecord, ...], str | None]:
+    """(the candidates `decisive_lead` left out, measured after all where the leader's
+    final-round run no longer leads them by `DECISIVE_LEAD`; a note on the others)."""
+    again = next((r for r in runs if top is not None and r.number == top.number), None)
+    lost = [
+        c
+        for c in beaten
+        if again is None
+        or again.state is not TrialState.COMPLETE
+        or not _leads(again, c, settings.objective)
+    ]
+    note = None
+    if len(lost) < len(beaten):
+        left = ", ".join(f"trial {c.number} ({c.role.value})" for c in beaten if c not in lost)
+        note = (
+            f"final round: {left} not re-measured: trial {top.number if top else '?'} leads "
+            f"{'it' if len(beaten) - len(lost) == 1 else 'them'} by {DECISIVE_LEAD:.1f}x or "
+            "more, beyond any noise, so the search figures stand"
+        )
+    if not lost:
+        return (), note
+    closing = [as_written] if as_written in lost else []
+    return final_round([*lost, *closing], runner, space, on_note), note
 
 
 def _settle_close_call(
@@ -425,4 +491,4 @@ def _settle_close_call(
     best, confirm = verdict.best, verdict.confirm
     if change and pooled is not None:
         best, confirm = contender, replace(pooled, feasible=True)
-    return FinalVerdict(best, confirm, final, runs, note)
+    return FinalVerdict(best, confirm, final, runs, (note,))

@@ -31,7 +31,7 @@ from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.probes.findings import NOT_THE_LIMIT
 from tftune.tuner.crashes import find_instability
-from tftune.tuner.study.baselines import baseline_params, guided_params
+from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.contract import (
     Objective,
     Role,
@@ -124,8 +124,8 @@ def run_study(
     verdict = FinalVerdict(best, None, (), ())
     if settings.confirm and best.role is not Role.AS_WRITTEN:  # phase 5
         verdict = run_final_round(recs, aw, best, runner, space, settings, on_note)
-        if verdict.note:
-            s.tell(verdict.note)
+        for note in verdict.notes:
+            s.tell(note)
     return s.outcome(storage_name, recs, aw, verdict)  # phase 6
 
 
@@ -319,7 +319,7 @@ class Search:
         if seeds and guided == dict(seeds[0]):  # the screen's best is the guided trial
             seeds = [*seeds[1:], guided_params(self.space, aw, cores, hint)[0]]
         with self.enqueue_lock():
-            for role in (Role.AUTOTUNE, Role.HEURISTIC):
+            for role in baseline_roles(screened=self.settings.screened):
                 self._enqueue("role", role.value, baseline_params(self.space, role, cores))
             if self.settings.guided:
                 self._enqueue("role", Role.GUIDED.value, guided)

@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tftune.probes.clock import ClockEvent
@@ -21,7 +21,14 @@ from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows e
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig, config_from_json
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
-from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
+from tftune.tuner.trial.script_text import may_train
+from tftune.tuner.trial.watch import (
+    FALLBACK_S,
+    FIRST_STEP_S,
+    KNOWN_BUSIEST_S,
+    StreamSeen,
+    StreamWatch,
+)
 from tftune.tuner.trial.watch import describe_streams as _describe_streams
 
 
@@ -81,6 +88,10 @@ class Discovery:
     streams: tuple[StreamSeen, ...] = ()
     timed_out: bool = False
     waited_s: float = 0.0
+    # How long the child iterated with no update before it took the busiest loop:
+    # `FALLBACK_S`, or `KNOWN_BUSIEST_S` when the script's text names nothing that
+    # trains (`script_text.may_train`).
+    fallback_s: float = FALLBACK_S
 
     @property
     def found(self) -> bool:
@@ -139,7 +150,8 @@ def discover(
     datasets iterated on the way (a counting loop, a peek, `adapt` come before training).
 
     The child leaves once a stream feeds optimizer updates, or, where nothing updates for
-    `FALLBACK_S` of iterating, once the busiest loop is chosen instead. A script that
+    `FALLBACK_S` of iterating (`KNOWN_BUSIEST_S` when the script's code names nothing that
+    trains: `script_text.may_train`), once the busiest loop is chosen instead. A script that
     never builds a pipeline yields an empty `Discovery` (``found`` is False); one that
     trains on no dataset has no `training` stream, and `no_training()` says what was seen.
     """
@@ -147,14 +159,15 @@ def discover(
     with workdir() as work:
         out_file = work / "discovery.jsonl"
         spec = child_spec("discover", path, args, Config())
-        spec.update(discovery_file=str(out_file), fallback_s=FALLBACK_S)
+        fallback = FALLBACK_S if may_train(path) else KNOWN_BUSIEST_S
+        spec.update(discovery_file=str(out_file), fallback_s=fallback)
         ended = ChildRun(deps or RunnerDeps(), work, spec, cwd=cwd).run(deadline_s=timeout_s)
         rows = []
         if out_file.exists():
             for line in out_file.read_text(encoding="utf-8").splitlines():
                 with contextlib.suppress(json.JSONDecodeError):
                     rows.append(json.loads(line))
-    return parse_discovery(
+    found = parse_discovery(
         str(path),
         rows,
         ended.returncode,
@@ -162,6 +175,7 @@ def discover(
         timed_out=ended.timed_out,
         waited_s=timeout_s,
     )
+    return replace(found, fallback_s=fallback)
 
 
 def parse_discovery(

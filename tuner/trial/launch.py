@@ -31,9 +31,9 @@ from typing import IO, Any, Protocol
 from tftune.core.errors import ScriptError
 from tftune.probes.clock import ClockEvent, ClockReader, StepRecord
 from tftune.probes.nvml import NvmlReader, PynvmlReader
+from tftune.tuner.child.bootstrap import SPEC_ENV
 from tftune.tuner.config import Config
 
-SPEC_ENV = "TFTUNE_CHILD_SPEC"
 POLL_S = 0.05
 STDERR_TAIL_LINES = 200  # kept with a failed trial: a native crash prints every thread
 EXIT_GRACE_S = 10.0  # a script that raised gets this long to print its traceback and exit
@@ -54,6 +54,28 @@ class ChildProcess(Protocol):
     def poll(self) -> int | None: ...
 
     def wait(self, timeout: float | None = None) -> int: ...
+
+
+class SpareChild(Protocol):
+    """A child already started, waiting for its spec (`trial.spare.Spare`)."""
+
+    @property
+    def proc(self) -> ChildProcess: ...
+
+    @property
+    def stderr(self) -> Path: ...
+
+    def hand_over(self, spec_json: str) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+class Spares(Protocol):
+    """Where a run may take a started child from (`trial.spare.SparePool`)."""
+
+    def take(self, cwd: str) -> SpareChild | None: ...
+
+    def settled(self) -> bool: ...
 
 
 Launcher = Callable[
@@ -84,6 +106,8 @@ class RunnerDeps:
     sleep: Callable[[float], None] = time.sleep
     nvml_reader: Callable[[], NvmlReader] | None = PynvmlReader
     python: str = field(default_factory=lambda: sys.executable)
+    # Warm spares for the runs that may start from one (`trial.spare`); None: cold.
+    spares: Spares | None = None
 
 
 # ---- the script and the child's command line ----------------------------------------------
@@ -110,7 +134,8 @@ def child_argv(python: str) -> list[str]:
     return [python, "-c", _LAUNCH]
 
 
-def _child_env(spec_file: str) -> dict[str, str]:
+def child_env(spec_file: str) -> dict[str, str]:
+    """The child's environment: this process's, with the spec file's path."""
     env = dict(os.environ)
     env[SPEC_ENV] = spec_file
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -243,17 +268,38 @@ class ChildRun:
     ) -> Ended:
         """Run the child until it ends, `observer` is done with it, or `deadline_s`."""
         observer = observer or Observer()
-        spec_file = self.work / "spec.json"
-        spec_file.write_text(json.dumps(self.spec), encoding="utf-8")
-        err_path = self.work / "stderr.txt"
+        spares = self.deps.spares if self.capture else None
+        spare = spares.take(self.cwd) if spares is not None else None
+        try:
+            return self._run(observer, spare, deadline_s, term_grace_s)
+        finally:
+            if spare is not None:
+                spare.discard()
+
+    def _run(
+        self,
+        observer: Observer,
+        spare: SpareChild | None,
+        deadline_s: float | None,
+        term_grace_s: float,
+    ) -> Ended:
+        """Launch (or hand the spec to `spare`), poll, stop."""
+        spec_json = json.dumps(self.spec)
+        err_path = spare.stderr if spare is not None else self.work / "stderr.txt"
         with contextlib.ExitStack() as stack:
-            out_fh, err_fh = None, None
-            if self.capture:
-                out_fh = stack.enter_context(open(self.work / "stdout.txt", "wb"))
-                err_fh = stack.enter_context(open(err_path, "wb"))
             started = self.deps.clock()
-            argv = child_argv(self.deps.python)
-            proc = self.deps.launcher(argv, self.cwd, _child_env(str(spec_file)), out_fh, err_fh)
+            if spare is not None:
+                spare.hand_over(spec_json)
+                proc = spare.proc
+            else:
+                spec_file = self.work / "spec.json"
+                spec_file.write_text(spec_json, encoding="utf-8")
+                out_fh, err_fh = None, None
+                if self.capture:
+                    out_fh = stack.enter_context(open(self.work / "stdout.txt", "wb"))
+                    err_fh = stack.enter_context(open(err_path, "wb"))
+                argv = child_argv(self.deps.python)
+                proc = self.deps.launcher(argv, self.cwd, child_env(str(spec_file)), out_fh, err_fh)
             observer.launched(self.deps.clock())
             try:
                 hung, overdue, timed_out = self._poll(proc, observer, started, deadline_s)

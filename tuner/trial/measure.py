@@ -49,6 +49,7 @@ from tftune.tuner.trial.launch import (
     child_spec,
     workdir,
 )
+from tftune.tuner.trial.spare import SETTLE_LIMIT_S
 from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S, StreamWatch, describe_streams
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
@@ -262,6 +263,7 @@ class _Trial(Observer):
             if (
                 len(self.records) > spec.warmup_steps
                 and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s
+                and self._settled((rec.deliver_ns - first) / 1e9)
             ):
                 self.window_start_ns = rec.deliver_ns
                 self.current_start_ns = rec.deliver_ns
@@ -274,6 +276,12 @@ class _Trial(Observer):
         long_enough = (rec.deliver_ns - self.current_start_ns) / 1e9 >= spec.window_s
         if long_enough and len(self.current) >= spec.window_steps:
             self._close_window(rec)
+
+    def _settled(self, warm_s: float) -> bool:
+        """No warm spare is importing beside this run (`trial.spare`), or it has warmed
+        up `SETTLE_LIMIT_S` already: the windows measure the run alone."""
+        spares = self.deps.spares
+        return spares is None or spares.settled() or warm_s >= SETTLE_LIMIT_S
 
     def _close_window(self, rec: StepRecord) -> None:
         self.windows.append((self.current_start_ns, self.current))

@@ -1,0 +1,83 @@
+"""Warm spares (tuner/trial/spare.py): runs of the user's script start from a child whose
+TensorFlow is already imported, with the same results, the same failures and no process
+or folder left behind; and no spare where the script touches the environment."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.trial import MeasureSpec, run_trial
+from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
+from tftune.tuner.trial.spare import SparePool, spares_safe
+
+# A raw SGD loop: each step updates a trainable variable, so the loop is training. The
+# script notes whether TensorFlow was imported before its first line ran.
+TRAINS = """
+import sys
+import time
+preloaded = "tensorflow" in sys.modules
+import tensorflow as tf
+with open(sys.argv[1], "a") as fh:
+    fh.write(f"{preloaded}\\n")
+v = tf.Variable(1.0)
+ds = tf.data.Dataset.range(10**9).map(lambda x: tf.cast(x, tf.float32)).batch(8)
+for b in ds:
+    v.assign_sub(0.001 * tf.reduce_mean(b))
+    time.sleep(0.002)
+"""
+
+FAILS = """
+import tensorflow as tf
+raise ValueError("boom: the dataset path is wrong")
+"""
+
+
+def _script(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body).lstrip(), encoding="utf-8")
+    return path
+
+
+def test_runs_start_from_spares_and_measure_as_cold_runs_do(tmp_path: Path) -> None:
+    trains, fails = _script(tmp_path, "train.py", TRAINS), _script(tmp_path, "bad.py", FAILS)
+    marks = tmp_path / "marks.txt"
+    pool = SparePool(popen_launcher, sys.executable, str(tmp_path))
+    deps = RunnerDeps(spares=pool)
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.3, repeats=2)
+    try:
+        runs = [run_trial(trains, [str(marks)], None, spec, cwd=tmp_path, deps=deps)]
+        runs.append(run_trial(trains, [str(marks)], None, spec, cwd=tmp_path, deps=deps))
+        failed = run_trial(fails, [], None, spec, cwd=tmp_path, deps=deps)
+        waiting = pool.waiting
+    finally:
+        pool.close()
+    for m in runs:
+        assert m.ok and m.state is TrialState.COMPLETE, (m.reason, m.stderr_tail)
+        assert m.examples == 8 * m.steps and len(m.repeats) == 2
+    # Both runs' scripts started with TensorFlow imported: each came from a spare.
+    assert marks.read_text().split() == ["True", "True"]
+    assert pool.taken == 3
+    # A script that raises in a spare fails as it does cold: its reason and stderr.
+    assert failed.state is TrialState.FAILED
+    assert failed.reason is not None and "boom: the dataset path is wrong" in failed.reason
+    assert "ValueError" in failed.stderr_tail
+    # Nothing is left: the waiting spare is stopped and its folder removed.
+    assert waiting is not None and waiting.proc.poll() is not None
+    assert not waiting.folder.exists()
+
+
+def test_a_run_in_another_folder_starts_cold(tmp_path: Path) -> None:
+    pool = SparePool(popen_launcher, sys.executable, str(tmp_path / "elsewhere"))
+    assert pool.take(str(tmp_path)) is None and pool.waiting is None
+
+
+def test_no_spares_for_a_script_that_touches_the_environment(tmp_path: Path) -> None:
+    assert spares_safe(_script(tmp_path, "train.py", TRAINS)) is None
+    env = _script(tmp_path, "env.py", 'import os\nos.environ["TF_XLA_FLAGS"] = "x"\n')
+    assert spares_safe(env) == "env.py touches the environment (environ)"
+    _script(tmp_path, "setup_env.py", "from os import putenv\n")
+    uses = _script(tmp_path, "uses.py", "import setup_env\nimport tensorflow\n")
+    assert spares_safe(uses) == "setup_env.py touches the environment (putenv)"

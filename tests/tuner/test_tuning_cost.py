@@ -1,0 +1,236 @@
+"""What a tuning run does not spend (issue 20): the short busiest-loop wait for a script
+that names nothing that trains, the bound analysis' single window and no model half for
+a script without a model, no guided profile where it tells nothing, and a final round
+that does not re-measure what the leader beats beyond any noise."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.child.roles import FALLBACK_HOW
+from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.measurement import Measurement
+from tftune.tuner.preflight import NO_MODEL, measure_ceiling, profile_skipped
+from tftune.tuner.screen import Screen, ScreenEntry
+from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.study import (
+    Mode,
+    RepeatCallback,
+    Role,
+    Runner,
+    StudyOutcome,
+    StudySettings,
+    run_study,
+)
+from tftune.tuner.study.baselines import baseline_roles
+from tftune.tuner.study.final import DECISIVE_LEAD
+from tftune.tuner.trial.discovery import CallSite, Discovery
+from tftune.tuner.trial.script_text import may_train
+from tftune.tuner.trial.watch import StreamSeen
+
+MAP = "train.py:10"
+SITES = [CallSite(MAP, "map", (), SiteConfig(), None, 1)]
+
+
+def _write(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(body).lstrip(), encoding="utf-8")
+    return path
+
+
+# --- may_train: read from the script's text ---------------------------------------------
+
+
+BENCHMARK = """
+    import tensorflow as tf
+    # we never train here; "train" in a comment or a string does not count
+    split = "train"
+    ds = tf.data.Dataset.range(10**9).map(lambda x: x * 2).batch(4)
+    for batch in ds:
+        tf.reduce_mean(batch)
+"""
+
+
+def test_a_pipeline_benchmark_names_nothing_that_trains(tmp_path: Path) -> None:
+    assert not may_train(_write(tmp_path, "bench.py", BENCHMARK))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "model.fit(ds, epochs=1)",
+        "opt.apply_gradients(zip(g, v))",
+        "with tf.GradientTape() as tape: pass",
+        "def train_step(x): return x",
+        "w.assign_sub(0.1 * g)",
+        "run_training(ds)",
+    ],
+    ids=["fit", "apply_gradients", "tape", "train_step", "assign_sub", "run_training"],
+)
+def test_any_training_name_means_it_may_train(tmp_path: Path, line: str) -> None:
+    assert may_train(_write(tmp_path, "s.py", BENCHMARK + line + "\n"))
+
+
+def test_training_in_a_local_module_counts(tmp_path: Path) -> None:
+    _write(tmp_path, "helpers.py", "def step(opt, g, v):\n    opt.apply_gradients(zip(g, v))\n")
+    pkg = tmp_path / "lib"
+    pkg.mkdir()
+    _write(pkg, "__init__.py", "")
+    _write(pkg, "loop.py", "from .inner import go\n")
+    _write(pkg, "inner.py", "def go(m, ds):\n    m.fit(ds)\n")
+    assert may_train(_write(tmp_path, "a.py", "import helpers\n" + textwrap.dedent(BENCHMARK)))
+    assert may_train(_write(tmp_path, "b.py", "from lib import loop\n"))
+    _write(tmp_path, "quiet.py", "def noop():\n    return 1\n")
+    assert not may_train(_write(tmp_path, "c.py", "import quiet, numpy\n"))
+
+
+def test_an_unreadable_script_may_train(tmp_path: Path) -> None:
+    assert may_train(_write(tmp_path, "broken.py", "def (:\n"))
+
+
+# --- the bound analysis -----------------------------------------------------------------
+
+
+class Runs(Runner):
+    """A runner whose figure per config is `model`'s, three windows a run."""
+
+    def __init__(self, model: Callable[[Config, int], float]) -> None:
+        self.model = model
+        self.calls: list[tuple[Config, Mode, int]] = []  # (config, mode, windows measured)
+
+    def measure(
+        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
+    ) -> Measurement:
+        eps, done = self.model(config, len(self.calls)), []
+        for i in range(3):
+            done.append(eps)
+            if on_repeat is not None and not on_repeat(i, eps):
+                self.calls.append((config, mode, len(done)))
+                return Measurement(TrialState.PRUNED, eps, repeats=tuple(done), reason="pruned")
+        self.calls.append((config, mode, len(done)))
+        return Measurement(
+            TrialState.COMPLETE, eps, 0.5, spread=0.02, input_wait_share=0.9, repeats=tuple(done)
+        )
+
+
+def test_the_bound_analysis_measures_one_window_a_half() -> None:
+    runner = Runs(lambda _c, _n: 500.0)
+    c = measure_ceiling(runner)
+    assert [(mode, windows) for _c, mode, windows in runner.calls] == [
+        (Mode.MODEL_ONLY, 1),
+        (Mode.PIPELINE_ONLY, 1),
+    ]
+    assert c.model_only_examples_per_s == c.pipeline_only_examples_per_s == 500.0
+
+
+def test_a_script_without_a_model_has_no_model_half() -> None:
+    runner = Runs(lambda _c, _n: 500.0)
+    notes: list[str] = []
+    c = measure_ceiling(runner, notes.append, busiest_loop=True)
+    assert [mode for _c, mode, _w in runner.calls] == [Mode.PIPELINE_ONLY]
+    assert c.model_only_examples_per_s is None and c.model_note == f"not measured ({NO_MODEL})"
+    assert notes == [
+        f"bound analysis: pipeline alone 500.0 ex/s, model alone not measured ({NO_MODEL})"
+    ]
+
+
+# --- the guided profile -----------------------------------------------------------------
+
+
+def _found(busiest: bool) -> Discovery:
+    how = FALLBACK_HOW if busiest else "fetched and updated in one tf.function"
+    stream = StreamSeen(0, MAP, "train.py:12", 100, True, how)
+    return Discovery("train.py", tuple(SITES), (), False, None, "", (stream,))
+
+
+SCREENED = Screen((ScreenEntry({"p": 1}, "as written", 300.0), ScreenEntry({"p": 8}, "", 900.0)), 5)
+
+
+def test_the_profile_is_skipped_only_where_the_screen_decides_the_guess() -> None:
+    why = profile_skipped(_found(busiest=True), None, SCREENED)
+    assert why is not None and "trains nothing" in why
+    input_bound = Ceiling(300.0, 5000.0)  # the model alone 2x the pipeline alone or more
+    why = profile_skipped(_found(busiest=False), input_bound, SCREENED)
+    assert why is not None and "input-bound (pipeline alone 300.0 ex/s" in why
+    # Compute-bound, close, or nothing screened: the profile is taken.
+    assert profile_skipped(_found(busiest=False), Ceiling(5000.0, 300.0), SCREENED) is None
+    assert profile_skipped(_found(busiest=False), Ceiling(400.0, 500.0), SCREENED) is None
+    assert profile_skipped(_found(busiest=True), None, None) is None
+    assert profile_skipped(_found(busiest=True), None, Screen((), 1.0, "no dataset")) is None
+
+
+def test_the_heuristic_gets_no_trial_where_the_screen_drained_it() -> None:
+    assert baseline_roles(screened=False) == (Role.AUTOTUNE, Role.HEURISTIC)
+    assert baseline_roles(screened=True) == (Role.AUTOTUNE,)
+
+
+# --- the final round --------------------------------------------------------------------
+
+
+def space() -> SearchSpace:
+    return build_space(SITES, cores=2)
+
+
+def par_of(config: Config) -> int | None:
+    return (config.sites.get(MAP) or SiteConfig()).num_parallel_calls
+
+
+def settings(tmp_path: Path, **kw: object) -> StudySettings:
+    base: dict[str, object] = {"storage": str(tmp_path / "s.journal"), "study_name": "t"}
+    base.update(kw)
+    return StudySettings(**base)  # type: ignore[arg-type]
+
+
+def far_ahead(config: Config, _n: int) -> float:
+    """Parallelism 16 or more is 20x the script as written; AUTOTUNE is 1.2x."""
+    par = par_of(config)
+    if par == AUTOTUNE:
+        return 120.0
+    return 2000.0 if par is not None and par >= 16 else 100.0
+
+
+def final_runs(runner: Runs, tmp_path: Path) -> tuple[StudyOutcome, list[Config], list[str]]:
+    """The study's outcome, the configs its final round measured, and its notes."""
+    start: list[int] = []
+    notes: list[str] = []
+
+    def note(line: str) -> None:
+        if line.startswith("final round: re-measuring"):
+            start.append(len(runner.calls))
+        notes.append(line)
+
+    out = run_study(space(), runner, settings(tmp_path, n_trials=6), on_note=note)
+    return out, [c for c, _m, _w in runner.calls[start[0] :]], notes
+
+
+def test_a_decisive_lead_skips_re_measuring_the_baselines(tmp_path: Path) -> None:
+    runner = Runs(far_ahead)
+    out, final, notes = final_runs(runner, tmp_path)
+    assert out.best.examples_per_s == 2000.0
+    assert final and all(far_ahead(c, 0) == 2000.0 for c in final), final
+    said = next(n for n in notes if "not re-measured" in n)
+    assert "(as_written)" in said and "(autotune)" in said and f"{DECISIVE_LEAD:.1f}x" in said
+    assert out.confirm is not None and out.confirm.examples_per_s == 2000.0
+
+
+def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(
+    tmp_path: Path,
+) -> None:
+    seen: dict[str, int] = {}
+
+    def fades(config: Config, n: int) -> float:  # 20x when first measured, 1.1x after
+        seen[repr(config)] = seen.get(repr(config), 0) + 1
+        fast = far_ahead(config, n)
+        return 110.0 if fast == 2000.0 and seen[repr(config)] > 1 else fast
+
+    out, final, notes = final_runs(Runs(fades), tmp_path)
+    assert Config() in final  # the script as written again, and AUTOTUNE
+    assert any(par_of(c) == AUTOTUNE for c in final)
+    assert not any("not re-measured" in n for n in notes)
+    assert out.best.role is Role.AUTOTUNE or out.best.role is Role.AS_WRITTEN
