@@ -199,8 +199,8 @@ def _comparison_section(m: TuningReport) -> str:
         )
     kind = f" ({m.utilization_kind})" if m.utilization_kind else ""
     return (
-        '<section id="comparison"><h2>As written, AUTOTUNE, heuristic, tuned</h2>'
-        '<p class="sub">All four measured in the same run, on this machine. Spread is '
+        '<section id="comparison"><h2>As written, AUTOTUNE, tuned</h2>'
+        '<p class="sub">Each measured in this run, on this machine. Spread is '
         "(max − min) / median over the repeats: speed-ups smaller than it are noise.</p>"
         f'<table><thead><tr><th>configuration</th><th class="num">examples/s</th>'
         f'<th class="num">utilization{esc(kind)}</th><th class="num">spread</th>'

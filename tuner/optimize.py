@@ -46,6 +46,7 @@ from tftune.tuner.preflight import (
     guided_hint,
     measure_ceiling,
     measure_model,
+    narrow_if_not_the_limit,
     pick_objective,
     profile_hint,
     screen_pipeline,
@@ -167,6 +168,7 @@ def optimize(
         do_profile = (runner is None) if profile is None else profile
         look = _Guidance(guided and do_profile, bounds, guided)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
+        space = narrow_if_not_the_limit(space, screen, note)
         study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
         settings = _settings(study, obj, hint, path, args, started, screen)
         outcome = _run_study(space, pool, settings, on_trial, on_start, note)

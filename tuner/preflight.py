@@ -257,6 +257,27 @@ def profile_skipped(found: Discovery, ceiling: Ceiling | None, screen: Screen | 
     return None
 
 
+def narrow_if_not_the_limit(
+    space: SearchSpace, screen: Screen | None, note: Callable[[str], None]
+) -> SearchSpace:
+    """Where the screen found the pipeline is not the limit (`Screen.stopped`: as
+    written, it drains at `MODEL_BOUND_FACTOR` times the model alone or more), its knobs
+    are searched between as written and AUTOTUNE only: the trials go to what can gain
+    (the batch, the precision), and TPE's combinations of pipeline knobs that cannot
+    change the rate are not each measured."""
+    from tftune.tuner.screen import PIPELINE_FIELDS
+
+    if screen is None or not screen.stopped:
+        return space
+    narrowed = space.narrowed(PIPELINE_FIELDS, "the input pipeline is not the limit")
+    if narrowed != space:
+        note(
+            "the input pipeline is not the limit: its knobs are searched between as written "
+            "and AUTOTUNE only"
+        )
+    return narrowed
+
+
 def guided_hint(
     path: Path,
     args: Sequence[str],

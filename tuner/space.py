@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -175,6 +175,18 @@ class SearchSpace:
             else:
                 out[k.name] = k.as_written
         return out
+
+    def narrowed(self, fields: frozenset[str], reason: str) -> SearchSpace:
+        """The space with the knobs of `fields` searched between their as-written value
+        and AUTOTUNE only (where they have it), and a `LeftOut` note per knob narrowed."""
+        knobs, notes = [], list(self.left_out)
+        for k in self.knobs:
+            keep = tuple(c for c in k.choices if c in (k.as_written, AUTOTUNE))
+            if k.field in fields and keep != k.choices:
+                k = replace(k, choices=keep)
+                notes.append(LeftOut(k.name, f"as written or AUTOTUNE only: {reason}"))
+            knobs.append(k)
+        return replace(self, knobs=tuple(knobs), left_out=tuple(notes))
 
     def feasible(self, params: Mapping[str, KnobValue]) -> dict[str, KnobValue]:
         """`params` as TensorFlow accepts them: an interleave with a fixed cycle length

@@ -17,7 +17,7 @@ from tftune.tuner.screen import (
     candidates,
     run_screen,
 )
-from tftune.tuner.space import build_space
+from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import StudySettings
 from tftune.tuner.trial import discover
 from tftune.tuner.trial.discovery import CallSite
@@ -110,15 +110,22 @@ def test_seeds_are_the_best_ranked_and_never_a_partly_rebuilt_candidate() -> Non
 
 @pytest.fixture(scope="module")
 def screened(tmp_path_factory: pytest.TempPathFactory) -> tuple[Screen, list[str]]:
-    folder = tmp_path_factory.mktemp("screen")
+    screen, space = _screen_script(tmp_path_factory.mktemp("screen"), seconds=0.4)
+    return screen, [k.site or "" for k in space.knobs if k.field == "num_parallel_calls"]
+
+
+def _screen_script(
+    folder: Path, seconds: float, stop_above: float | None = None
+) -> tuple[Screen, SearchSpace]:
+    """SCRIPT discovered and screened, as `tftune optimize` does it."""
     script = folder / "train.py"
     script.write_text(SCRIPT)
     found = discover(script)
     space = build_space(found.sites, cores=2)
     trains = found.training
     assert trains is not None
-    screen = run_screen(script, [], space, (trains.site, trains.place), seconds=0.4)
-    return screen, [k.site or "" for k in space.knobs if k.field == "num_parallel_calls"]
+    where = (trains.site, trains.place)
+    return run_screen(script, [], space, where, seconds=seconds, stop_above=stop_above), space
 
 
 def test_every_candidate_is_rebuilt_and_drained_in_one_run(
@@ -186,14 +193,7 @@ def test_the_screen_stops_after_the_script_as_written_when_the_model_is_the_limi
 ) -> None:
     """With the model alone measured first, a pipeline as written that already drains
     at twice the model's rate or more is not the limit: nothing else is screened."""
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
-    found = discover(script)
-    space = build_space(found.sites, cores=2)
-    trains = found.training
-    assert trains is not None
-    where = (trains.site, trains.place)
-    screen = run_screen(script, [], space, where, seconds=0.2, stop_above=1.0)
+    screen, space = _screen_script(tmp_path, seconds=0.2, stop_above=1.0)
     assert screen.stopped and screen.seeds() == [] and screen.as_written() is not None
     assert all(e.error == NOT_SCREENED for e in screen.entries[1:])
     assert len(screen.entries) == len(candidates(space)) > 2

@@ -81,3 +81,33 @@ def test_no_spares_for_a_script_that_touches_the_environment(tmp_path: Path) -> 
     _script(tmp_path, "setup_env.py", "from os import putenv\n")
     uses = _script(tmp_path, "uses.py", "import setup_env\nimport tensorflow\n")
     assert spares_safe(uses) == "setup_env.py touches the environment (putenv)"
+
+
+KERAS = """
+import numpy as np
+import tensorflow as tf
+x = np.zeros((256, 4), "float32")
+ds = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(16)
+model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(ds, steps_per_epoch=10**6, epochs=1, verbose=0)
+"""
+
+
+def test_discovery_from_a_spare_sees_what_a_cold_one_sees(tmp_path: Path) -> None:
+    """TensorFlow imports Keras with it: in a spare, both are loaded before the script
+    runs, and discovery must still see the script's Keras (the precision knob rests on it)."""
+    from tftune.tuner.trial import discover
+
+    script = _script(tmp_path, "fit.py", KERAS)
+    pool = SparePool(popen_launcher, sys.executable, str(tmp_path))
+    try:
+        warm = discover(script, cwd=tmp_path, deps=RunnerDeps(spares=pool))
+    finally:
+        pool.close()
+    cold = discover(script, cwd=tmp_path)
+    assert pool.taken == 1
+    assert warm.uses_keras and cold.uses_keras
+    assert warm.training is not None and cold.training is not None
+    assert warm.training.place == cold.training.place == "fit.py:7"
+    assert [(s.site, s.op) for s in warm.sites] == [(s.site, s.op) for s in cold.sites]

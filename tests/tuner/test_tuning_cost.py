@@ -234,3 +234,29 @@ def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(
     assert any(par_of(c) == AUTOTUNE for c in final)
     assert not any("not re-measured" in n for n in notes)
     assert out.best.role is Role.AUTOTUNE or out.best.role is Role.AS_WRITTEN
+
+
+def test_a_pipeline_that_is_not_the_limit_is_searched_as_written_or_autotune() -> None:
+    from tftune.tuner.preflight import narrow_if_not_the_limit
+    from tftune.tuner.screen import NOT_SCREENED
+
+    batch = CallSite("train.py:11", "batch", (), SiteConfig(batch_size=32), None, 1)
+    sp = build_space([*SITES, batch], cores=2)
+    stopped = Screen(
+        (ScreenEntry({}, "as written", 9000.0), ScreenEntry({}, "", None, NOT_SCREENED)), 3.0
+    )
+    notes: list[str] = []
+    narrow = narrow_if_not_the_limit(sp, stopped, notes.append)
+    assert narrow.knob(f"{MAP}/num_parallel_calls").choices == (1, AUTOTUNE)
+    assert narrow.knob("threadpool_size").choices == (None,)
+    assert (
+        narrow.knob("train.py:11/batch_size").choices == sp.knob("train.py:11/batch_size").choices
+    )
+    assert notes == [
+        "the input pipeline is not the limit: its knobs are searched between as written "
+        "and AUTOTUNE only"
+    ]
+    assert any(o.name == f"{MAP}/num_parallel_calls" for o in narrow.left_out)
+    # A screen that ranked configs, or none at all: the space as it was.
+    assert narrow_if_not_the_limit(sp, SCREENED, notes.append) is sp
+    assert narrow_if_not_the_limit(sp, None, notes.append) is sp

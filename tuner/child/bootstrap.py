@@ -221,7 +221,7 @@ def _wire(
         hooks.on_records = discovery.records
         hooks.on_training = discovery.training
         patcher.instrument_clock = True
-        _PostImportHook.register("keras", lambda m: discovery.keras(m.__name__))
+        _PostImportHook.when_imported("keras", lambda m: discovery.keras(m.__name__))
     elif mode == "measure" and writer is not None:
         hooks.on_records = writer.records
         patcher.instrument_clock = True

@@ -25,6 +25,15 @@ class _PostImportHook(importlib.abc.MetaPathFinder):
         self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
 
     @classmethod
+    def when_imported(cls, name: str, callback: Callable[[ModuleType], None]) -> None:
+        """`callback` now if `name` is imported already (a warm spare imported it before
+        the script ran: `trial.spare`), else right after it is."""
+        if name in sys.modules:
+            callback(sys.modules[name])
+        else:
+            cls.register(name, callback)
+
+    @classmethod
     def register(cls, name: str, callback: Callable[[ModuleType], None]) -> None:
         if cls._instance is None:
             cls._instance = cls()

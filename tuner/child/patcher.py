@@ -66,15 +66,9 @@ class Patcher(KerasPatches, DistributePatches):
     # ---- installation -------------------------------------------------------------
     def install(self) -> None:
         """Patch now what is loaded, and hook what loads later."""
-        if "tensorflow" in sys.modules:
-            self._patch_tf()
-        else:
-            _PostImportHook.register("tensorflow", lambda _m: self._patch_tf())
+        _PostImportHook.when_imported("tensorflow", lambda _m: self._patch_tf())
         for name in ("keras", "tf_keras"):
-            if name in sys.modules:
-                self._patch_keras(sys.modules[name])
-            else:
-                _PostImportHook.register(name, self._patch_keras)
+            _PostImportHook.when_imported(name, self._patch_keras)
 
     def _patch_tf(self) -> None:
         if self._tf_patched:

@@ -257,8 +257,8 @@ def run_screen(
         row["missing"] = sorted((asked & lineage) - reached)
         rows.append(row)
         write_results(spec.out, rows)
-        rate = row.get("examples_per_s")
-        if index == 0 and spec.stop_above is not None and rate and rate >= spec.stop_above:
+        drained = row.get("examples_per_s")
+        if index == 0 and spec.stop_above is not None and drained and drained >= spec.stop_above:
             break  # the pipeline as written already outruns the model: nothing to rank
     patcher.hooks = hooks
     os._exit(0)
