@@ -54,7 +54,7 @@ from tftune.tuner.preflight import (
 )
 from tftune.tuner.record import api_call, build_record
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
-from tftune.tuner.screen import Screen
+from tftune.tuner.screen import Screen, search_seeds
 from tftune.tuner.service import check_address
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
@@ -170,7 +170,7 @@ def optimize(
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
         space = narrow_if_not_the_limit(space, screen, note)
         study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
-        settings = _settings(study, obj, hint, path, args, started, screen)
+        settings = _settings(study, obj, hint, path, args, started, screen, space)
         outcome = _run_study(space, pool, settings, on_trial, on_start, note)
     record = _record(script, path, args, study, invocation, env_future)
     won = _emit_winner(script, path, args, found, outcome, best_file, record, note)
@@ -253,6 +253,7 @@ def _settings(
     args: Sequence[str],
     started: float,
     screen: Screen | None,
+    space: SearchSpace,
 ) -> StudySettings:
     """The study's settings; ``--timeout`` counts from the start of `optimize`; the
     pipeline screen's best configs are the search's first trials."""
@@ -270,7 +271,7 @@ def _settings(
         confirm=study.confirm,
         target=shlex.join([str(path), *args]),
         hint=hint,
-        seeds=tuple(screen.seeds()) if screen is not None else (),
+        seeds=tuple(search_seeds(space, screen)),
         screened=screen is not None and (screen.stopped or bool(screen.seeds())),
     )
 

@@ -3,7 +3,8 @@
 Before the study, one child runs the script up to its training dataset and drains that
 dataset, rebuilt under each candidate config, without the model, for about a second
 each (tuner/child/screen.py). The candidates (`candidates`) are the script as written,
-AUTOTUNE everywhere, and a coarse grid of the parallelism of every parallel call site
+AUTOTUNE everywhere (with the default thread pool, and with the largest: AUTOTUNE never
+goes past the pool), and a coarse grid of the parallelism of every parallel call site
 with the private thread pool it needs (AUTOTUNE never goes past the pool), every buffer
 AUTOTUNE; the batch size and precision stay as written (they are the model's side).
 
@@ -28,6 +29,7 @@ from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling
 from tftune.tuner.child.screen import SCREEN_META_KEY
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.space import KnobValue, SearchSpace
+from tftune.tuner.study.baselines import with_larger_batch
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, child_spec, workdir
 from tftune.tuner.trial.watch import FIRST_STEP_S
 
@@ -43,13 +45,18 @@ SEEDS = 2
 
 
 def candidates(space: SearchSpace) -> list[dict[str, KnobValue]]:
-    """As written, AUTOTUNE everywhere, then parallelism x thread pool (module docstring)."""
+    """As written, AUTOTUNE everywhere (with the default and with the largest thread
+    pool), then parallelism x thread pool (module docstring)."""
     fixed = {k.name: k.as_written for k in space.knobs if k.field in _MODEL_FIELDS}
     out: list[dict[str, KnobValue]] = [space.as_written_params()]
     auto = {"num_parallel_calls": AUTOTUNE, "cycle_length": AUTOTUNE}
     buffers = {"buffer_size": AUTOTUNE, "final_prefetch": AUTOTUNE}
     out.append({**space.params_for({**auto, **buffers}), **fixed})
     cores = space.cores
+    # AUTOTUNE never goes past the thread pool: with the largest one it finds its own level
+    # (the grid's best on latency_io and bursty_source, measured).
+    widest = {**auto, **buffers, "threadpool_size": max(SCREEN_PARALLELISM)}
+    out.append({**space.params_for(widest), **fixed})
     for par in sorted({cores, *SCREEN_PARALLELISM}):
         pool = par if par > cores else None
         want = {"num_parallel_calls": par, "cycle_length": par, "threadpool_size": pool}
@@ -149,6 +156,18 @@ class Screen:
                 for e in self.entries
             ],
         }
+
+
+def search_seeds(space: SearchSpace, screen: Screen | None) -> list[dict[str, KnobValue]]:
+    """The search's first trials: the screen's best, the same with a larger batch where
+    the batch size is searched (the screen drains the pipeline alone, so it cannot see
+    what a larger batch saves each step; measured: the previous search's winners on
+    cpu_heavy_map and bursty_source had a larger batch), then the screen's next best."""
+    seeds = screen.seeds() if screen is not None else []
+    if not seeds:
+        return []
+    larger = with_larger_batch(space, seeds[0])
+    return [seeds[0], *([larger] if larger is not None else []), *seeds[1:]]
 
 
 def with_screen_sizing(ceiling: Ceiling | None, screen: Screen | None) -> Ceiling | None:

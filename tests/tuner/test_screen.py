@@ -85,6 +85,9 @@ def test_candidates_keep_the_model_side_and_size_the_pool_with_the_parallelism()
     got = candidates(space)
     assert got[0] == space.as_written_params()
     assert got[1]["train.py:10/num_parallel_calls"] == AUTOTUNE
+    # AUTOTUNE again with the largest pool: it never goes past the pool it is given.
+    assert got[2]["train.py:10/num_parallel_calls"] == AUTOTUNE
+    assert (got[1]["threadpool_size"], got[2]["threadpool_size"]) == (None, 64)
     assert len(got) <= MAX_CANDIDATES and len({repr(sorted(p.items())) for p in got}) == len(got)
     for params in got:
         assert params["train.py:11/batch_size"] == 32  # the model's side stays as written
@@ -92,6 +95,28 @@ def test_candidates_keep_the_model_side_and_size_the_pool_with_the_parallelism()
         if isinstance(par, int) and par > 2:
             assert params["threadpool_size"] == par  # AUTOTUNE never goes past the pool
     assert {16, 64} <= {p["train.py:10/num_parallel_calls"] for p in got}
+
+
+def test_the_search_starts_from_the_screens_best_then_the_same_with_a_larger_batch() -> None:
+    from tftune.tuner.screen import search_seeds
+
+    sites = [
+        CallSite("train.py:10", "map", (), SiteConfig(), None, 1),
+        CallSite("train.py:11", "batch", (), SiteConfig(batch_size=32), None, 1),
+    ]
+    space = build_space(sites, cores=2)
+    best = space.params_for({"num_parallel_calls": 16, "threadpool_size": 16})
+    second = space.params_for({"num_parallel_calls": 8, "threadpool_size": 8})
+    entries = (
+        ScreenEntry(space.as_written_params(), "as written", 100.0),
+        ScreenEntry(best, "best", 900.0),
+        ScreenEntry(second, "second", 700.0),
+    )
+    seeds = search_seeds(space, Screen(entries, 3.0))
+    assert seeds == [best, {**best, "train.py:11/batch_size": 64}, second]
+    fixed = build_space(sites[:1], cores=2)  # no batch knob: nothing to double
+    assert search_seeds(fixed, Screen(entries, 3.0)) == [best, second]
+    assert search_seeds(space, None) == []
 
 
 def test_seeds_are_the_best_ranked_and_never_a_partly_rebuilt_candidate() -> None:

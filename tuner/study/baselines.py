@@ -134,10 +134,25 @@ def guided_params(
         if k.field == "mixed_precision":
             params[k.name] = next(c for c in k.choices if c is not None)
             moves.append(f"16-bit precision ({params[k.name]})")
-        elif k.field == "batch_size" and isinstance(k.as_written, int):
+    doubled = with_larger_batch(space, params)
+    if doubled is not None:
+        params = doubled
+        moves += [f"batch {params[k.name]}" for k in space.knobs if k.field == "batch_size"]
+    return params, f"not input-bound ({w:.0%} wait, from {source}): {', '.join(moves)}"
+
+
+def with_larger_batch(
+    space: SearchSpace, params: Mapping[str, KnobValue]
+) -> dict[str, KnobValue] | None:
+    """`params` with every searched batch size at the choice nearest twice the script's
+    (a larger batch amortizes what each step pays whatever its size); None where the
+    batch size is not searched or nothing larger is offered."""
+    out, changed = dict(params), False
+    for k in space.knobs:
+        if k.field == "batch_size" and isinstance(k.as_written, int):
             batch0 = k.as_written
             larger = [c for c in k.choices if isinstance(c, int) and c > batch0]
             if larger:
-                params[k.name] = min(larger, key=lambda c: abs(c - 2 * batch0))
-                moves.append(f"batch {params[k.name]}")
-    return params, f"not input-bound ({w:.0%} wait, from {source}): {', '.join(moves)}"
+                out[k.name] = min(larger, key=lambda c: abs(c - 2 * batch0))
+                changed = True
+    return out if changed else None
