@@ -95,13 +95,14 @@ def make_runners(
         spec = replace(spec, window_s=window, warmup_s=min(spec.warmup_s, window))
     if measure.repeats is not None:
         spec = replace(spec, repeats=measure.repeats)
+    if spares is not None and found.uses_keras:  # the spares to come import Keras too
+        spares.preload = (*spares.preload, KERAS_PRELOAD)
     reap: list[Callable[[], None]] = []
     runners: list[Runner] = []
     for slot in slots:
         deps, launcher = parallel.slot_deps(slot, stop)
         if spares is not None:  # one slot (`spare_pool`): its runs start from the spares
             deps = replace(deps, spares=spares)
-            spares.preload = (*spares.preload, *((KERAS_PRELOAD,) if found.uses_keras else ()))
         reap.append(launcher.reap)
         runners.append(ScriptRunner(path, args, spec=spec, gpu_visible=gpu, deps=deps))
         if slot.gpus is not None or slot.cpus is not None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from test_stopping import settings
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
@@ -25,7 +26,6 @@ from tftune.tuner.study import (
     Role,
     Runner,
     StudyOutcome,
-    StudySettings,
     run_study,
 )
 from tftune.tuner.study.baselines import baseline_roles
@@ -179,12 +179,6 @@ def space() -> SearchSpace:
 
 def par_of(config: Config) -> int | None:
     return (config.sites.get(MAP) or SiteConfig()).num_parallel_calls
-
-
-def settings(tmp_path: Path, **kw: object) -> StudySettings:
-    base: dict[str, object] = {"storage": str(tmp_path / "s.journal"), "study_name": "t"}
-    base.update(kw)
-    return StudySettings(**base)  # type: ignore[arg-type]
 
 
 def far_ahead(config: Config, _n: int) -> float:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tftune.tuner.child.bootstrap import PRELOAD_ENV, READY_ENV
 from tftune.tuner.trial.launch import (
     ChildProcess,
     Launcher,
@@ -37,8 +38,6 @@ from tftune.tuner.trial.launch import (
 )
 from tftune.tuner.trial.script_text import local_modules, names_in, parse_module
 
-PRELOAD_ENV = "TFTUNE_CHILD_PRELOAD"  # modules the spare imports, comma-separated
-READY_ENV = "TFTUNE_CHILD_READY"  # the file it creates once they are imported
 # A run never waits longer than this for the next spare to settle before it measures.
 SETTLE_LIMIT_S = 30.0
 # Names that touch the process environment from Python.
