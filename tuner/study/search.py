@@ -21,19 +21,16 @@ so that TPE learns from it; a knob value that keeps failing is skipped.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.probes.findings import NOT_THE_LIMIT
 from tftune.tuner.crashes import find_instability
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.contract import (
-    Objective,
     Role,
     Runner,
     StudyOutcome,
@@ -43,12 +40,12 @@ from tftune.tuner.study.contract import (
 from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
 from tftune.tuner.study.objective import (
     halving_of,
-    make_pruner,
     prune_guard,
     reuse_twin,
     skip_if_dead,
     store,
 )
+from tftune.tuner.study.opening import open_study
 from tftune.tuner.study.records import (
     as_written_of,
     baselines_of,
@@ -64,7 +61,6 @@ from tftune.tuner.study.storage import (
     fail_stale_trials,
     finished,
     heartbeat,
-    open_storage,
     retry_interrupted,
     study_lock,
     used,
@@ -76,9 +72,6 @@ if TYPE_CHECKING:
 
     from tftune.tuner.space import KnobValue, SearchSpace
 
-# TPE's random start-up trials, counting the enqueued baselines: small, because the
-# budget is small and the baselines already cover the corners of the space.
-TPE_STARTUP_TRIALS = 6
 # Another worker measuring the as-written trial is waited for this long, polling; after
 # that (a killed worker's trial stays RUNNING in a journal file) it is measured again.
 AS_WRITTEN_WAIT_S = 600.0
@@ -127,59 +120,6 @@ def run_study(
         for note in verdict.notes:
             s.tell(note)
     return s.outcome(storage_name, recs, aw, verdict)  # phase 6
-
-
-def space_fingerprint(space: SearchSpace, target: str = "") -> str:
-    blob = json.dumps(
-        [[k.name, [repr(c) for c in k.choices]] for k in space.knobs]
-        + [[n, repr(v)] for n, v in sorted(space.fixed.items())]
-        + [target]
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def open_study(space: SearchSpace, settings: StudySettings) -> tuple[optuna.Study, str]:
-    """Open (or resume) the study, refusing one made for another space or script."""
-    import optuna
-
-    storage, storage_name = open_storage(settings.storage)
-    n_obj = 2 if settings.objective is Objective.BOTH else 1
-    directions = [optuna.study.StudyDirection.MAXIMIZE] * n_obj
-    sampler = optuna.samplers.TPESampler(
-        seed=settings.seed,
-        multivariate=True,
-        n_startup_trials=TPE_STARTUP_TRIALS,
-    )
-    try:
-        study = optuna.create_study(
-            storage=storage,
-            sampler=sampler,
-            pruner=make_pruner(),
-            study_name=settings.study_name,
-            directions=directions,
-            load_if_exists=True,
-        )
-    except ValueError as exc:  # e.g. a resumed study with other directions
-        raise ConfigError(f"--study-name {settings.study_name}: {exc}") from None
-    fp = space_fingerprint(space, settings.target)
-    have_fp = study.user_attrs.get("space")
-    if have_fp is None:
-        study.set_user_attr("space", fp)
-    elif have_fp != fp:
-        raise ConfigError(
-            f"--study-name {settings.study_name}: the study in {storage_name} was created for "
-            "another search space or script (the script, its arguments, --space or --batch-size "
-            "changed); pick a new --study-name"
-        )
-    # What `tftune status` reads from storage alone (no space, no script needed).
-    for key, value in (
-        ("n_trials", settings.n_trials),
-        ("objective", settings.objective.value),
-        ("target", settings.target),
-    ):
-        if study.user_attrs.get(key) != value:
-            study.set_user_attr(key, value)
-    return study, storage_name
 
 
 class Search:

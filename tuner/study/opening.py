@@ -1,0 +1,80 @@
+"""Opening a study: Optuna's study for one search space and script, created or resumed.
+
+The sampler is TPE (multivariate, seeded) and the pruner successive halving
+(`objective.make_pruner`). A resumed study must have been made for the same space and
+script (`space_fingerprint`), or a new --study-name is asked for; what `tftune status`
+reads from storage alone is kept in the study's user attributes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+from tftune.core.errors import ConfigError
+from tftune.tuner.study.contract import Objective, StudySettings
+from tftune.tuner.study.objective import make_pruner
+from tftune.tuner.study.storage import open_storage
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tftune.tuner.space import SearchSpace
+
+# TPE's random start-up trials, counting the enqueued baselines: small, because the
+# budget is small and the baselines already cover the corners of the space.
+TPE_STARTUP_TRIALS = 6
+
+
+def space_fingerprint(space: SearchSpace, target: str = "") -> str:
+    blob = json.dumps(
+        [[k.name, [repr(c) for c in k.choices]] for k in space.knobs]
+        + [[n, repr(v)] for n, v in sorted(space.fixed.items())]
+        + [target]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def open_study(space: SearchSpace, settings: StudySettings) -> tuple[optuna.Study, str]:
+    """Open (or resume) the study, refusing one made for another space or script."""
+    import optuna
+
+    storage, storage_name = open_storage(settings.storage)
+    n_obj = 2 if settings.objective is Objective.BOTH else 1
+    directions = [optuna.study.StudyDirection.MAXIMIZE] * n_obj
+    sampler = optuna.samplers.TPESampler(
+        seed=settings.seed,
+        multivariate=True,
+        n_startup_trials=TPE_STARTUP_TRIALS,
+    )
+    try:
+        study = optuna.create_study(
+            storage=storage,
+            sampler=sampler,
+            pruner=make_pruner(),
+            study_name=settings.study_name,
+            directions=directions,
+            load_if_exists=True,
+        )
+    except ValueError as exc:  # e.g. a resumed study with other directions
+        raise ConfigError(f"--study-name {settings.study_name}: {exc}") from None
+    fp = space_fingerprint(space, settings.target)
+    have_fp = study.user_attrs.get("space")
+    if have_fp is None:
+        study.set_user_attr("space", fp)
+    elif have_fp != fp:
+        raise ConfigError(
+            f"--study-name {settings.study_name}: the study in {storage_name} was created for "
+            "another search space or script (the script, its arguments, --space or --batch-size "
+            "changed); pick a new --study-name"
+        )
+    # What `tftune status` reads from storage alone (no space, no script needed).
+    for key, value in (
+        ("n_trials", settings.n_trials),
+        ("objective", settings.objective.value),
+        ("target", settings.target),
+    ):
+        if study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+    return study, storage_name
