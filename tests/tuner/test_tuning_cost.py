@@ -29,7 +29,8 @@ from tftune.tuner.study import (
     run_study,
 )
 from tftune.tuner.study.baselines import baseline_roles
-from tftune.tuner.study.final import DECISIVE_LEAD
+from tftune.tuner.study.contract import TrialRecord
+from tftune.tuner.study.final import AS_WRITTEN_LEAD, decisive_lead
 from tftune.tuner.trial.discovery import CallSite, Discovery
 from tftune.tuner.trial.script_text import may_train
 from tftune.tuner.trial.watch import StreamSeen
@@ -209,8 +210,35 @@ def test_a_decisive_lead_skips_re_measuring_the_baselines(tmp_path: Path) -> Non
     assert out.best.examples_per_s == 2000.0
     assert final and all(far_ahead(c, 0) == 2000.0 for c in final), final
     said = next(n for n in notes if "not re-measured" in n)
-    assert "(as_written)" in said and "(autotune)" in said and f"{DECISIVE_LEAD:.1f}x" in said
+    assert "(as_written)" in said and "(autotune)" in said
+    assert f"by 16.67x or more, beyond any noise (from {AS_WRITTEN_LEAD:.2f}x)" in said
     assert out.confirm is not None and out.confirm.examples_per_s == 2000.0
+
+
+def _rec(number: int, role: Role, eps: float, spread: float) -> TrialRecord:
+    return TrialRecord(number, role, TrialState.COMPLETE, {"k": number}, "", eps, None, spread)
+
+
+def test_how_far_a_lead_must_be_follows_the_noise() -> None:
+    from tftune.tuner.study.contract import Objective
+
+    aw = _rec(0, Role.AS_WRITTEN, 100.0, 0.04)
+    auto = _rec(1, Role.AUTOTUNE, 101.0, 0.04)
+
+    def beaten(*others: TrialRecord) -> list[int]:
+        top, out = decisive_lead([aw, auto, *others], aw, Objective.THROUGHPUT)
+        assert top is not None and top.number == 2
+        return [r.number for r in out]
+
+    # 1.3x over windows that agree within 4%: AUTOTUNE is beaten beyond any noise; the
+    # script as written, the floor of every recommendation, asks 1.5x.
+    assert beaten(_rec(2, Role.SEARCH, 130.0, 0.04)) == [1]
+    assert beaten(_rec(2, Role.SEARCH, 152.0, 0.04)) == [0, 1]
+    # Just under the floor: both re-measured.
+    assert beaten(_rec(2, Role.SEARCH, 119.0, 0.04)) == []
+    # The same 1.3x from windows that spread 40%: four times the noise asks 1.44x.
+    assert beaten(_rec(2, Role.SEARCH, 130.0, 0.4)) == []
+    assert beaten(_rec(2, Role.SEARCH, 146.0, 0.4)) == [1]
 
 
 def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(

@@ -4,13 +4,16 @@ The winner is the best *feasible* trial: one with at least the as-written exampl
 (TPE's constraint, and `choose_winner`'s guard). The search's best figures are best-of-N
 and biased upwards, so a final round (`run_final_round`) re-measures the few best
 distinct trials (`final_candidates`) beside the as-written and AUTOTUNE baselines, one
-after the other (the script as written both first and last, to see the run-to-run
-noise: `merge_as_written`). A candidate the leader leads by `DECISIVE_LEAD` or more
-keeps its search figure (`decisive_lead`): confirming a 14x gain costs the user runs and
-tells nothing. The winner is chosen from that round alone
-(`choose_final`). If nothing beats the script as written in it by more than the noise
-(`required_gain`), the winner is the script as written: tftune never ends below it, and
-never recommends a change that does not pay for itself. A close call (at least
+after the other (the script as written first: its run there and its search trial show
+the run-to-run noise, `merge_as_written`). A candidate the leader leads beyond any noise
+(`lead_needed`: `DECISIVE_LEAD` or more, `AS_WRITTEN_LEAD` for the script as written,
+the floor of every recommendation) keeps its search figure (`decisive_lead`):
+confirming a 14x gain costs the user runs and tells nothing. The leader itself is always
+re-measured, and where it no longer leads so, the candidates left out are measured after
+all (`_recheck`). The winner is chosen from that round alone (`choose_final`). If
+nothing beats the script as written in it by more than the noise (`required_gain`), the
+winner is the script as written: tftune never ends below it, and never recommends a
+change that does not pay for itself. A close call (at least
 `MIN_GAIN`, but within the round's noise) is settled by more runs of it and the script
 as written, alternately (`decide_close_call`, with `welch_t`).
 """
@@ -32,8 +35,14 @@ if TYPE_CHECKING:
 # in the final round (more where the measurements are noisier: `required_gain`).
 MIN_GAIN = 0.03
 # The final round leaves out a candidate the leader leads by this factor or more in its
-# search figures (`decisive_lead`): run-to-run noise on a host is a few percent.
-DECISIVE_LEAD = 1.5
+# search figures (`decisive_lead`), and by LEAD_NOISE_MULTIPLE times the noise of the two
+# measurements (`required_gain`) where that asks for more: run-to-run noise on a host is
+# 5-10% (a leader re-measured under load once fell by 21%, which `_recheck` catches).
+DECISIVE_LEAD = 1.2
+LEAD_NOISE_MULTIPLE = 4.0
+# The script as written is the floor every recommendation must beat, and its run in the
+# round is what shows the run-to-run noise: it is left out only behind this lead.
+AS_WRITTEN_LEAD = 1.5
 # A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
 # with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
 DECIDE_T = 2.0
@@ -207,19 +216,22 @@ def pool_runs(runs: Sequence[TrialRecord]) -> TrialRecord:
 def merge_as_written(
     final: Sequence[TrialRecord], as_written: TrialRecord
 ) -> tuple[tuple[TrialRecord, ...], float]:
-    """(the final round with the as-written runs, at its start and end, merged into one
-    record with their mean; the run-to-run noise: the two runs' difference relative to
-    their mean, 0 when fewer than two completed)."""
+    """(the final round with the script as written's runs in it merged into one record
+    with their mean; the run-to-run noise: how far apart its runs lie, those of the round
+    and its search trial, relative to their mean; 0 when fewer than two completed).
+    The round's own runs stay the floor: they ran beside the candidates."""
     runs = [f for f in final if f.number == as_written.number]
     done = [r for r in runs if r.state is TrialState.COMPLETE and r.examples_per_s]
     rest = tuple(f for f in final if f.number != as_written.number)
     if not runs:
         return rest, 0.0
-    if len(done) < 2:
-        return (done[0] if done else runs[0], *rest), 0.0
-    rates = [float(r.examples_per_s or 0.0) for r in done]
+    merged = pool_runs(done) if done else runs[0]
+    searched = [as_written] if as_written.state is TrialState.COMPLETE else []
+    rates = [float(r.examples_per_s or 0.0) for r in (*searched, *done) if r.examples_per_s]
+    if len(rates) < 2 or not done:
+        return (merged, *rest), 0.0
     mean = sum(rates) / len(rates)
-    return (pool_runs(done), *rest), (max(rates) - min(rates)) / mean
+    return (merged, *rest), (max(rates) - min(rates)) / mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,10 +399,7 @@ def run_final_round(
     kept = [c for c in leaders if c not in beaten]
     if on_note is not None:
         on_note(f"final round: re-measuring {len(kept)} configs side by side ...")
-    # The script as written opens and closes the round: the two runs of one config show
-    # how much this machine moves from run to run (`merge_as_written`).
-    closing = [as_written] if as_written in kept else []
-    runs = final_round([*kept, *closing], runner, space, on_note)
+    runs = final_round(kept, runner, space, on_note)
     again, left_out = _recheck(beaten, top, runs, as_written, runner, space, settings, on_note)
     runs += again
     final, noise = merge_as_written(runs, as_written)
@@ -409,9 +418,9 @@ def decisive_lead(
     candidates: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective
 ) -> tuple[TrialRecord | None, list[TrialRecord]]:
     """(the candidate with the best search figure other than the script as written; the
-    candidates it leads by `DECISIVE_LEAD` or more in examples/s and in the objective's
+    candidates it leads by `lead_needed` or more in examples/s and in the objective's
     figure): re-measuring those tells nothing, since no noise seen on a host moves a run
-    by half. They keep their search figures; `_recheck` measures them after all when the
+    that far. They keep their search figures; `_recheck` measures them after all when the
     leader's own re-measure no longer leads them so."""
     others = [c for c in candidates if c.number != as_written.number]
     if not others:
@@ -420,11 +429,20 @@ def decisive_lead(
     return top, [c for c in candidates if c is not top and _leads(top, c, objective)]
 
 
+def lead_needed(a: TrialRecord, b: TrialRecord) -> float:
+    """The lead of `a` over `b` beyond any noise: `DECISIVE_LEAD` (`AS_WRITTEN_LEAD`
+    where `b` is the script as written), or more where the two measurements' windows
+    spread widely (`LEAD_NOISE_MULTIPLE`)."""
+    floor = AS_WRITTEN_LEAD if b.role is Role.AS_WRITTEN else DECISIVE_LEAD
+    return max(floor, 1.0 + LEAD_NOISE_MULTIPLE * required_gain(a, b))
+
+
 def _leads(a: TrialRecord, b: TrialRecord, objective: Objective) -> bool:
-    """Whether `a` leads `b` by `DECISIVE_LEAD` in examples/s and the objective's figure."""
+    """Whether `a` leads `b` by `lead_needed` in examples/s and the objective's figure."""
     fa, fb = _score(a, objective)[0], _score(b, objective)[0]
     ea, eb = a.examples_per_s or 0.0, b.examples_per_s or 0.0
-    return fb >= 0 and fa >= DECISIVE_LEAD * fb and ea >= DECISIVE_LEAD * eb
+    need = lead_needed(a, b)
+    return fb >= 0 and fa >= need * fb and ea >= need * eb
 
 
 def _recheck(
@@ -438,7 +456,7 @@ def _recheck(
     on_note: Callable[[str], None] | None,
 ) -> tuple[tuple[TrialRecord, ...], str | None]:
     """(the candidates `decisive_lead` left out, measured after all where the leader's
-    final-round run no longer leads them by `DECISIVE_LEAD`; a note on the others)."""
+    final-round run no longer leads them by `lead_needed`; a note on the others)."""
     again = next((r for r in runs if top is not None and r.number == top.number), None)
     lost = [
         c
@@ -448,17 +466,19 @@ def _recheck(
         or not _leads(again, c, settings.objective)
     ]
     note = None
-    if len(lost) < len(beaten):
-        left = ", ".join(f"trial {c.number} ({c.role.value})" for c in beaten if c not in lost)
+    stand = [c for c in beaten if c not in lost]
+    if stand and top is not None and again is not None:
+        left = ", ".join(f"trial {c.number} ({c.role.value})" for c in stand)
+        lead = min((again.examples_per_s or 0.0) / (c.examples_per_s or 1.0) for c in stand)
+        need = max(lead_needed(again, c) for c in stand)
         note = (
-            f"final round: {left} not re-measured: trial {top.number if top else '?'} leads "
-            f"{'it' if len(beaten) - len(lost) == 1 else 'them'} by {DECISIVE_LEAD:.1f}x or "
-            "more, beyond any noise, so the search figures stand"
+            f"final round: {left} not re-measured: trial {top.number}, re-measured, leads "
+            f"{'it' if len(stand) == 1 else 'them'} by {lead:.2f}x or more, beyond any noise "
+            f"(from {need:.2f}x), so the search figures stand"
         )
     if not lost:
         return (), note
-    closing = [as_written] if as_written in lost else []
-    return final_round([*lost, *closing], runner, space, on_note), note
+    return final_round(lost, runner, space, on_note), note
 
 
 def _settle_close_call(

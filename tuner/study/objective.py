@@ -13,6 +13,7 @@ but ignores FAIL ones, and would keep sampling a config that crashes.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
@@ -44,6 +45,13 @@ PRUNE_BELOW_AS_WRITTEN = 0.8
 # default 3 windows, only the first is judged, and a trial measured to its end is never
 # thrown away.
 HALVING_FACTOR = 4
+# A reference baseline (`REFERENCE_ROLES`) that the best trial so far leads by this factor
+# or more after its first window is measured no further (`cut_short`): that window is its
+# figure, without a noise figure. The final round leaves it out as decisively beaten
+# (`final.lead_needed`, a lower bar), or measures it in full where the leader's own
+# re-measure no longer leads it so.
+CUT_SHORT_LEAD = 1.5
+REFERENCE_ROLES = frozenset({Role.AUTOTUNE, Role.HEURISTIC})
 
 
 def make_pruner() -> Any:
@@ -124,17 +132,26 @@ def prune_guard(
     best_eps: float,
     prune_why: list[str],
     halving: Callable[[int, float], bool] | None = None,
+    cut: list[str] | None = None,
 ) -> RepeatCallback:
     """The runner's per-repeat callback: False (prune) once a searched trial is
     clearly worse; the reason goes to `prune_why`. `halving` reports each window's rate
     to Optuna's successive-halving pruner (every role reports, so that the baselines'
     first windows are what a searched trial competes with) and says whether it would
-    prune."""
+    prune. A reference baseline far behind the best after its first window is stopped
+    too, as measured enough rather than pruned: the note goes to `cut` (`cut_short`)."""
 
     def on_repeat(index: int, eps: float) -> bool:
         behind = halving is not None and halving(index, eps)
+        far_behind = eps > 0 and best_eps >= CUT_SHORT_LEAD * eps
+        if role in REFERENCE_ROLES and cut is not None and index == 0 and far_behind:
+            cut.append(
+                f"measured over one window: the best trial so far ({best_eps:,.1f} ex/s) "
+                f"leads it by {best_eps / eps:.1f}x, beyond any noise"
+            )
+            return False
         if role is not Role.SEARCH:
-            return True  # baselines are always measured in full
+            return True  # baselines are otherwise measured in full
         if objective is Objective.THROUGHPUT and best_eps > 0:
             fraction, ref_eps, what = PRUNE_BELOW_BEST, best_eps, "the best so far"
         elif floor:
@@ -156,6 +173,17 @@ def prune_guard(
         return False
 
     return on_repeat
+
+
+def cut_short(m: Measurement, cut: Sequence[str]) -> Measurement:
+    """A reference baseline stopped after its first window (`prune_guard`'s `cut`) as
+    the complete measurement it is: that window's figure, no noise figure (one window
+    has no spread), and the note that says why."""
+    if not cut or m.state is not TrialState.PRUNED or not m.examples_per_s:
+        return m
+    return replace(
+        m, state=TrialState.COMPLETE, reason=None, spread=None, notes=(*m.notes, cut[-1])
+    )
 
 
 def store(

@@ -5,8 +5,9 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
 
 1. open (or resume) the study, and recover a dead worker's trials (`storage`);
 2. as written (role ``as_written``): the reference every winner must beat;
-3. baselines: AUTOTUNE everywhere, the #cores heuristic, the analysis-guided guess and
-   the pipeline screen's seeds, enqueued within the budget (`baselines`);
+3. baselines: the analysis-guided guess, AUTOTUNE everywhere, the #cores heuristic and
+   the pipeline screen's seeds, enqueued within the budget (`baselines`); a reference
+   baseline the guess leads far is measured over one window (`objective.cut_short`);
 4. search: TPE (multivariate, seeded) until the budget or `stopping.stop_reason`;
    clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
 5. final round: the winner, re-measured beside the baselines (`final`);
@@ -39,6 +40,7 @@ from tftune.tuner.study.contract import (
 )
 from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
 from tftune.tuner.study.objective import (
+    cut_short,
     halving_of,
     prune_guard,
     reuse_twin,
@@ -258,11 +260,11 @@ class Search:
         guided, guided_why = guided_params(self.space, aw, cores, hint, seeds)
         if seeds and guided == dict(seeds[0]):  # the screen's best is the guided trial
             seeds = [*seeds[1:], guided_params(self.space, aw, cores, hint)[0]]
-        with self.enqueue_lock():
+        with self.enqueue_lock():  # the guided guess first: a reference baseline it leads
+            if self.settings.guided:  # far is then measured over one window (`cut_short`)
+                self._enqueue("role", Role.GUIDED.value, guided)
             for role in baseline_roles(screened=self.settings.screened):
                 self._enqueue("role", role.value, baseline_params(self.space, role, cores))
-            if self.settings.guided:
-                self._enqueue("role", Role.GUIDED.value, guided)
             for i, seed in enumerate(seeds):
                 self._enqueue(SEED_ATTR, i, seed)
         if self.settings.guided:
@@ -376,6 +378,7 @@ class Search:
             default=0.0,
         )
         prune_why: list[str] = []
+        cut: list[str] = []
         on_repeat = prune_guard(
             self.settings.objective,
             role,
@@ -383,11 +386,12 @@ class Search:
             best_eps,
             prune_why,
             halving_of(trial, self.settings.objective),
+            cut,
         )
         config = self.space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
         try:
             with heartbeat(self.study._storage, trial._trial_id):
-                m = self.runner.measure(config, on_repeat=on_repeat)
+                m = cut_short(self.runner.measure(config, on_repeat=on_repeat), cut)
         except KeyboardInterrupt:
             # Optuna records the trial as FAIL and re-raises; these say it was stopped,
             # not broken, so that the next run measures it again.
