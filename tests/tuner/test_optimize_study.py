@@ -223,13 +223,13 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     assert out.best.role is Role.AUTOTUNE
     assert out.confirm is not None and out.confirm.examples_per_s == 2000.0
     assert any("final round" in n and "beat the search's best" in n for n in out.notes)
-    # 2 distinct leaders, 5x as written in the search: the round measures them first;
-    # re-measured at 1.1x, they no longer lead the baselines beyond any noise, so as
-    # written and AUTOTUNE are measured after all. TPE's repeats of a measured config
-    # reuse its measurement (no run).
+    # 2 distinct leaders, 5x as written in the search: the round measures the best
+    # first; re-measured at 1.1x, it no longer leads the baselines beyond any noise, nor
+    # the runner-up's search figure, so all three are measured after it. TPE's repeats
+    # of a measured config reuse its measurement (no run).
     twins = sum(1 for r in out.records if r.notes and "is reused" in r.notes[0])
     assert len(out.final) == 4 and len(runner.calls) == 8 - twins + 4
-    assert runner.calls[-2] == Config() != runner.calls[8 - twins]
+    assert runner.calls[8 - twins + 1] == Config() != runner.calls[8 - twins]
     assert len({f.number for f in out.final}) == 4
     rows = {r[0]: r for r in table_rows(out)}
     assert rows["tuned"][1] == "2,000.0" and rows["tuned"][4] == "2.00x"
@@ -252,7 +252,7 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
 
 
 def test_final_candidates_are_the_baselines_and_the_distinct_leaders() -> None:
-    from tftune.tuner.study.final import final_candidates
+    from tftune.tuner.study.round_plan import final_candidates
 
     def rec(n: int, role: Role, eps: float, params: dict[str, object]) -> TrialRecord:
         return TrialRecord(n, role, TrialState.COMPLETE, params, "", eps, 0.5, feasible=True)  # type: ignore[arg-type]
@@ -504,7 +504,7 @@ def test_a_gain_within_the_noise_keeps_the_script_as_written(tmp_path: Path) -> 
 
 
 def test_required_gain_grows_with_the_noise() -> None:
-    from tftune.tuner.study.final import MIN_GAIN, required_gain
+    from tftune.tuner.study.gains import MIN_GAIN, required_gain
 
     def rec(spread: float | None) -> TrialRecord:
         return TrialRecord(0, Role.SEARCH, TrialState.COMPLETE, {}, "", 100.0, spread=spread)

@@ -44,7 +44,7 @@ def trial_budget(trials: Trials) -> tuple[int, int | None]:
 # The final round re-measures this many of the best distinct trials, beside the
 # as-written and AUTOTUNE baselines, and picks the winner from it.
 FINAL_CANDIDATES = 2
-# A close call (the final round's best gains at least `final.MIN_GAIN` but less than the
+# A close call (the final round's best gains at least `gains.MIN_GAIN` but less than the
 # noise demands) is decided by this many more runs of it and of the script as written,
 # alternately (`final.decide_close_call`).
 DECIDE_PAIRS = 2
@@ -157,7 +157,7 @@ class StudySettings:
     study_name: str = "tftune"
     confirm: bool = True
     # How many of the best distinct trials the final round re-measures beside the
-    # baselines (see `final.final_candidates`).
+    # baselines (see `round_plan.final_candidates`).
     final_candidates: int = FINAL_CANDIDATES
     # More alternating runs of a close call and the script as written (0: none).
     decide_pairs: int = DECIDE_PAIRS

@@ -2,21 +2,16 @@
 
 The winner is the best *feasible* trial: one with at least the as-written examples/s
 (TPE's constraint, and `choose_winner`'s guard). The search's best figures are best-of-N
-and biased upwards, so a final round (`run_final_round`) re-measures the few best
-distinct trials (`final_candidates`) beside the as-written and AUTOTUNE baselines, one
-after the other (the script as written first: its run there and its search trial show
-the run-to-run noise, `merge_as_written`). A candidate the leader leads beyond any noise
-(`lead_needed`: `DECISIVE_LEAD` or more, `AS_WRITTEN_LEAD` for the script as written,
-the floor of every recommendation) keeps its search figure (`decisive_lead`):
-confirming a 14x gain costs the user runs and tells nothing. The leader itself is always
-re-measured, and where it no longer leads so, the candidates left out are measured after
-all (`_recheck`). The winner is chosen from that round alone (`choose_final`). If
-nothing beats the script as written in it by more than the noise (`required_gain`), the
-winner is the script as written: tftune never ends below it, and never recommends a
-change that does not pay for itself. A close call (at least
+and biased upwards, so a final round (`run_final_round`) re-measures the search's best,
+then, one after the other, what it may not lead beyond any noise: the next best
+distinct trials and the as-written and AUTOTUNE baselines (`round_plan`). The script as
+written's run there and its search trial show the run-to-run noise
+(`merge_as_written`). The winner is chosen from that round alone (`choose_final`). If
+nothing beats the script as written in it by more than the noise
+(`gains.required_gain`), the winner is the script as written: tftune never ends below
+it, and never recommends a change that does not pay for itself. A close call (at least
 `MIN_GAIN`, but within the round's noise) is settled by more runs of it and the script
-as written, alternately (`decide_close_call`, with `welch_t`).
-"""
+as written, alternately (`decide_close_call`, with `welch_t`)."""
 
 from __future__ import annotations
 
@@ -27,33 +22,15 @@ from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, Role, Runner, StudySettings, TrialRecord
+from tftune.tuner.study.gains import MIN_GAIN, relative_gain, required_gain, score
+from tftune.tuner.study.round_plan import final_candidates, leader, still_open
 
 if TYPE_CHECKING:
     from tftune.tuner.space import SearchSpace
 
-# A change is recommended only if it gains at least this much over the script as written
-# in the final round (more where the measurements are noisier: `required_gain`).
-MIN_GAIN = 0.03
-# The final round leaves out a candidate the leader leads by this factor or more in its
-# search figures (`decisive_lead`), and by LEAD_NOISE_MULTIPLE times the noise of the two
-# measurements (`required_gain`) where that asks for more: run-to-run noise on a host is
-# 5-10% (a leader re-measured under load once fell by 21%, which `_recheck` catches).
-DECISIVE_LEAD = 1.2
-LEAD_NOISE_MULTIPLE = 4.0
-# The script as written is the floor every recommendation must beat, and its run in the
-# round is what shows the run-to-run noise: it is left out only behind this lead.
-AS_WRITTEN_LEAD = 1.5
 # A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
 # with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
 DECIDE_T = 2.0
-
-
-def _score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
-    eps = r.examples_per_s or 0.0
-    util = r.utilization if r.utilization is not None else -1.0
-    if objective is Objective.GPU_UTIL:
-        return (util, eps)
-    return (eps, util)
 
 
 def pareto_front(records: Sequence[TrialRecord]) -> tuple[TrialRecord, ...]:
@@ -92,63 +69,7 @@ def choose_winner(
         return as_written
     if objective is Objective.BOTH:
         return pareto_front(feasible)[0]
-    return max(feasible, key=lambda r: _score(r, objective))
-
-
-def relative_gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
-    """`r`'s relative gain over `base` in the objective's primary figure."""
-    if objective is Objective.GPU_UTIL and r.utilization and base.utilization:
-        return r.utilization / base.utilization - 1.0
-    if r.examples_per_s is None or not base.examples_per_s:
-        return None
-    return r.examples_per_s / base.examples_per_s - 1.0
-
-
-def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> float:
-    """What a config must gain over the script as written to be recommended: more than
-    `MIN_GAIN`, more than the two measurements' noise (half their average spread between
-    windows), and more than `run_noise`, the difference between two runs of the script
-    as written in the same round. A change that does not pay for itself is not worth
-    making."""
-    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4, run_noise)
-
-
-def final_candidates(
-    records: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective, k: int
-) -> list[TrialRecord]:
-    """What the final round re-measures: the script as written and AUTOTUNE everywhere
-    (when it completed), then the `k` best feasible trials whose params differ from
-    everything already listed. The #cores heuristic is re-measured only as one of those:
-    each run of the round costs the user a trial's time."""
-    out: list[TrialRecord] = [as_written]
-    r = next(
-        (x for x in records if x.role is Role.AUTOTUNE and x.state is TrialState.COMPLETE), None
-    )
-    if r is not None:
-        out.append(r)
-    floor = as_written.examples_per_s or 0.0
-    ranked = sorted(
-        (
-            r
-            for r in records
-            if r.state is TrialState.COMPLETE
-            and r.role is not Role.CONFIRM
-            and (r.examples_per_s or 0.0) >= floor
-        ),
-        key=lambda r: _score(r, objective),
-        reverse=True,
-    )
-    seen = [dict(r.params) for r in out]
-    added = 0
-    for r in ranked:
-        if added >= k:
-            break
-        if dict(r.params) in seen:
-            continue
-        seen.append(dict(r.params))
-        out.append(r)
-        added += 1
-    return out
+    return max(feasible, key=lambda r: score(r, objective))
 
 
 def final_round(
@@ -279,7 +200,7 @@ def decide_close_call(
         return False, pool_runs(mine) if mine else None, pool_runs(base) if base else None, note
 
     def figure(r: TrialRecord) -> float:
-        return _score(r, objective)[0]
+        return score(r, objective)[0]
 
     pooled, pooled_base = pool_runs(mine), pool_runs(base)
     gain = relative_gain(pooled, pooled_base, objective) or 0.0
@@ -350,7 +271,7 @@ def choose_final(
     if objective is Objective.BOTH:
         pick = pareto_front(feasible)[0]
     else:
-        pick = max(feasible, key=lambda f: _score(f, objective))
+        pick = max(feasible, key=lambda f: score(f, objective))
     gain, needed = relative_gain(pick, base, objective), required_gain(pick, base, run_noise)
     if gain is not None and gain < needed:
         return (
@@ -394,14 +315,21 @@ def run_final_round(
     that round alone; a close call gets `settings.decide_pairs` more alternating runs.
     The best of N noisy trials is biased upwards, and the baselines were measured minutes
     apart from it: hence the round."""
-    leaders = final_candidates(records, as_written, settings.objective, settings.final_candidates)
-    top, beaten = decisive_lead(leaders, as_written, settings.objective)
-    kept = [c for c in leaders if c not in beaten]
+    objective = settings.objective
+    leaders = final_candidates(records, as_written, objective, settings.final_candidates)
+    top = leader(leaders, as_written, objective)
     if on_note is not None:
-        on_note(f"final round: re-measuring {len(kept)} configs side by side ...")
-    runs = final_round(kept, runner, space, on_note)
-    again, left_out = _recheck(beaten, top, runs, as_written, runner, space, settings, on_note)
-    runs += again
+        on_note(
+            "final round: re-measuring the search's best first, then what it may not lead "
+            "beyond any noise ..."
+        )
+    runs = final_round([top] if top is not None else [], runner, space, on_note)
+    rest, left_out = (
+        still_open(leaders, top, runs[0] if runs else None, objective)
+        if top is not None
+        else (leaders, [])
+    )
+    runs += final_round(rest, runner, space, on_note)
     final, noise = merge_as_written(runs, as_written)
     best, confirm, note, close = choose_final(
         records, as_written, trial_best, final, settings.objective, noise
@@ -411,74 +339,7 @@ def run_final_round(
         verdict = _settle_close_call(
             close, verdict, records, as_written, runner, space, settings, on_note
         )
-    return replace(verdict, notes=(left_out, *verdict.notes)) if left_out else verdict
-
-
-def decisive_lead(
-    candidates: Sequence[TrialRecord], as_written: TrialRecord, objective: Objective
-) -> tuple[TrialRecord | None, list[TrialRecord]]:
-    """(the candidate with the best search figure other than the script as written; the
-    candidates it leads by `lead_needed` or more in examples/s and in the objective's
-    figure): re-measuring those tells nothing, since no noise seen on a host moves a run
-    that far. They keep their search figures; `_recheck` measures them after all when the
-    leader's own re-measure no longer leads them so."""
-    others = [c for c in candidates if c.number != as_written.number]
-    if not others:
-        return None, []
-    top = max(others, key=lambda r: _score(r, objective))
-    return top, [c for c in candidates if c is not top and _leads(top, c, objective)]
-
-
-def lead_needed(a: TrialRecord, b: TrialRecord) -> float:
-    """The lead of `a` over `b` beyond any noise: `DECISIVE_LEAD` (`AS_WRITTEN_LEAD`
-    where `b` is the script as written), or more where the two measurements' windows
-    spread widely (`LEAD_NOISE_MULTIPLE`)."""
-    floor = AS_WRITTEN_LEAD if b.role is Role.AS_WRITTEN else DECISIVE_LEAD
-    return max(floor, 1.0 + LEAD_NOISE_MULTIPLE * required_gain(a, b))
-
-
-def _leads(a: TrialRecord, b: TrialRecord, objective: Objective) -> bool:
-    """Whether `a` leads `b` by `lead_needed` in examples/s and the objective's figure."""
-    fa, fb = _score(a, objective)[0], _score(b, objective)[0]
-    ea, eb = a.examples_per_s or 0.0, b.examples_per_s or 0.0
-    need = lead_needed(a, b)
-    return fb >= 0 and fa >= need * fb and ea >= need * eb
-
-
-def _recheck(
-    beaten: Sequence[TrialRecord],
-    top: TrialRecord | None,
-    runs: Sequence[TrialRecord],
-    as_written: TrialRecord,
-    runner: Runner,
-    space: SearchSpace,
-    settings: StudySettings,
-    on_note: Callable[[str], None] | None,
-) -> tuple[tuple[TrialRecord, ...], str | None]:
-    """(the candidates `decisive_lead` left out, measured after all where the leader's
-    final-round run no longer leads them by `lead_needed`; a note on the others)."""
-    again = next((r for r in runs if top is not None and r.number == top.number), None)
-    lost = [
-        c
-        for c in beaten
-        if again is None
-        or again.state is not TrialState.COMPLETE
-        or not _leads(again, c, settings.objective)
-    ]
-    note = None
-    stand = [c for c in beaten if c not in lost]
-    if stand and top is not None and again is not None:
-        left = ", ".join(f"trial {c.number} ({c.role.value})" for c in stand)
-        lead = min((again.examples_per_s or 0.0) / (c.examples_per_s or 1.0) for c in stand)
-        need = max(lead_needed(again, c) for c in stand)
-        note = (
-            f"final round: {left} not re-measured: trial {top.number}, re-measured, leads "
-            f"{'it' if len(stand) == 1 else 'them'} by {lead:.2f}x or more, beyond any noise "
-            f"(from {need:.2f}x), so the search figures stand"
-        )
-    if not lost:
-        return (), note
-    return final_round(lost, runner, space, on_note), note
+    return replace(verdict, notes=(*left_out, *verdict.notes))
 
 
 def _settle_close_call(

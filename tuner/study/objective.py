@@ -48,7 +48,7 @@ HALVING_FACTOR = 4
 # A reference baseline (`REFERENCE_ROLES`) that the best trial so far leads by this factor
 # or more after its first window is measured no further (`cut_short`): that window is its
 # figure, without a noise figure. The final round leaves it out as decisively beaten
-# (`final.lead_needed`, a lower bar), or measures it in full where the leader's own
+# (`round_plan.lead_needed`, a lower bar), or measures it in full where the leader's own
 # re-measure no longer leads it so.
 CUT_SHORT_LEAD = 1.5
 REFERENCE_ROLES = frozenset({Role.AUTOTUNE, Role.HEURISTIC})

@@ -4,7 +4,7 @@ Every trial costs the user a run of their script. Two rules spend less:
 
 - `stop_reason`: ``--trials auto`` stops the search once `patience` finished trials in a
   row brought no gain beyond the noise over the best so far (the gain a change must
-  show to be recommended, `final.required_gain`: at least 3%, more where the windows
+  show to be recommended, `gains.required_gain`: at least 3%, more where the windows
   spread). The baselines are measured first whatever happens; the count starts after
   them.
 - `twin_of`: TPE samples a config it has already measured once it has converged. That
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
-from tftune.tuner.study.final import relative_gain, required_gain
+from tftune.tuner.study.gains import relative_gain, required_gain
 
 if TYPE_CHECKING:
     from tftune.tuner.space import KnobValue

@@ -1,0 +1,40 @@
+"""What counts as a gain: one trial's figure against another's, and the noise it must clear.
+
+Shared by the stopping rule (`stopping`: a new best must gain beyond the noise), the
+final round's plan (`round_plan`: a lead beyond any noise) and its verdict (`final`: a
+change must pay for itself).
+"""
+
+from __future__ import annotations
+
+from tftune.tuner.study.contract import Objective, TrialRecord
+
+# A change is recommended only if it gains at least this much over the script as written
+# in the final round (more where the measurements are noisier: `required_gain`).
+MIN_GAIN = 0.03
+
+
+def score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
+    """How trials rank: the objective's primary figure, then the other one."""
+    eps = r.examples_per_s or 0.0
+    util = r.utilization if r.utilization is not None else -1.0
+    if objective is Objective.GPU_UTIL:
+        return (util, eps)
+    return (eps, util)
+
+
+def relative_gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
+    """`r`'s relative gain over `base` in the objective's primary figure."""
+    if objective is Objective.GPU_UTIL and r.utilization and base.utilization:
+        return r.utilization / base.utilization - 1.0
+    if r.examples_per_s is None or not base.examples_per_s:
+        return None
+    return r.examples_per_s / base.examples_per_s - 1.0
+
+
+def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> float:
+    """What a config must gain over the script as written to be recommended: more than
+    `MIN_GAIN`, more than the two measurements' noise (half their average spread between
+    windows), and more than `run_noise`, the difference between two runs of the script
+    as written. A change that does not pay for itself is not worth making."""
+    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4, run_noise)
