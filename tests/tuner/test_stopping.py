@@ -295,3 +295,41 @@ def test_a_pipeline_far_faster_than_the_model_gets_the_compute_bound_guess() -> 
     assert with_bounds(None, Ceiling(56_000.0, 6_500.0)) == GuidedHint(
         None, source="bound analysis", model_bound=True
     )
+
+
+# --- the batch ladder: a larger batch that gained is doubled again -----------------------
+
+
+def per_step_bound(config: Config) -> float:
+    """A loop that pays 1 ms a step whatever its batch: examples/s grow with the batch."""
+    s = config.sites.get(BATCH) or SiteConfig()
+    return 1000.0 * (s.batch_size or 32)
+
+
+def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> None:
+    from tftune.tuner.study.ladder import LADDER_ATTR, next_rung
+
+    sp = space()
+    batch = f"{BATCH}/batch_size"
+    seeds = (sp.params_for({"num_parallel_calls": 8}),)
+    doubled = {**seeds[0], batch: 64}
+    out = run_study(
+        sp,
+        Runs(per_step_bound),
+        settings(tmp_path, n_trials=8, confirm=False, seeds=(seeds[0], doubled), patience=3),
+    )
+    by_batch = {}  # the first searched trial of each batch size
+    for r in out.records:
+        if r.role is Role.SEARCH:
+            by_batch.setdefault(r.params[batch], r)
+    # The seed at 64 gained 2x over the best before it: 128 (the largest offered) came
+    # after it (behind the seeds already waiting), with the seed's other knobs, and won.
+    climbed = by_batch[128]
+    assert by_batch[64].number < climbed.number <= by_batch[64].number + 3
+    assert {k: v for k, v in climbed.params.items() if k != batch} == {
+        k: v for k, v in doubled.items() if k != batch
+    }
+    assert out.best.examples_per_s == climbed.examples_per_s == 128_000.0
+    # No rung past the largest batch, nor from a trial that gained some other way.
+    assert next_rung(out.records, sp, out.objective) is None
+    assert LADDER_ATTR == "batch_ladder"

@@ -144,15 +144,15 @@ def guided_params(
 def with_larger_batch(
     space: SearchSpace, params: Mapping[str, KnobValue]
 ) -> dict[str, KnobValue] | None:
-    """`params` with every searched batch size at the choice nearest twice the script's
-    (a larger batch amortizes what each step pays whatever its size); None where the
-    batch size is not searched or nothing larger is offered."""
+    """`params` with every searched batch size at the choice nearest twice its value in
+    `params` (a larger batch amortizes what each step pays whatever its size); None where
+    the batch size is not searched or nothing larger is offered."""
     out, changed = dict(params), False
     for k in space.knobs:
-        if k.field == "batch_size" and isinstance(k.as_written, int):
-            batch0 = k.as_written
-            larger = [c for c in k.choices if isinstance(c, int) and c > batch0]
+        now = params.get(k.name, k.as_written)
+        if k.field == "batch_size" and isinstance(now, int):
+            larger = [c for c in k.choices if isinstance(c, int) and c > now]
             if larger:
-                out[k.name] = min(larger, key=lambda c: abs(c - 2 * batch0))
+                out[k.name] = min(larger, key=lambda c: abs(c - 2 * now))
                 changed = True
     return out if changed else None

@@ -10,6 +10,7 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
    baseline the guess leads far is measured over one window (`objective.cut_short`);
 4. search: TPE (multivariate, seeded) until the budget or `stopping.stop_reason`;
    clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
+   where a larger batch just gained, twice that batch is the next trial (`ladder`);
 5. final round: the winner, re-measured beside the baselines (`final`);
 6. outcome: everything frozen into a `StudyOutcome`.
 
@@ -39,6 +40,7 @@ from tftune.tuner.study.contract import (
     TrialRecord,
 )
 from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
+from tftune.tuner.study.ladder import LADDER_ATTR, next_rung
 from tftune.tuner.study.objective import (
     cut_short,
     halving_of,
@@ -304,6 +306,7 @@ class Search:
             n_trials=n,
             callbacks=[
                 self._report,
+                self._climb,
                 self._stop_at_deadline,
                 self._stop_at_budget,
                 self._booked,
@@ -321,6 +324,13 @@ class Search:
     def _report(self, _study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
         if self.on_trial is not None:
             self.on_trial(record_of(t, self.space), self.best_so_far())
+
+    def _climb(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # A larger batch just gained: twice that batch is the next trial (`ladder`).
+        rung = next_rung(self.records(), self.space, self.settings.objective)
+        if rung is not None and not self.past_deadline():
+            with self.enqueue_lock():
+                self._enqueue(LADDER_ATTR, rung[0], rung[1])
 
     def _booked(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
         # Other workers' running trials will finish too: starting another trial now

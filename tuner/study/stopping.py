@@ -50,16 +50,44 @@ def _gains(r: TrialRecord, best: TrialRecord | None, objective: Objective) -> bo
     return gain is None or gain > required_gain(r, best)
 
 
-def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: int) -> str | None:
-    """Why the search should stop now, or None to go on (see the module docstring)."""
+def _walk(
+    records: Sequence[TrialRecord], objective: Objective
+) -> list[tuple[TrialRecord, bool, TrialRecord | None]]:
+    """Every finished trial in order (final-round runs left out): (the trial, whether it
+    was a new best beyond the noise, the best before it)."""
     ordered = sorted((r for r in records if r.role is not Role.CONFIRM), key=lambda r: r.number)
     best: TrialRecord | None = None
-    since_gain = 0
-    searched = 0
+    out = []
     for r in ordered:
         if r.role is Role.AS_WRITTEN and r.state is TrialState.COMPLETE:
             r = _feasible(r)
-        if _gains(r, best, objective):
+        gained = _gains(r, best, objective)
+        out.append((r, gained, best))
+        if gained:
+            best = r
+    return out
+
+
+def latest_gain(
+    records: Sequence[TrialRecord], objective: Objective
+) -> tuple[TrialRecord, TrialRecord] | None:
+    """(the latest finished trial, the best before it) when that trial was a new best
+    beyond the noise over an earlier best; None otherwise."""
+    walked = _walk(records, objective)
+    if not walked:
+        return None
+    r, gained, before = walked[-1]
+    return (r, before) if gained and before is not None else None
+
+
+def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: int) -> str | None:
+    """Why the search should stop now, or None to go on (see the module docstring)."""
+    walked = _walk(records, objective)
+    best: TrialRecord | None = None
+    since_gain = 0
+    searched = 0
+    for r, gained, _before in walked:
+        if gained:
             best, since_gain = r, 0
         elif r.role not in _BASELINE_ROLES:
             since_gain += 1
@@ -71,7 +99,7 @@ def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: 
     unit = "utilization" if objective is Objective.GPU_UTIL else "ex/s"
     shown = f"{figure:.0%}" if objective is Objective.GPU_UTIL else f"{figure:,.1f}"
     return (
-        f"stopped after {len(ordered)} trials: the last {since_gain} gained nothing beyond "
+        f"stopped after {len(walked)} trials: the last {since_gain} gained nothing beyond "
         f"the noise ({noise:.0%}) over trial {best.number}'s {shown} {unit}"
     )
 
