@@ -12,6 +12,11 @@ from tftune.tuner.study.contract import Objective, TrialRecord
 # A change is recommended only if it gains at least this much over the script as written
 # in the final round (more where the measurements are noisier: `required_gain`).
 MIN_GAIN = 0.03
+# A searched trial is a new best for ``--trials auto`` only if it gains at least this
+# much (`search_gain`): one config's run-to-run noise on a host, 5-12% measured here (the
+# script as written's runs in the final round), is more than one run's windows show, and
+# a "gain" within it would restart the search's patience for nothing.
+SEARCH_GAIN = 0.05
 
 
 def score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
@@ -38,3 +43,9 @@ def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> 
     windows), and more than `run_noise`, the difference between two runs of the script
     as written. A change that does not pay for itself is not worth making."""
     return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4, run_noise)
+
+
+def search_gain(r: TrialRecord, best: TrialRecord) -> float:
+    """What a searched trial must gain over the best so far to count as a new best for
+    the stopping rule: `SEARCH_GAIN`, or `required_gain` where that asks for more."""
+    return max(SEARCH_GAIN, required_gain(r, best))

@@ -3,9 +3,8 @@
 Every trial costs the user a run of their script. Two rules spend less:
 
 - `stop_reason`: ``--trials auto`` stops the search once `patience` finished trials in a
-  row brought no gain beyond the noise over the best so far (the gain a change must
-  show to be recommended, `gains.required_gain`: at least 3%, more where the windows
-  spread). The baselines are measured first whatever happens; the count starts after
+  row brought no gain beyond the noise over the best so far (`gains.search_gain`: at
+  least 5%, a host's run-to-run noise, more where the windows spread). The baselines are measured first whatever happens; the count starts after
   them.
 - `twin_of`: TPE samples a config it has already measured once it has converged. That
   trial reuses the earlier measurement instead of running the script again (a "twin"),
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
-from tftune.tuner.study.gains import relative_gain, required_gain
+from tftune.tuner.study.gains import relative_gain, search_gain
 
 if TYPE_CHECKING:
     from tftune.tuner.space import KnobValue
@@ -47,7 +46,7 @@ def _gains(r: TrialRecord, best: TrialRecord | None, objective: Objective) -> bo
     if best is None:
         return True
     gain = relative_gain(r, best, objective)
-    return gain is None or gain > required_gain(r, best)
+    return gain is None or gain > search_gain(r, best)
 
 
 def _walk(
@@ -94,7 +93,7 @@ def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: 
         searched += r.role not in _BASELINE_ROLES
     if best is None or searched < patience or since_gain < patience:
         return None
-    noise = required_gain(best, best)
+    noise = search_gain(best, best)
     figure = _figure(best, objective) or 0.0
     unit = "utilization" if objective is Objective.GPU_UTIL else "ex/s"
     shown = f"{figure:.0%}" if objective is Objective.GPU_UTIL else f"{figure:,.1f}"
