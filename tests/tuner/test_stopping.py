@@ -323,9 +323,9 @@ def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> Non
         if r.role is Role.SEARCH:
             by_batch.setdefault(r.params[batch], r)
     # The seed at 64 gained 2x over the best before it: 128 (the largest offered) came
-    # after it (behind the seeds already waiting), with the seed's other knobs, and won.
+    # right after it, ahead of the seed still pending, with the seed's other knobs, and won.
     climbed = by_batch[128]
-    assert by_batch[64].number < climbed.number <= by_batch[64].number + 3
+    assert climbed.number == by_batch[64].number + 1
     assert {k: v for k, v in climbed.params.items() if k != batch} == {
         k: v for k, v in doubled.items() if k != batch
     }
@@ -333,3 +333,21 @@ def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> Non
     # No rung past the largest batch, nor from a trial that gained some other way.
     assert next_rung(out.records, sp, out.objective) is None
     assert LADDER_ATTR == "batch_ladder"
+
+
+def test_a_seed_that_repeats_a_config_measured_before_it_is_left_out(tmp_path: Path) -> None:
+    from tftune.tuner.study.baselines import baseline_params
+
+    sp = space()
+    best = sp.params_for({"num_parallel_calls": 8, "threadpool_size": 8})
+    other = sp.params_for({"num_parallel_calls": 16, "threadpool_size": 16})
+    auto = baseline_params(sp, Role.AUTOTUNE, 2)
+    seeds = (best, dict(best), auto, other)  # the screen's best is the guided trial
+    out = run_study(
+        sp,
+        Runs(plateau),
+        settings(tmp_path, n_trials=5, confirm=False, seeds=seeds, screened=True),
+    )
+    roles = [r.role for r in out.records]
+    assert roles[:3] == [Role.AS_WRITTEN, Role.GUIDED, Role.AUTOTUNE]
+    assert dict(out.records[3].params) == other  # not the guided config again, nor AUTOTUNE

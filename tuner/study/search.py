@@ -113,6 +113,7 @@ def run_study(
         on_start(used(study), settings.n_trials)
     s.ensure_as_written()  # phase 2
     s.enqueue_baselines(s.as_written_or_raise())  # phase 3
+    s.feed(study, None)  # the first seed, where no baseline waits
     s.search()  # phase 4
     recs = s.records()
     aw = as_written_of(recs)
@@ -149,6 +150,7 @@ class Search:
         self.timeout_s = settings.timeout_s or 0.0
         self.deadline = None if settings.timeout_s is None else t0 + settings.timeout_s
         self.ran = 0
+        self.pending: list[tuple[int, dict[str, KnobValue]]] = []  # seeds not yet enqueued
         self.notes: list[str] = []
         self.stop_reason = ""
 
@@ -262,13 +264,19 @@ class Search:
         guided, guided_why = guided_params(self.space, aw, cores, hint, seeds)
         if seeds and guided == dict(seeds[0]):  # the screen's best is the guided trial
             seeds = [*seeds[1:], guided_params(self.space, aw, cores, hint)[0]]
+        before = [baseline_params(self.space, r, cores) for r in baseline_roles(screened=True)]
+        before += [dict(aw.params), guided] if self.settings.guided else [dict(aw.params)]
         with self.enqueue_lock():  # the guided guess first: a reference baseline it leads
             if self.settings.guided:  # far is then measured over one window (`cut_short`)
                 self._enqueue("role", Role.GUIDED.value, guided)
             for role in baseline_roles(screened=self.settings.screened):
                 self._enqueue("role", role.value, baseline_params(self.space, role, cores))
-            for i, seed in enumerate(seeds):
-                self._enqueue(SEED_ATTR, i, seed)
+        # The seeds are fed one at a time (`feed`), so that a batch ladder's rung runs
+        # as soon as it is found; one that repeats a config before it is left out.
+        for i, seed in enumerate(seeds):
+            if dict(seed) not in before:
+                self.pending.append((i, dict(seed)))
+                before.append(dict(seed))
         if self.settings.guided:
             self.tell(f"guided guess: {guided_why}")
         if hint is not None and hint.next_moves:  # the analysis gives them when not input-bound
@@ -306,11 +314,12 @@ class Search:
             n_trials=n,
             callbacks=[
                 self._report,
-                self._climb,
                 self._stop_at_deadline,
                 self._stop_at_budget,
                 self._booked,
                 self._stop_when_done,
+                self._climb,  # what runs next: enqueued only while the search goes on
+                self.feed,
             ],
         )
 
@@ -328,9 +337,22 @@ class Search:
     def _climb(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
         # A larger batch just gained: twice that batch is the next trial (`ladder`).
         rung = next_rung(self.records(), self.space, self.settings.objective)
-        if rung is not None and not self.past_deadline():
+        if rung is not None and not self.stop_reason:
             with self.enqueue_lock():
                 self._enqueue(LADDER_ATTR, rung[0], rung[1])
+
+    def feed(self, study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
+        # The next of the screen's seeds once no trial waits (`enqueue_baselines`).
+        if self.stop_reason or any(t.state.name == "WAITING" for t in study.get_trials()):
+            return
+        while self.pending:
+            index, seed = self.pending.pop(0)
+            with self.enqueue_lock():
+                trials = self.study.get_trials(deepcopy=False)
+                if any(t.user_attrs.get(SEED_ATTR) == index for t in trials):
+                    continue  # another worker's
+                self._enqueue(SEED_ATTR, index, seed)
+                return
 
     def _booked(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
         # Other workers' running trials will finish too: starting another trial now
