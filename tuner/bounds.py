@@ -71,6 +71,18 @@ class Ceiling:
             return None
         return "pipeline" if p < m else "model"
 
+    @property
+    def far_ahead(self) -> str | None:
+        """The half that runs `MODEL_BOUND_FACTOR` times faster than the other or more
+        ("pipeline": the model is the limit, the pipeline's knobs are not; "model": the
+        run is input-bound), or None where neither does or a half was not measured."""
+        p, m = self.pipeline_only_examples_per_s, self.model_only_examples_per_s
+        if not p or not m:
+            return None
+        if p >= MODEL_BOUND_FACTOR * m:
+            return "pipeline"
+        return "model" if m >= MODEL_BOUND_FACTOR * p else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "pipeline_only_examples_per_s": self.pipeline_only_examples_per_s,

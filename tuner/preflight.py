@@ -161,9 +161,7 @@ def with_bounds(hint: GuidedHint | None, ceiling: Ceiling | None) -> GuidedHint 
     """`hint` marked `model_bound` when the bound analysis measured the pipeline alone at
     `MODEL_BOUND_FACTOR` times the model alone or more: a profile's few percent of input
     wait then is scheduling, not a pipeline to tune."""
-    p = ceiling.pipeline_only_examples_per_s if ceiling is not None else None
-    m = ceiling.model_only_examples_per_s if ceiling is not None else None
-    if p is None or m is None or p < MODEL_BOUND_FACTOR * m:
+    if ceiling is None or ceiling.far_ahead != "pipeline":
         return hint
     return replace(hint or GuidedHint(None, source="bound analysis"), model_bound=True)
 
@@ -247,12 +245,11 @@ def profile_skipped(found: Discovery, ceiling: Ceiling | None, screen: Screen | 
         return None
     if found.busiest_loop:
         return "the script trains nothing, so it waits on its pipeline by construction"
-    p = ceiling.pipeline_only_examples_per_s if ceiling is not None else None
-    m = ceiling.model_only_examples_per_s if ceiling is not None else None
-    if p and m and m >= MODEL_BOUND_FACTOR * p:
+    if ceiling is not None and ceiling.far_ahead == "model":
         return (
-            f"the bound analysis says input-bound (pipeline alone {p:,.1f} ex/s, model alone "
-            f"{m:,.1f} ex/s)"
+            "the bound analysis says input-bound (pipeline alone "
+            f"{ceiling.pipeline_only_examples_per_s or 0:,.1f} ex/s, model alone "
+            f"{ceiling.model_only_examples_per_s or 0:,.1f} ex/s)"
         )
     return None
 
