@@ -26,7 +26,7 @@ from typing import Any
 
 from tftune.probes.service_sizing import host_cores, size_service
 from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling
-from tftune.tuner.child.screen import SCREEN_META_KEY
+from tftune.tuner.child.screen import SCREEN_META_KEY, STOPPED_KEY
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.space import KnobValue, SearchSpace
 from tftune.tuner.study.baselines import with_larger_batch
@@ -225,11 +225,7 @@ def run_screen(
             deadline_s=FIRST_STEP_S + per * len(params)
         )
         got = [r for r in _read(out) if isinstance(r, dict)]
-    stopped = (
-        stop_above is not None
-        and len(got) == 1
-        and (got[0].get("examples_per_s") or 0.0) >= stop_above
-    )
+    stopped = bool(got) and bool(got[-1].get(STOPPED_KEY))
     rows = got + [{"error": NOT_SCREENED if stopped else NOT_REACHED}] * (len(params) - len(got))
     entries = tuple(
         ScreenEntry(

@@ -201,6 +201,8 @@ def write_results(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 SCREEN_META_KEY = "tftune_screen"
+# A result row with this key true: the screen stopped after it (`ScreenSpec.stop_above`).
+STOPPED_KEY = "stopped"
 
 
 def screen_spec(config: Config) -> ScreenSpec | None:
@@ -255,10 +257,12 @@ def run_screen(
         # Sites of other pipelines (a validation set's) are not this dataset's to reach.
         asked = {site for site, knobs in candidate.sites.items() if not knobs.is_empty()}
         row["missing"] = sorted((asked & lineage) - reached)
+        drained = row.get("examples_per_s") or 0.0
+        if index == 0 and spec.stop_above is not None and drained >= spec.stop_above > 0:
+            row[STOPPED_KEY] = True  # the pipeline as written already outruns the model
         rows.append(row)
         write_results(spec.out, rows)
-        drained = row.get("examples_per_s")
-        if index == 0 and spec.stop_above is not None and drained and drained >= spec.stop_above:
-            break  # the pipeline as written already outruns the model: nothing to rank
+        if row.get(STOPPED_KEY):
+            break  # nothing to rank
     patcher.hooks = hooks
     os._exit(0)
