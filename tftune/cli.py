@@ -227,7 +227,7 @@ def profile(
     help="HTML tuning report.",
 )
 @click.option("--window", type=float, help="Seconds per measured window [3].")
-@click.option("--repeats", type=int, help="Measured windows per trial [3].")
+@click.option("--repeats", type=int, help="Measured windows per trial [2].")
 @click.option(
     "--step-timeout", type=click.FloatRange(min=0, min_open=True), help=_STEP_TIMEOUT_HELP
 )

@@ -42,7 +42,7 @@ PRUNE_BELOW_AS_WRITTEN = 0.8
 # Successive halving (Optuna's `SuccessiveHalvingPruner`): a searched trial goes on after
 # its first window only if that window is among the best 1/HALVING_FACTOR of the first
 # windows measured so far. The next rung would be at window HALVING_FACTOR: with the
-# default 3 windows, only the first is judged, and a trial measured to its end is never
+# default 2 windows, only the first is judged, and a trial measured to its end is never
 # thrown away.
 HALVING_FACTOR = 4
 # A reference baseline (`REFERENCE_ROLES`) that the best trial so far leads by this factor

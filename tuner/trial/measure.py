@@ -71,7 +71,10 @@ class MeasureSpec:
     warmup_s: float = 1.0  # ... and at least this long after the first step
     window_s: float = 3.0  # length of one repeat window ...
     window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
-    repeats: int = 3  # consecutive windows; their spread is the noise
+    # Consecutive windows; their spread is the noise. Two: one config's run-to-run noise
+    # on a host (5-12%) is more than a run's windows show (1-4%), so a third window
+    # bought little but 3 s a run; the final round re-measures what decides.
+    repeats: int = 2
     # The next training step is due within max(stall_s, 20 x the slowest step so far)
     # (`trial.watch`); the first within startup_timeout_s; step_timeout_s sets both.
     stall_s: float = STALL_FLOOR_S
