@@ -28,6 +28,12 @@ def score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
     return (eps, util)
 
 
+def shown(r: TrialRecord, objective: Objective) -> str:
+    """`r`'s primary figure in words: "5,536.0 ex/s", or "50% utilization"."""
+    figure = score(r, objective)[0]
+    return f"{figure:.0%} utilization" if objective is Objective.GPU_UTIL else f"{figure:,.1f} ex/s"
+
+
 def relative_gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> float | None:
     """`r`'s relative gain over `base` in the objective's primary figure."""
     if objective is Objective.GPU_UTIL and r.utilization and base.utilization:

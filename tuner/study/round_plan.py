@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
-from tftune.tuner.study.gains import required_gain, score
+from tftune.tuner.study.gains import required_gain, score, shown
 
 # A baseline is left out behind this lead of the leader's re-measure over its search
 # figure, and behind LEAD_NOISE_MULTIPLE times the noise of the two measurements
@@ -129,7 +129,7 @@ def still_open(
         notes.append(
             f"final round: {_named(behind)} not re-measured: "
             f"{'its search figure is' if len(behind) == 1 else 'their search figures are'} "
-            f"already below trial {top.number}'s re-measure ({_shown(again, objective)}), and "
+            f"already below trial {top.number}'s re-measure ({shown(again, objective)}), and "
             "a figure picked as one of the best of many trials is biased upwards"
         )
     return [c for c in rest if c not in beaten and c not in behind], notes
@@ -137,8 +137,3 @@ def still_open(
 
 def _named(records: Sequence[TrialRecord]) -> str:
     return ", ".join(f"trial {c.number} ({c.role.value})" for c in records)
-
-
-def _shown(r: TrialRecord, objective: Objective) -> str:
-    figure = score(r, objective)[0]
-    return f"{figure:.0%} utilization" if objective is Objective.GPU_UTIL else f"{figure:,.1f} ex/s"

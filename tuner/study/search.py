@@ -264,13 +264,17 @@ class Search:
         guided, guided_why = guided_params(self.space, aw, cores, hint, seeds)
         if seeds and guided == dict(seeds[0]):  # the screen's best is the guided trial
             seeds = [*seeds[1:], guided_params(self.space, aw, cores, hint)[0]]
-        before = [baseline_params(self.space, r, cores) for r in baseline_roles(screened=True)]
-        before += [dict(aw.params), guided] if self.settings.guided else [dict(aw.params)]
+        baselines = {
+            role: baseline_params(self.space, role, cores)
+            for role in baseline_roles(screened=self.settings.screened)
+        }
+        before = [*baselines.values(), dict(aw.params)]
+        before += [guided] if self.settings.guided else []
         with self.enqueue_lock():  # the guided guess first: a reference baseline it leads
             if self.settings.guided:  # far is then measured over one window (`cut_short`)
                 self._enqueue("role", Role.GUIDED.value, guided)
-            for role in baseline_roles(screened=self.settings.screened):
-                self._enqueue("role", role.value, baseline_params(self.space, role, cores))
+            for role, params in baselines.items():
+                self._enqueue("role", role.value, params)
         # The seeds are fed one at a time (`feed`), so that a batch ladder's rung runs
         # as soon as it is found; one that repeats a config before it is left out.
         for i, seed in enumerate(seeds):
@@ -341,9 +345,10 @@ class Search:
             with self.enqueue_lock():
                 self._enqueue(LADDER_ATTR, rung[0], rung[1])
 
-    def feed(self, study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
+    def feed(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
         # The next of the screen's seeds once no trial waits (`enqueue_baselines`).
-        if self.stop_reason or any(t.state.name == "WAITING" for t in study.get_trials()):
+        trials = self.study.get_trials(deepcopy=False)
+        if self.stop_reason or any(t.state.name == "WAITING" for t in trials):
             return
         while self.pending:
             index, seed = self.pending.pop(0)

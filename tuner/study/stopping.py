@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
-from tftune.tuner.study.gains import relative_gain, search_gain
+from tftune.tuner.study.gains import relative_gain, search_gain, shown
 
 if TYPE_CHECKING:
     from tftune.tuner.space import KnobValue
@@ -94,12 +94,9 @@ def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: 
     if best is None or searched < patience or since_gain < patience:
         return None
     noise = search_gain(best, best)
-    figure = _figure(best, objective) or 0.0
-    unit = "utilization" if objective is Objective.GPU_UTIL else "ex/s"
-    shown = f"{figure:.0%}" if objective is Objective.GPU_UTIL else f"{figure:,.1f}"
     return (
         f"stopped after {len(walked)} trials: the last {since_gain} gained nothing beyond "
-        f"the noise ({noise:.0%}) over trial {best.number}'s {shown} {unit}"
+        f"the noise ({noise:.0%}) over trial {best.number}'s {shown(best, objective)}"
     )
 
 
