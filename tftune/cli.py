@@ -226,7 +226,9 @@ def profile(
     type=click.Path(dir_okay=False),
     help="HTML tuning report.",
 )
-@click.option("--window", type=float, help="Seconds per measured window [3].")
+@click.option(
+    "--window", type=float, help="Seconds per measured window [3; the first of several half that]."
+)
 @click.option("--repeats", type=int, help="Measured windows per trial [2].")
 @click.option(
     "--step-timeout", type=click.FloatRange(min=0, min_open=True), help=_STEP_TIMEOUT_HELP

@@ -226,7 +226,11 @@ class _Guidance:
         runner = pool.runners[0]  # the model alone first: where it is the limit, the
         # screen stops after the script as written
         model = measure_model(runner, found.busiest_loop) if self.bounds else None
-        screen = screen_pipeline(path, args, found, space, note, model) if self.profile else None
+        screen = (
+            screen_pipeline(path, args, found, space, note, model, pool.spares)
+            if self.profile
+            else None
+        )
         ceiling = measure_ceiling(runner, note, screen, model=model) if self.bounds else None
         hint = guided_hint(path, args, found, ceiling, screen, note) if self.profile else None
         return screen, ceiling, with_bounds(hint, ceiling) if self.guided else None

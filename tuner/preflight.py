@@ -216,19 +216,24 @@ def screen_pipeline(
     space: SearchSpace,
     note: Callable[[str], None],
     model: ModelHalf | None = None,
+    spares: SparePool | None = None,
 ) -> Screen | None:
     """The pipeline screen (`tuner.screen`), when the space has pipeline knobs: its best
     configs seed the search, and its figure for the script as written is the bound
     analysis' pipeline alone. With the `model` alone measured, it stops after the
-    script as written where that drains `MODEL_BOUND_FACTOR` times faster."""
+    script as written where that drains `MODEL_BOUND_FACTOR` times faster. It starts
+    from the waiting spare, with none importing beside its drains (`LastSpare`)."""
     from tftune.tuner.screen import PIPELINE_FIELDS, run_screen
+    from tftune.tuner.trial.launch import RunnerDeps
+    from tftune.tuner.trial.spare import LastSpare
 
     if not any(k.field in PIPELINE_FIELDS for k in space.knobs):
         return None
     trains = found.training
     where = (trains.site, trains.place) if trains else None
     stop = MODEL_BOUND_FACTOR * model[0] if model is not None and model[0] else None
-    screen = run_screen(path, args, space, where, stop_above=stop)
+    deps = RunnerDeps(spares=LastSpare(spares)) if spares is not None else None
+    screen = run_screen(path, args, space, where, deps=deps, stop_above=stop)
     note(screen.summary())
     return screen
 

@@ -50,6 +50,7 @@ class RunnerPool:
     runners: tuple[Runner, ...]
     stop: threading.Event
     reap: tuple[Callable[[], None], ...]
+    spares: SparePool | None = None  # the warm spares the runners start from, if any
 
 
 def make_runners(
@@ -107,7 +108,7 @@ def make_runners(
         runners.append(ScriptRunner(path, args, spec=spec, gpu_visible=gpu, deps=deps))
         if slot.gpus is not None or slot.cpus is not None:
             note(slot.describe())
-    return RunnerPool(tuple(runners), stop, tuple(reap))
+    return RunnerPool(tuple(runners), stop, tuple(reap), spares)
 
 
 # Loads Keras with the TensorFlow it goes with (`tf.keras` resolves it lazily): a spare

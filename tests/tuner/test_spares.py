@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.trial import MeasureSpec, run_trial
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
@@ -111,3 +113,44 @@ def test_discovery_from_a_spare_sees_what_a_cold_one_sees(tmp_path: Path) -> Non
     assert warm.training is not None and cold.training is not None
     assert warm.training.place == cold.training.place == "fit.py:7"
     assert [(s.site, s.op) for s in warm.sites] == [(s.site, s.op) for s in cold.sites]
+
+
+def test_the_screen_starts_from_the_waiting_spare_with_none_behind_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipeline screen measures from its start: it takes the spare that waits, and
+    no next spare imports beside its drains; the run after it starts cold, with the
+    one-spare-ahead order back behind it (it starts the spare it runs in, then the next)."""
+    from tftune.tuner.screen import run_screen
+    from tftune.tuner.space import build_space
+    from tftune.tuner.trial import discover
+    from tftune.tuner.trial.spare import LastSpare
+
+    monkeypatch.chdir(tmp_path)
+    trains, marks = _script(tmp_path, "train.py", TRAINS), tmp_path / "marks.txt"
+    found = discover(trains, [str(tmp_path / "discovery.txt")])
+    assert found.training is not None
+    space = build_space(found.sites, cores=2)
+    pool = SparePool(popen_launcher, sys.executable, str(tmp_path))
+    spec = MeasureSpec(warmup_steps=3, warmup_s=0.2, window_s=0.3, repeats=2)
+    try:
+        first = run_trial(
+            trains, [str(marks)], None, spec, cwd=tmp_path, deps=RunnerDeps(spares=pool)
+        )
+        waiting = pool.waiting
+        where = (found.training.site, found.training.place)
+        deps = RunnerDeps(spares=LastSpare(pool))
+        screen = run_screen(trains, [str(marks)], space, where, deps=deps, seconds=0.2)
+        after_screen, screened_by = pool.waiting, waiting.proc.poll() if waiting else None
+        last = run_trial(
+            trains, [str(marks)], None, spec, cwd=tmp_path, deps=RunnerDeps(spares=pool)
+        )
+        behind = pool.waiting
+    finally:
+        pool.close()
+    assert first.ok and last.ok, (first.reason, last.reason)
+    assert waiting is not None and screen.reason is None and screen.as_written() is not None
+    assert after_screen is None and behind is not None and pool.taken == 3
+    # The spare that waited ran the screen (it has ended); the run after started its own.
+    assert screened_by is not None and not waiting.folder.exists()
+    assert marks.read_text().split() == ["True", "True", "True"]

@@ -223,3 +223,25 @@ def test_a_short_run_says_its_windows_held_too_few_steps(script: Path) -> None:
     result = run_trial(script, (), None, spec, deps=deps)
     assert result.measured and result.truncated
     assert any("held only" in n for n in result.notes), result.notes
+
+
+def test_the_first_of_several_windows_is_half_as_long(script: Path) -> None:
+    """Successive halving's short first rung: a run the pruner stops after its first
+    window pays half a window; a run of one window measures it whole."""
+    spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=0.6, repeats=2)
+    assert spec.window_length(0) == pytest.approx(0.3) and spec.window_length(1) == 0.6
+    assert MeasureSpec(window_s=0.6, repeats=1).window_length(0) == 0.6
+    deps = RunnerDeps(launcher=_launcher("400", "0.01", "end"), nvml_reader=None)
+    two = run_trial(script, (), None, spec, deps=deps)
+    assert two.measured and len(two.repeats) == 2
+    assert 0.9 <= two.window_s < 1.15  # 0.3 + 0.6, not 2 x 0.6
+    pruned = run_trial(script, (), None, spec, deps=deps, on_report=lambda i, v: i == 0)
+    assert pruned.state is TrialState.PRUNED and 0.3 <= pruned.window_s < 0.55
+    one = run_trial(
+        script,
+        (),
+        None,
+        MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=0.6, repeats=1),
+        deps=deps,
+    )
+    assert one.measured and one.window_s >= 0.6

@@ -7,8 +7,9 @@ exception, the end); `_Trial` follows them as an `Observer` of the one launch lo
 
 1. warm-up: the first `warmup_steps` training steps, and at least `warmup_s` after the
    first (tracing, the first epoch's fill);
-2. `repeats` consecutive windows, each at least `window_s` long and `window_steps`
-   steps; after each, `on_report(index, examples/s so far)`, whose True prunes;
+2. `repeats` consecutive windows, each at least `window_s` long (the first of several
+   half that: `FIRST_WINDOW_SHARE`) and `window_steps` steps; after each,
+   `on_report(index, examples/s so far)`, whose True prunes;
 3. stop: the child's whole group is stopped once the windows are measured.
 
 Failures (exception, non-zero exit, OOM, stall, NaN loss, timeout, no steps) are
@@ -55,6 +56,11 @@ from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S, StreamWatch, d
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
 # (real models on a GPU) a window runs until it holds this many, whatever window_s is.
 MIN_WINDOW_STEPS = 10
+# The first window of a run that measures several is half as long: a run the pruner stops
+# there, or a reference baseline cut short (`study.objective`), costs 1.5 s less, and
+# only the survivors pay full windows (successive halving's short first rung). Measured
+# here: one config's run-to-run noise (5-12%) is well above what a 1.5 s window adds.
+FIRST_WINDOW_SHARE = 0.5
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 
@@ -71,6 +77,9 @@ class MeasureSpec:
     warmup_s: float = 1.0  # ... and at least this long after the first step
     window_s: float = 3.0  # length of one repeat window ...
     window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
+    # The first of several windows is this share of `window_s`: the pruner and a
+    # reference baseline's cut decide on it, and only survivors pay the full windows.
+    first_window_share: float = FIRST_WINDOW_SHARE
     # Consecutive windows; their spread is the noise. Two: one config's run-to-run noise
     # on a host (5-12%) is more than a run's windows show (1-4%), so a third window
     # bought little but 3 s a run; the final round re-measures what decides.
@@ -90,6 +99,12 @@ class MeasureSpec:
     max_wall_s: float | None = None  # hard cap on the whole trial
     term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
     nvml_interval_s: float = 0.2
+
+    def window_length(self, index: int) -> float:
+        """Seconds window `index` lasts at least (module docstring)."""
+        if index == 0 and self.repeats > 1:
+            return self.window_s * self.first_window_share
+        return self.window_s
 
 
 def run_trial(
@@ -276,7 +291,8 @@ class _Trial(Observer):
         if self._done():
             return
         self.current.append(rec)
-        long_enough = (rec.deliver_ns - self.current_start_ns) / 1e9 >= spec.window_s
+        elapsed = (rec.deliver_ns - self.current_start_ns) / 1e9
+        long_enough = elapsed >= spec.window_length(len(self.windows))
         if long_enough and len(self.current) >= spec.window_steps:
             self._close_window(rec)
 

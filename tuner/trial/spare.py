@@ -82,11 +82,17 @@ class SparePool:
         self._next: Spare | None = None
         self.taken = 0  # runs that started from a spare
 
-    def take(self, cwd: str) -> Spare | None:
+    def take(self, cwd: str, start_next: bool = True) -> Spare | None:
         """A started spare for a run in `cwd` (None for another folder), and the next one
-        started behind it."""
+        started behind it. Without `start_next`: the spare waiting (None when there is
+        none: the run starts cold) and none behind it, so the run has the machine to
+        itself from its start; the run after it starts cold."""
         if cwd != self.cwd:
             return None
+        if not start_next:
+            spare, self._next = self._next, None
+            self.taken += spare is not None
+            return spare
         spare = self._next if self._next is not None else self._start()
         self._next = self._start()
         self.taken += 1
@@ -118,6 +124,23 @@ class SparePool:
         with open(stdout, "wb") as out, open(stderr, "wb") as err:
             proc = self.launcher(child_argv(self.python), self.cwd, env, out, err)
         return Spare(proc, folder, spec_file, stdout, stderr, ready_file)
+
+
+@dataclass(frozen=True, slots=True)
+class LastSpare:
+    """The pool's waiting spare for one run that measures from its start (the pipeline
+    screen drains as soon as the script reaches its dataset), with no next spare
+    importing beside it. The pool's one-spare-ahead order resumes with the run after:
+    that one starts cold, its import beside the next spare's, and it measures only
+    once both are done, as a warm run measures only once the next spare is."""
+
+    pool: SparePool
+
+    def take(self, cwd: str) -> Spare | None:
+        return self.pool.take(cwd, start_next=False)
+
+    def settled(self) -> bool:
+        return self.pool.settled()
 
 
 def spares_safe(script: Path) -> str | None:
