@@ -274,3 +274,66 @@ def test_the_report_keeps_only_a_few_stderr_tails() -> None:
     m = build_tuning_model(data, generated_at=WHEN)
     assert sum(1 for t in m.trials if t.stderr_tail) == MAX_STDERR_TAILS
     assert len(m.data_json) < len(json.dumps(data)) - 9 * 4000
+
+
+class CountsItsSteps(FakeRunner):
+    """A script that counts its steps from its own --batch-size (32): with a larger
+    dataset batch, its `next()` runs past the data and it dies with StopIteration."""
+
+    def measure(
+        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
+    ) -> Measurement:
+        if _batch(config) > 32:
+            self.calls.append(config)
+            return Measurement(TrialState.FAILED, reason="raised StopIteration: ")
+        return super().measure(config, mode=mode, on_repeat=on_repeat)
+
+
+def test_a_batch_the_script_runs_out_of_data_with_leaves_out_larger_ones(
+    tmp_path: Path,
+) -> None:
+    """One run out of data at a batch is enough: that batch and every larger one are
+    skipped from then on (a larger batch makes fewer batches still), the budget is spent
+    on configs that run, and the run says why and what to do instead."""
+    runner = CountsItsSteps(latency_bound)
+    out = run_study(space(), runner, settings(tmp_path, n_trials=16))
+    larger = [c for c in runner.calls if _batch(c) > 32]
+    assert 1 <= len(larger) <= 2  # the floor can fall once: 128 first, then 64
+    skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
+    assert skipped and all("ran out of data" in (r.reason or "") for r in skipped)
+    assert len(out.records) - len(skipped) == 16
+    said = [n for n in out.notes if "ran out of data" in n]
+    assert said and "-- --batch-size" in said[0] and "fix the batch with --batch-size" in said[0]
+    assert _batch(out.best_config) <= 32
+
+
+def _batch(config: Config) -> int:
+    site = config.sites.get(SITES[1].site)
+    return (site.batch_size if site is not None else None) or 32
+
+
+def test_a_batch_that_ran_through_is_never_left_out() -> None:
+    """A StopIteration at batch 64 with a run through at 128 is not the batch's doing."""
+    import optuna
+
+    from tftune.tuner.study.ran_out import ran_out_batches
+    from tftune.tuner.study.records import FAILED_ATTR
+
+    knob = f"{SITES[1].site}/batch_size"
+    dist = {knob: optuna.distributions.CategoricalDistribution([16, 32, 64, 128])}
+
+    def trial(number: int, batch: int, failed: bool) -> optuna.trial.FrozenTrial:
+        attrs = {FAILED_ATTR: True, "reason": "raised StopIteration: "} if failed else {}
+        state = optuna.trial.TrialState.PRUNED if failed else optuna.trial.TrialState.COMPLETE
+        return optuna.trial.create_trial(
+            state=state,
+            value=None if failed else 1.0,
+            params={knob: batch},
+            distributions=dist,
+            user_attrs=attrs,
+        )
+
+    ran_out = [trial(0, 32, False), trial(1, 128, True), trial(2, 64, True)]
+    (left,) = ran_out_batches(ran_out).values()
+    assert left.floor == 64 and left.covers(128) and not left.covers(32)
+    assert ran_out_batches([*ran_out, trial(3, 128, False)]) == {}

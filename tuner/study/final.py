@@ -219,6 +219,38 @@ def decide_close_call(
     return change, pooled, pooled_base, note
 
 
+# Where no config clears the noise in the round, AUTOTUNE everywhere (tf.data's own
+# advice) is still recommended when it was not behind the script as written in either of
+# its runs and gains `MIN_GAIN` on the mean of both: the two are baselines, measured by
+# design in the search and again in the round, so their search figures are fair samples
+# (not the top of many), and two runs each tell more than one. Measured: gil_tokenizer,
+# AUTOTUNE +14% in the search, +2.6% in the round (+8% on the means); the bench's round put
+# it 11% ahead on every sample, while keeping the script left the user below AUTOTUNE.
+AUTOTUNE_KEPT = (
+    "AUTOTUNE everywhere, tf.data's own advice, was ahead of it in both of its runs and "
+    "by {gain:+.1%} on their mean: recommending it"
+)
+
+
+def _autotune_ahead(
+    records: Sequence[TrialRecord],
+    as_written: TrialRecord,
+    base: TrialRecord,
+    feasible: Sequence[TrialRecord],
+) -> tuple[TrialRecord, float] | None:
+    """(AUTOTUNE everywhere's final-round record, its gain on the means of both runs)
+    where it holds the floor in the round (`feasible`, against `base`), was not behind
+    the script as written in the search, and gains `MIN_GAIN` on the means."""
+    auto = next((r for r in records if r.role is Role.AUTOTUNE), None)
+    again = next((f for f in feasible if auto is not None and f.number == auto.number), None)
+    if auto is None or again is None or auto.state is not TrialState.COMPLETE:
+        return None
+    search, written = auto.examples_per_s or 0.0, as_written.examples_per_s or 0.0
+    mine, theirs = search + (again.examples_per_s or 0.0), written + (base.examples_per_s or 0.0)
+    gain = mine / theirs - 1.0 if theirs > 0 else 0.0
+    return (again, gain) if search >= written and gain >= MIN_GAIN else None
+
+
 def _same_config(a: TrialRecord, b: TrialRecord) -> bool:
     return dict(a.params) == dict(b.params)
 
@@ -274,12 +306,19 @@ def choose_final(
         pick = max(feasible, key=lambda f: score(f, objective))
     gain, needed = relative_gain(pick, base, objective), required_gain(pick, base, run_noise)
     if gain is not None and gain < needed:
+        said = (
+            f"no config beat the script as written by more than the noise in the final "
+            f"round (best: trial {pick.number}, {pick.description}, {gain:+.1%}; a change "
+            f"must gain {needed:.0%})"
+        )
+        auto = _autotune_ahead(records, as_written, base, feasible) if gain < MIN_GAIN else None
+        if auto is not None:
+            kept = AUTOTUNE_KEPT.format(gain=auto[1])
+            return by_number[auto[0].number], auto[0], f"{said}; {kept}", None
         return (
             as_written,
             None,
-            f"no config beat the script as written by more than the noise in the final "
-            f"round (best: trial {pick.number}, {pick.description}, {gain:+.1%}; a change "
-            f"must gain {needed:.0%}): keeping the script as written",
+            f"{said}: keeping the script as written",
             CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
         )
     note = None

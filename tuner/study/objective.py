@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, RepeatCallback, Role, StudySettings
+from tftune.tuner.study.ran_out import ran_out_hit
 from tftune.tuner.study.records import (
     CRASH_ATTR,
     FAILED_ATTR,
@@ -98,21 +99,28 @@ def skip_if_dead(
     params: Mapping[str, KnobValue],
     settings: StudySettings,
 ) -> None:
-    """Skip a search trial that sampled a knob value that keeps failing: stored like a
-    failed trial, using no budget (at most --trials skips, so a stuck sampler ends)."""
+    """Skip a search trial that sampled a knob value that keeps failing, or a batch the
+    script runs out of data with (`ran_out`): stored like a failed trial, using no budget
+    (at most --trials skips, so a stuck sampler ends)."""
     import optuna
 
+    skips = sum(1 for t in trials if t.user_attrs.get(SKIPPED_ATTR))
+    if skips >= settings.n_trials:
+        return
     dead = dead_values(trials)
     hit = next(((k, v) for k, v in params.items() if (k, v) in dead), None)
-    skips = sum(1 for t in trials if t.user_attrs.get(SKIPPED_ATTR))
-    if hit is None or skips >= settings.n_trials:
-        return
-    numbers, why = dead[hit]
-    reason = (
-        f"skipped: {hit[0]}={hit[1]} made trials "
-        f"{', '.join(map(str, numbers))} fail ({why}) and no trial with it ran "
-        "through"
-    )
+    if hit is not None:
+        numbers, why = dead[hit]
+        reason = (
+            f"skipped: {hit[0]}={hit[1]} made trials "
+            f"{', '.join(map(str, numbers))} fail ({why}) and no trial with it ran "
+            "through"
+        )
+    else:  # a batch at least as large as one the script ran out of data with
+        short = ran_out_hit(trials, params)
+        if short is None:
+            return
+        reason = short[0].skip_reason(short[1])
     for key, value in (
         (SKIPPED_ATTR, True),
         (FAILED_ATTR, True),

@@ -50,6 +50,7 @@ from tftune.tuner.study.objective import (
     store,
 )
 from tftune.tuner.study.opening import open_study
+from tftune.tuner.study.ran_out import ran_out_batches
 from tftune.tuner.study.records import (
     as_written_of,
     baselines_of,
@@ -152,6 +153,7 @@ class Search:
         self.ran = 0
         self.pending: list[tuple[int, dict[str, KnobValue]]] = []  # seeds not yet enqueued
         self.notes: list[str] = []
+        self.said_ran_out: set[tuple[str, int]] = set()  # (`ran_out`) said once each
         self.stop_reason = ""
 
     def tell(self, note: str) -> None:
@@ -318,6 +320,7 @@ class Search:
             n_trials=n,
             callbacks=[
                 self._report,
+                self._say_ran_out,
                 self._stop_at_deadline,
                 self._stop_at_budget,
                 self._booked,
@@ -337,6 +340,13 @@ class Search:
     def _report(self, _study: optuna.Study, t: optuna.trial.FrozenTrial) -> None:
         if self.on_trial is not None:
             self.on_trial(record_of(t, self.space), self.best_so_far())
+
+    def _say_ran_out(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
+        # Batches the script ran out of data with are left out: why, said once (`ran_out`).
+        for left in ran_out_batches(self.study.get_trials(deepcopy=False)).values():
+            if (left.knob, left.floor) not in self.said_ran_out:
+                self.said_ran_out.add((left.knob, left.floor))
+                self.tell(left.note())
 
     def _climb(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
         # A larger batch just gained: twice that batch is the next trial (`ladder`).

@@ -4,7 +4,7 @@ Every trial costs the user a run of their script. Two rules spend less:
 
 - `stop_reason`: ``--trials auto`` stops the search once `patience` finished trials in a
   row brought no gain beyond the noise over the best so far (`gains.search_gain`: at
-  least 5%, a host's run-to-run noise, more where the windows spread). The baselines
+  least 8%, a host's run-to-run noise, more where the windows spread). The baselines
   are measured first whatever happens; the count starts after them.
 - `twin_of`: TPE samples a config it has already measured once it has converged. That
   trial reuses the earlier measurement instead of running the script again (a "twin"),
