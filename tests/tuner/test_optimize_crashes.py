@@ -285,7 +285,7 @@ class CountsItsSteps(FakeRunner):
     ) -> Measurement:
         if _batch(config) > 32:
             self.calls.append(config)
-            return Measurement(TrialState.FAILED, reason="raised StopIteration: ")
+            return Measurement(TrialState.FAILED, reason="raised StopIteration")
         return super().measure(config, mode=mode, on_repeat=on_repeat)
 
 
@@ -323,7 +323,7 @@ def test_a_batch_that_ran_through_is_never_left_out() -> None:
     dist = {knob: optuna.distributions.CategoricalDistribution([16, 32, 64, 128])}
 
     def trial(number: int, batch: int, failed: bool) -> optuna.trial.FrozenTrial:
-        attrs = {FAILED_ATTR: True, "reason": "raised StopIteration: "} if failed else {}
+        attrs = {FAILED_ATTR: True, "reason": "raised StopIteration"} if failed else {}
         state = optuna.trial.TrialState.PRUNED if failed else optuna.trial.TrialState.COMPLETE
         return optuna.trial.create_trial(
             state=state,

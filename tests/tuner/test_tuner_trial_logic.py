@@ -245,3 +245,13 @@ def test_the_first_of_several_windows_is_half_as_long(script: Path) -> None:
         deps=deps,
     )
     assert one.measured and one.window_s >= 0.6
+
+
+def test_an_exception_without_a_message_is_named_alone() -> None:
+    """StopIteration carries no message: "raised StopIteration", not a dangling colon."""
+    from tftune.tuner.trial.measure import classify_exit
+
+    bare = classify_exit(1, {"type": "StopIteration", "message": ""}, "")
+    assert bare == (FailureKind.EXCEPTION, "raised StopIteration")
+    said = classify_exit(1, {"type": "ValueError", "message": "bad path"}, "")
+    assert said == (FailureKind.EXCEPTION, "raised ValueError: bad path")

@@ -144,7 +144,7 @@ def classify_exit(
     if exception is not None:
         kind = str(exception.get("type", "Exception"))
         message = str(exception.get("message", ""))
-        text = f"{kind}: {message}"
+        text = f"{kind}: {message}" if message else kind  # StopIteration has none
         bases = [str(b) for b in exception.get("bases", [])]
         if any(m in text for m in OOM_MARKERS) or any(b in OOM_EXCEPTIONS for b in bases):
             return FailureKind.OOM, f"out of memory: {text}"[:300]
