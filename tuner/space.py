@@ -226,9 +226,20 @@ class SearchSpace:
         return ", ".join(parts) if parts else "as written"
 
 
+def site_knob_name(site: str, field: str) -> str:
+    """A call site's knob as the study names it: "<site>/<field>" (`split_knob`)."""
+    return f"{site}/{field}"
+
+
+def split_knob(name: str) -> tuple[str | None, str]:
+    """(call site, field) of a knob's name; a global knob has no site: (None, name)."""
+    site, sep, field = name.rpartition("/")
+    return (site, field) if sep else (None, name)
+
+
 def _short(name: str) -> str:
-    site, sep, knob = name.rpartition("/")
-    if not sep:
+    site, knob = split_knob(name)
+    if site is None:
         return name
     short_knob = {
         "num_parallel_calls": "par",
@@ -316,7 +327,7 @@ def _site_knob(site: DiscoveredSite, knob: str, base: Sequence[KnobValue], why: 
     if written is None and knob == "num_parallel_calls":
         written = 1
     choices = tuple(base) if written in base else (*base, written)
-    return Knob(f"{site.site}/{knob}", knob, site.site, choices, written, why)
+    return Knob(site_knob_name(site.site, knob), knob, site.site, choices, written, why)
 
 
 def _batch_choices(written: int, bound: BatchBound | None) -> tuple[int, ...]:
@@ -431,7 +442,7 @@ def _batch_knob(
     """A batch call's batch size: searched around the script's own value, fixed by
     ``--batch-size``, or left out when the script's value is not a known constant."""
     written = s.as_written.batch_size
-    name = f"{s.site}/batch_size"
+    name = site_knob_name(s.site, "batch_size")
     if written is None or written == AUTOTUNE:
         left.append(LeftOut(name, "the script's batch size is not a known constant"))
         return []

@@ -238,17 +238,19 @@ def _autotune_ahead(
     base: TrialRecord,
     feasible: Sequence[TrialRecord],
 ) -> tuple[TrialRecord, float] | None:
-    """(AUTOTUNE everywhere's final-round record, its gain on the means of both runs)
-    where it holds the floor in the round (`feasible`, against `base`), was not behind
-    the script as written in the search, and gains `MIN_GAIN` on the means."""
+    """(AUTOTUNE everywhere's final-round record, its gain in examples/s on the means of
+    both runs: `pool_runs`) where it holds the floor in the round (`feasible`, against
+    `base`), was not behind the script as written in the search, and gains `MIN_GAIN`
+    on the means."""
     auto = next((r for r in records if r.role is Role.AUTOTUNE), None)
     again = next((f for f in feasible if auto is not None and f.number == auto.number), None)
     if auto is None or again is None or auto.state is not TrialState.COMPLETE:
         return None
-    search, written = auto.examples_per_s or 0.0, as_written.examples_per_s or 0.0
-    mine, theirs = search + (again.examples_per_s or 0.0), written + (base.examples_per_s or 0.0)
-    gain = mine / theirs - 1.0 if theirs > 0 else 0.0
-    return (again, gain) if search >= written and gain >= MIN_GAIN else None
+    if (auto.examples_per_s or 0.0) < (as_written.examples_per_s or 0.0):
+        return None
+    both = (pool_runs([auto, again]), pool_runs([as_written, base]))
+    gain = relative_gain(*both, Objective.THROUGHPUT)
+    return (again, gain) if gain is not None and gain >= MIN_GAIN else None
 
 
 def _same_config(a: TrialRecord, b: TrialRecord) -> bool:

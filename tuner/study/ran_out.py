@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tftune.tuner.space import split_knob
 from tftune.tuner.study.records import FAILED_ATTR, ran_to_end
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 # What a failure says when the data ended before the script's loop did.
 RAN_OUT_MARKERS = ("StopIteration", "OutOfRangeError", "End of sequence")
-# The batch size knob's name ends so (`space`: "<site>/batch_size").
-BATCH_KNOB_SUFFIX = "/batch_size"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +49,7 @@ class RanOut:
 
     def note(self) -> str:
         """Said once in the run: why larger batches are left out, and what to do."""
-        site = self.knob[: -len(BATCH_KNOB_SUFFIX)]
+        site = split_knob(self.knob)[0]
         return (
             f"batches of {self.floor} and more at {site} are left out: trial "
             f"{self.trials[0]} ran out of data ({self.reason}). The script seems to count its "
@@ -105,5 +104,5 @@ def _batches(params: Mapping[str, KnobValue]) -> list[tuple[str, int]]:
     return [
         (k, v)
         for k, v in params.items()
-        if k.endswith(BATCH_KNOB_SUFFIX) and isinstance(v, int) and not isinstance(v, bool)
+        if split_knob(k)[1] == "batch_size" and isinstance(v, int) and not isinstance(v, bool)
     ]
