@@ -129,7 +129,7 @@ class Shards(tf.keras.utils.PyDataset):
         return 10**6
 
     def __getitem__(self, i):
-        time.sleep(0.01)
+        time.sleep(0.05)
         return np.ones((4, 2), np.float32), np.ones((4, 1), np.float32)
 
 
