@@ -179,6 +179,22 @@ def test_search_trials_behind_after_one_window_stop_there(tmp_path: Path) -> Non
     assert all(r.state is TrialState.PRUNED for r in halved)
 
 
+def test_a_first_window_within_the_search_gain_of_the_best_is_measured_to_its_end(
+    tmp_path: Path,
+) -> None:
+    """Halving keeps the best quarter of first windows; a window within 8% of the best
+    one is not told apart from it by the search either, so it goes on, while one far
+    behind stops after that window."""
+    rates = [1000.0, 1500.0, 2000.0, 2500.0, 2350.0, 1400.0, 2400.0, 1380.0]
+    it = iter(rates)
+    runner = Runs(lambda _c: next(it))
+    run_study(space(), runner, settings(tmp_path, n_trials=len(rates), confirm=False))
+    windows = dict(zip(rates, runner.windows, strict=False))
+    assert len(runner.windows) == len(rates)  # no twin: every trial ran
+    assert windows[2350.0] == 3 and windows[2400.0] == 3  # 0.94x and 0.96x the best
+    assert windows[1400.0] == 1 and windows[1380.0] == 1
+
+
 # --- the guided guess for a compute-bound script ------------------------------------------
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Objective, RepeatCallback, Role, StudySettings
+from tftune.tuner.study.gains import SEARCH_GAIN
 from tftune.tuner.study.ran_out import ran_out_hit
 from tftune.tuner.study.records import (
     CRASH_ATTR,
@@ -42,9 +43,10 @@ PRUNE_BELOW_BEST = 0.5
 PRUNE_BELOW_AS_WRITTEN = 0.8
 # Successive halving (Optuna's `SuccessiveHalvingPruner`): a searched trial goes on after
 # its first window only if that window is among the best 1/HALVING_FACTOR of the first
-# windows measured so far. The next rung would be at window HALVING_FACTOR: with the
-# default 2 windows, only the first is judged, and a trial measured to its end is never
-# thrown away.
+# windows measured so far, or within `gains.SEARCH_GAIN` of the best of them
+# (`near_the_best`): a gap the search itself would not count as a gain is noise, not a
+# reason to stop. The next rung would be at window HALVING_FACTOR: with the default 2
+# windows, only the first is judged, and a trial measured to its end is never thrown away.
 HALVING_FACTOR = 4
 # A reference baseline (`REFERENCE_ROLES`) that the best trial so far leads by this factor
 # or more after its first window is measured no further (`cut_short`): that window is its
@@ -72,9 +74,26 @@ def halving_of(trial: optuna.Trial, objective: Objective) -> Callable[[int, floa
 
     def halving(index: int, eps: float) -> bool:
         trial.report(eps, index + 1)
-        return bool(trial.should_prune())
+        return bool(trial.should_prune()) and not near_the_best(trial, index + 1, eps)
 
     return halving
+
+
+def near_the_best(trial: optuna.Trial, step: int, eps: float) -> bool:
+    """Whether window `step`'s rate is within `SEARCH_GAIN` of the best rate any other
+    trial reported at that step. First windows read a few percent above whole runs
+    (cpu_heavy_map: 2-6%), so they are compared with first windows only. The pruner once
+    stopped a trial at 0.95x the best first window, the config an exhaustive grid then
+    found best, while a trial 0.93x the grid's best won."""
+    best = max(
+        (
+            t.intermediate_values.get(step, 0.0)
+            for t in trial.study.get_trials(deepcopy=False)
+            if t.number != trial.number
+        ),
+        default=0.0,
+    )
+    return best > 0 and eps * (1 + SEARCH_GAIN) >= best
 
 
 def reuse_twin(trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
@@ -170,8 +189,8 @@ def prune_guard(
             if behind:
                 prune_why.append(
                     f"{eps:,.1f} ex/s after {index + 1} window(s), not among the best "
-                    f"{1 / HALVING_FACTOR:.0%} of the trials' windows so far (successive "
-                    "halving)"
+                    f"{1 / HALVING_FACTOR:.0%} of the trials' windows so far nor within "
+                    f"{SEARCH_GAIN:.0%} of the best (successive halving)"
                 )
             return not behind
         prune_why.append(
