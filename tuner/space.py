@@ -264,10 +264,10 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     sites: dict[str, dict[str, Any]] = {}
     globals_: dict[str, KnobValue] = {}
     for name, value in values.items():
-        site, sep, knob = name.rpartition("/")
+        site, knob = split_knob(name)
         if name in service.PARAM_NAMES:
             continue  # `service.service_from_values` below
-        if sep and knob in SITE_KNOBS:
+        if site is not None and knob in SITE_KNOBS:
             if value is not None:
                 if knob in BOOL_SITE_KNOBS:
                     if not isinstance(value, bool):

@@ -18,6 +18,7 @@ from tftune.tuner.space import (
     LeftOut,
     SearchSpace,
     format_value,
+    split_knob,
 )
 
 
@@ -67,15 +68,13 @@ def apply_space_file(
     left = [lo for lo in space.left_out]
     for name, raw in data["knobs"].items():
         where = f"{p}: knobs[{name!r}]"
-        site, sep, knob_field = name.rpartition("/")
-        if sep:
+        site, knob_field = split_knob(name)
+        if site is not None:
             if knob_field not in SITE_KNOBS:
                 raise ConfigError(f"{where}: unknown knob {knob_field!r}")
             if sites is not None and site not in sites:
                 raise ConfigError(f"{where}: call site {site!r} was not found in the script")
-        elif name in GLOBAL_KNOB_NAMES:
-            knob_field, site = name, ""
-        else:
+        elif name not in GLOBAL_KNOB_NAMES:
             raise ConfigError(f"{where}: unknown knob")
         left = [lo for lo in left if lo.name != name]
         existing = knobs.get(name)
@@ -99,7 +98,7 @@ def apply_space_file(
                 written = 1 if 1 in parsed else None
             if written not in parsed:
                 parsed = (*parsed, written)
-        knobs[name] = Knob(name, knob_field, site or None, parsed, written, f"from {p.name}")
+        knobs[name] = Knob(name, knob_field, site, parsed, written, f"from {p.name}")
         if name not in order:
             order.append(name)
     return SearchSpace(
