@@ -15,8 +15,8 @@ Line format (text, one record per line)::
 
 Timestamps are nanoseconds of the child's wall clock (``time.time_ns()`` eagerly,
 ``tf.timestamp()`` in graphs); only differences between them are used. Parent side
-(`ClockReader`, `window_stats`): incremental parsing and the statistics of a window.
-Pure Python: no TensorFlow here.
+(`ClockReader`): incremental parsing; what a window of steps says is
+`probes.training_time`'s. Pure Python: no TensorFlow here.
 """
 
 from __future__ import annotations
@@ -121,56 +121,6 @@ class ClockReader:
             if item is not None:
                 out.append(item)
         return out
-
-
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    """Throughput and step timing over one window of consecutive steps."""
-
-    steps: int
-    examples: int
-    duration_s: float
-    examples_per_s: float
-    steps_per_s: float
-    input_wait_s: float
-
-    @property
-    def input_wait_share(self) -> float:
-        return min(1.0, self.input_wait_s / self.duration_s) if self.duration_s > 0 else 0.0
-
-
-def window_stats(start_ns: int, records: Sequence[StepRecord]) -> WindowStats | None:
-    """Stats of the steps delivered after `start_ns`, up to the last record's delivery.
-
-    The window is step-aligned: it runs from the delivery that precedes it (`start_ns`) to
-    its own last delivery, so a slow step is never cut in half.
-    """
-    if not records:
-        return None
-    end_ns = records[-1].deliver_ns
-    duration = (end_ns - start_ns) / NS
-    if duration <= 0:
-        return None
-    examples = sum(r.examples for r in records)
-    wait = sum(min(r.wait_ns, r.deliver_ns - start_ns) for r in records) / NS
-    return WindowStats(
-        steps=len(records),
-        examples=examples,
-        duration_s=duration,
-        examples_per_s=examples / duration,
-        steps_per_s=len(records) / duration,
-        input_wait_s=wait,
-    )
-
-
-def step_durations_ms(start_ns: int, records: Sequence[StepRecord]) -> list[float]:
-    """Time between consecutive deliveries: what one training step took, wait included."""
-    out: list[float] = []
-    prev = start_ns
-    for r in records:
-        out.append((r.deliver_ns - prev) / 1e6)
-        prev = r.deliver_ns
-    return out
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -303,6 +303,7 @@ def record_json(r: TrialRecord) -> dict[str, Any]:
         "notes": list(r.notes),
         "stderr_tail": (r.stderr_tail or None) if failed else None,
         "crash": _crash_json(r.crash) if failed else None,
+        "training": r.training.to_json() if r.training is not None else None,
     }
 
 

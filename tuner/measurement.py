@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
+from tftune.probes.training_time import TrainingTime
 
 if TYPE_CHECKING:
     from tftune.tuner.config import Config
@@ -64,6 +65,9 @@ class Measurement:
     notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit output layer)
     streams: tuple[StreamSeen, ...] = ()  # the datasets it iterated, and their roles
     config: Config | None = None  # what the runner applied
+    # How training time was told apart: the preamble, other passes taken out, the epoch
+    # stall spread over the epoch (`probes.training_time`).
+    training: TrainingTime | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,6 +107,7 @@ class Measurement:
             "gpu_memory_used_mb": self.gpu_memory_used_mb,
             "truncated": self.truncated,
             "gpu_note": self.gpu_note,
+            "training": self.training.to_json() if self.training is not None else None,
         }
 
     def to_json(self) -> dict[str, Any]:

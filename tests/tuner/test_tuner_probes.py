@@ -15,10 +15,9 @@ from tftune.probes.clock import (
     parse_line,
     percentile,
     spread,
-    step_durations_ms,
-    window_stats,
 )
 from tftune.probes.nvml import GpuFigures, GpuSample, NotMeasured, NvmlSampler, NvmlUnavailable
+from tftune.probes.training_time import Timeline
 
 MS = 1_000_000
 
@@ -53,14 +52,15 @@ def test_window_stats_step_aligned() -> None:
     recs = [
         StepRecord(1, start + i * 10 * MS + 6 * MS, start + (i + 1) * 10 * MS, 8) for i in range(4)
     ]
-    stats = window_stats(start, recs)
+    timeline = Timeline()
+    stats = timeline.window(start, recs)
     assert stats is not None
     assert stats.duration_s == pytest.approx(0.040)
     assert stats.examples_per_s == pytest.approx(800.0)
     assert stats.steps_per_s == pytest.approx(100.0)
     assert stats.input_wait_share == pytest.approx(0.4)
-    assert step_durations_ms(start, recs) == pytest.approx([10.0] * 4)
-    assert window_stats(start, []) is None
+    assert timeline.step_times(start, recs) == [10 * MS] * 4
+    assert timeline.window(start, []) is None
 
 
 def test_percentile_and_spread() -> None:

@@ -249,7 +249,7 @@ def test_the_first_of_several_windows_is_half_as_long(script: Path) -> None:
 
 def test_an_exception_without_a_message_is_named_alone() -> None:
     """StopIteration carries no message: "raised StopIteration", not a dangling colon."""
-    from tftune.tuner.trial.measure import classify_exit
+    from tftune.tuner.trial.failure import classify_exit
 
     bare = classify_exit(1, {"type": "StopIteration", "message": ""}, "")
     assert bare == (FailureKind.EXCEPTION, "raised StopIteration")

@@ -213,6 +213,9 @@ def _wire(
             "stream", stream=n, site=site, place=place
         )
         hooks.on_training = lambda n, how: writer.event("training", stream=n, how=how)
+        hooks.on_epoch = lambda n, at, cardinality: writer.event(
+            "epoch", stream=n, at_ns=at, cardinality=cardinality
+        )
     if mode == "discover":
         discovery = _Discovery(spec["discovery_file"])
         hooks.on_site = discovery.site
@@ -260,6 +263,8 @@ def main() -> None:
     sys.argv = [script, *spec.get("args", [])]
     sys.path.insert(0, script_dir)  # the launcher dropped its own first entry
     exit_code: object = 0
+    if writer is not None:  # the preamble is timed from here (`trial.measure`)
+        writer.event("started", at_ns=time.time_ns())
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,7 @@ class DistributePatches(Streams):
             def make_iter(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
                 @functools.wraps(original)
                 def __iter__(dataset: Any) -> Any:
+                    made_ns = time.time_ns()
                     iterator = original(dataset)
                     if patcher.instrument_clock:
                         stream = patcher._new_stream(dataset)
@@ -40,6 +42,7 @@ class DistributePatches(Streams):
                         patcher.last_distributed_stream = stream
                         with contextlib.suppress(AttributeError):
                             iterator._tftune_stream = stream
+                        patcher.iterator_made(stream, dataset, made_ns)
                     return iterator
 
                 __iter__.__tftune_original__ = original  # type: ignore[attr-defined]

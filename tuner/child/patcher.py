@@ -29,6 +29,7 @@ import functools
 import os
 import sys
 import sysconfig
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -90,11 +91,13 @@ class Patcher(KerasPatches, DistributePatches):
         patcher = self
 
         def tagged_iter(prepared: Any) -> Any:
+            made_ns = time.time_ns()
             iterator = original_iter(prepared)
             stream = getattr(prepared, "_tftune_stream", None)
             if stream is not None:
                 with contextlib.suppress(AttributeError):
                     iterator._tftune_stream = stream
+                patcher.iterator_made(int(stream), prepared, made_ns)
             return iterator
 
         @functools.wraps(original_iter)

@@ -67,6 +67,11 @@ class Hooks:
     # iterates it); and a stream found to be training: (stream, how it was told).
     on_stream: Callable[[int, str | None, str | None], None] | None = None
     on_training: Callable[[int, str], None] | None = None
+    # A new iterator over a stream's dataset, made eagerly (an epoch of Keras `fit`, a
+    # `for` loop's start, an `iter()`): (stream, the child's wall clock just before it was
+    # made in ns, the dataset's cardinality in elements: -1 infinite, -2 unknown). The
+    # parent amortizes each epoch's first-step stall over the epoch (`probes.training_time`).
+    on_epoch: Callable[[int, int, int], None] | None = None
     notes: list[str] = field(default_factory=list)
 
 

@@ -106,6 +106,19 @@ class Streams(DatasetOps, StepClock):
             bounds.drain_pipeline_only(out, stream, _original_iter(), self.hooks.on_finding)
         return out
 
+    def iterator_made(self, stream: int, dataset: Any, made_ns: int) -> None:
+        """An iterator over `stream`'s dataset was made at `made_ns` (the child's wall
+        clock, as the step clock's): an epoch starts (``hooks.on_epoch``). Only eagerly: an
+        iterator made while a ``tf.function`` is traced is made once, not per epoch."""
+        on_epoch = self.hooks.on_epoch
+        if on_epoch is None:
+            return
+        import tensorflow as tf
+
+        if not tf.executing_eagerly():
+            return
+        on_epoch(stream, made_ns, _cardinality(dataset))
+
     def _place(self, frame: FrameType | None) -> str | None:
         """Where the user iterates: `file:line` relative to the script's folder, or the
         absolute path of a file outside it."""
@@ -204,3 +217,14 @@ class Streams(DatasetOps, StepClock):
             )
             self.hooks.notes.append(message)
             print(f"tftune: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _cardinality(dataset: Any) -> int:
+    """Elements per epoch as tf.data knows them (-1: infinite, -2: unknown). A distributed
+    dataset's count is of its global batches, where TensorFlow exposes it."""
+    from tensorflow.data.experimental import UNKNOWN_CARDINALITY
+
+    with contextlib.suppress(Exception):
+        value = dataset.cardinality
+        return int(value() if callable(value) else value)
+    return int(UNKNOWN_CARDINALITY)

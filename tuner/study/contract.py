@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from tftune.core.vocabulary import TrialState
 
 if TYPE_CHECKING:
+    from tftune.probes.training_time import TrainingTime
     from tftune.tuner.config import Config
     from tftune.tuner.crashes import CrashSummary, Instability
     from tftune.tuner.measurement import Measurement
@@ -124,6 +125,7 @@ class TrialRecord:
     notes: tuple[str, ...] = ()
     stderr_tail: str = ""  # a failed trial's, bounded (`crashes.bounded_tail`)
     crash: CrashSummary | None = None  # what a failed trial's stderr says
+    training: TrainingTime | None = None  # how its training time was told apart
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from tftune.tuner.study.records import (
     CRASH_ATTR,
     FAILED_ATTR,
     STDERR_TAIL_ATTR,
+    TRAINING_ATTR,
     TWIN_ATTR,
     dead_values,
 )
@@ -66,25 +67,28 @@ def make_pruner() -> Any:
     )
 
 
-def halving_of(trial: optuna.Trial, objective: Objective) -> Callable[[int, float], bool] | None:
+def halving_of(
+    trial: optuna.Trial, objective: Objective, noise: float = 0.0
+) -> Callable[[int, float], bool] | None:
     """Report window `index`'s rate as step ``index + 1`` and ask the pruner; None where
-    Optuna cannot prune (a two-objective study)."""
+    Optuna cannot prune (a two-objective study). `noise` is the run-to-run noise measured
+    so far (`near_the_best`)."""
     if objective is Objective.BOTH:
         return None
 
     def halving(index: int, eps: float) -> bool:
         trial.report(eps, index + 1)
-        return bool(trial.should_prune()) and not near_the_best(trial, index + 1, eps)
+        return bool(trial.should_prune()) and not near_the_best(trial, index + 1, eps, noise)
 
     return halving
 
 
-def near_the_best(trial: optuna.Trial, step: int, eps: float) -> bool:
-    """Whether window `step`'s rate is within `SEARCH_GAIN` of the best rate any other
-    trial reported at that step. First windows read a few percent above whole runs
-    (cpu_heavy_map: 2-6%), so they are compared with first windows only. The pruner once
-    stopped a trial at 0.95x the best first window, the config an exhaustive grid then
-    found best, while a trial 0.93x the grid's best won."""
+def near_the_best(trial: optuna.Trial, step: int, eps: float, noise: float = 0.0) -> bool:
+    """Whether window `step`'s rate is within the noise of the best rate any other trial
+    reported at that step: `SEARCH_GAIN`, or the measured `noise` where that is more. A
+    window is compared with the same window of other runs only (like with like): an
+    earlier window of a run holds what warm-up left over. The pruner once stopped a trial
+    at 0.95x the best first window, the config an exhaustive grid then found best."""
     best = max(
         (
             t.intermediate_values.get(step, 0.0)
@@ -93,7 +97,7 @@ def near_the_best(trial: optuna.Trial, step: int, eps: float) -> bool:
         ),
         default=0.0,
     )
-    return best > 0 and eps * (1 + SEARCH_GAIN) >= best
+    return best > 0 and eps * (1 + max(SEARCH_GAIN, noise)) >= best
 
 
 def reuse_twin(trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
@@ -160,16 +164,21 @@ def prune_guard(
     prune_why: list[str],
     halving: Callable[[int, float], bool] | None = None,
     cut: list[str] | None = None,
+    rung: bool = False,
 ) -> RepeatCallback:
     """The runner's per-repeat callback: False (prune) once a searched trial is
     clearly worse; the reason goes to `prune_why`. `halving` reports each window's rate
     to Optuna's successive-halving pruner (every role reports, so that the baselines'
     first windows are what a searched trial competes with) and says whether it would
-    prune. A reference baseline far behind the best after its first window is stopped
-    too, as measured enough rather than pruned: the note goes to `cut` (`cut_short`)."""
+    prune. A window that beats the best complete trial's rate (`best_eps`) is never
+    halved, nor is a batch ladder's `rung`: its larger batch has fewer, longer steps per
+    window, so its short first window says less than the others'. A reference baseline
+    far behind the best after its first window is stopped too, as measured enough rather
+    than pruned: the note goes to `cut` (`cut_short`)."""
 
     def on_repeat(index: int, eps: float) -> bool:
         behind = halving is not None and halving(index, eps)
+        behind = behind and not rung and not (best_eps > 0 and eps >= best_eps)
         far_behind = eps > 0 and best_eps >= CUT_SHORT_LEAD * eps
         if role in REFERENCE_ROLES and cut is not None and index == 0 and far_behind:
             cut.append(
@@ -238,6 +247,7 @@ def store(
         "feasible": feasible,
         "notes": list(m.notes),
         "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
+        TRAINING_ATTR: m.training.to_json() if m.training is not None else None,
     }
     for key, value in attrs.items():
         trial.set_user_attr(key, value)

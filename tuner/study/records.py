@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
+from tftune.probes.training_time import TrainingTime
 from tftune.tuner.crashes import CrashSummary, Run, find_instability
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR
@@ -41,6 +42,7 @@ STDERR_TAIL_ATTR = "stderr_tail"
 # A trial that reused the measurement of this earlier one (the same config).
 TWIN_ATTR = "twin_of"
 CRASH_ATTR = "crash"
+TRAINING_ATTR = "training"
 
 
 def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
@@ -66,6 +68,7 @@ def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         notes=tuple(str(n) for n in ua.get("notes", ())),
         stderr_tail=str(ua.get(STDERR_TAIL_ATTR) or ""),
         crash=CrashSummary.from_json(ua.get(CRASH_ATTR)),
+        training=TrainingTime.from_json(ua.get(TRAINING_ATTR)),
     )
 
 

@@ -432,8 +432,9 @@ class Search:
             floor,
             best_eps,
             prune_why,
-            halving_of(trial, self.settings.objective),
+            halving_of(trial, self.settings.objective, (aw.spread or 0.0) if aw else 0.0),
             cut,
+            rung=trial.user_attrs.get(LADDER_ATTR) is not None,
         )
         config = self.space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
         try:

@@ -22,25 +22,24 @@ validation and `predict` are seen, never measured.
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tftune.core.vocabulary import TrialState
-from tftune.probes.clock import (
-    ClockEvent,
-    StepRecord,
-    WindowStats,
-    percentile,
-    spread,
-    step_durations_ms,
-    window_stats,
-)
+from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
+from tftune.probes.training_time import (
+    EpochCost,
+    EpochStart,
+    Timeline,
+    TrainingTime,
+    WindowStats,
+    first_window_drained,
+)
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import FailureKind, Measurement
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
+from tftune.tuner.trial.failure import classify_exit
 from tftune.tuner.trial.launch import (
     ChildRun,
     Ended,
@@ -61,8 +60,6 @@ MIN_WINDOW_STEPS = 10
 # only the survivors pay full windows (successive halving's short first rung). Measured
 # here: one config's run-to-run noise (5-12%) is well above what a 1.5 s window adds.
 FIRST_WINDOW_SHARE = 0.5
-OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
-OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 
 # Called after each repeat window with (repeat index, examples/s so far); True prunes.
 ReportFn = Callable[[int, float], bool]
@@ -137,29 +134,6 @@ def run_trial(
         return trial.result(ended, gpu)
 
 
-def classify_exit(
-    returncode: int, exception: dict[str, Any] | None, stderr_tail: str
-) -> tuple[FailureKind, str]:
-    """Why a script that raised or exited non-zero failed, in one line."""
-    if exception is not None:
-        kind = str(exception.get("type", "Exception"))
-        message = str(exception.get("message", ""))
-        text = f"{kind}: {message}" if message else kind  # StopIteration has none
-        bases = [str(b) for b in exception.get("bases", [])]
-        if any(m in text for m in OOM_MARKERS) or any(b in OOM_EXCEPTIONS for b in bases):
-            return FailureKind.OOM, f"out of memory: {text}"[:300]
-        return FailureKind.EXCEPTION, f"raised {text}"[:300]
-    if any(m in stderr_tail for m in OOM_MARKERS):
-        return FailureKind.OOM, f"out of memory (exit code {returncode})"
-    if returncode == -signal.SIGKILL:
-        return FailureKind.OOM, "killed by SIGKILL (likely the kernel's out-of-memory killer)"
-    if returncode < 0:
-        return FailureKind.EXIT, f"killed by signal {-returncode}"
-    last = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else ""
-    suffix = f": {last[:200]}" if last else ""
-    return FailureKind.EXIT, f"exited with code {returncode}{suffix}"
-
-
 class _Trial(Observer):
     """One measured child run: the state machine of warm-up → windows → stop."""
 
@@ -183,6 +157,8 @@ class _Trial(Observer):
         self.windows: list[Window] = []
         self.current: list[StepRecord] = []
         self.current_start_ns = 0
+        self.current_ns = 0  # the current window's training time so far
+        self.timeline = Timeline()  # other passes and epoch starts (`probes.training_time`)
         self.pruned_reason: str | None = None
         self.sampler: NvmlSampler | NotMeasured | None = None
 
@@ -223,6 +199,8 @@ class _Trial(Observer):
         for item in items:
             if isinstance(item, ClockEvent):
                 self.events.append(item)
+                if item.kind == "epoch":
+                    self.timeline.epoch(_epoch_start(item))
                 stream = self.watch.event(item)
                 if stream is not None:
                     self._adopt(stream)
@@ -230,6 +208,8 @@ class _Trial(Observer):
                 self._take(item)
             elif self.spec.busiest_loop:
                 self._take_busiest(item)
+            else:
+                self.timeline.other(item)
 
     def _take_busiest(self, rec: StepRecord) -> None:
         """Until the window starts, the stream that delivers the most is measured: not
@@ -241,17 +221,23 @@ class _Trial(Observer):
                 return
             if self.main_stream is not None:
                 self.busiest[self.main_stream] = self.records
+                for r in self.records:
+                    self.timeline.other(r)
             self.main_stream = rec.stream
+            self.timeline.forget(rec.stream)
             self.records = self.busiest.pop(rec.stream)[:-1]
         if rec.stream == self.main_stream:
             self.records.append(rec)
             self.watch.stepped(self.deps.clock(), rec.deliver_ns)
             self._advance(rec)
+        else:
+            self.timeline.other(rec)
 
     def _adopt(self, stream: int) -> None:
         """A stream was found training: its steps so far are replayed (the first) or
         its examples join the main stream's steps from now on (a second one)."""
         early = self.watch.take_early(stream)
+        self.timeline.forget(stream)
         if self.main_stream is None:
             self.main_stream = stream
             for rec in early:
@@ -290,9 +276,11 @@ class _Trial(Observer):
             return
         if self._done():
             return
+        before = self.current[-1].deliver_ns if self.current else self.current_start_ns
         self.current.append(rec)
-        elapsed = (rec.deliver_ns - self.current_start_ns) / 1e9
-        long_enough = elapsed >= spec.window_length(len(self.windows))
+        # Training time, not wall time: a validation pass does not fill a window.
+        self.current_ns += self.timeline.step_ns(before, rec)
+        long_enough = self.current_ns / 1e9 >= spec.window_length(len(self.windows))
         if long_enough and len(self.current) >= spec.window_steps:
             self._close_window(rec)
 
@@ -304,11 +292,12 @@ class _Trial(Observer):
 
     def _close_window(self, rec: StepRecord) -> None:
         self.windows.append((self.current_start_ns, self.current))
-        stats = window_stats(self.current_start_ns, self.current)
+        stats = self._stats(self.windows)
         self.current_start_ns = rec.deliver_ns
         self.current = []
-        if stats is not None and self.on_report is not None and self.pruned_reason is None:
-            rates = [s.examples_per_s for s in _stats(self.windows)]
+        self.current_ns = 0
+        if stats and self.on_report is not None and self.pruned_reason is None:
+            rates = [s.examples_per_s for s in stats]
             if self.on_report(len(self.windows) - 1, percentile(rates, 50)):
                 self.pruned_reason = f"pruned after {len(self.windows)} window(s)"
 
@@ -390,14 +379,19 @@ class _Trial(Observer):
 
     def _measured(self, gpu: GpuFigures | NotMeasured, truncated: bool) -> Measurement | None:
         """The windows' figures (a complete Measurement, to be finished by `result`), or
-        None when no window holds a step."""
+        None when no window holds a step. A first window that drained a buffer filled
+        during warm-up is left out (`probes.training_time`)."""
         windows = self.windows
         if truncated:
             windows = _what_ran(self.records, self.window_start_ns, self.spec.repeats)
-        stats = _stats(windows)
+        cost = self._epoch_cost()
+        stats = self._stats(windows, cost)
+        dropped = first_window_drained(stats)
+        if dropped:
+            stats, windows = stats[1:], windows[1:]
         if not stats:
             return None
-        durations = [d for a, w in windows for d in step_durations_ms(a, w)]
+        durations = [t / 1e6 for a, w in windows for t in self.timeline.step_times(a, w)]
         rates = [s.examples_per_s for s in stats]
         total_s = sum(s.duration_s for s in stats)
         wait_share = min(1.0, sum(s.input_wait_s for s in stats) / total_s) if total_s > 0 else 0.0
@@ -411,6 +405,7 @@ class _Trial(Observer):
             util, kind, note, mem = None, "nvml", gpu_note, None
         else:
             util, kind, note, mem = 1.0 - wait_share, "duty_cycle", None, None
+        p50 = percentile(durations, 50)
         return Measurement(
             TrialState.COMPLETE,
             examples_per_s=percentile(rates, 50),
@@ -421,7 +416,7 @@ class _Trial(Observer):
             input_wait_share=wait_share,
             repeats=tuple(rates),
             steps_per_s=percentile([s.steps_per_s for s in stats], 50),
-            step_p50_ms=percentile(durations, 50),
+            step_p50_ms=p50,
             step_p90_ms=percentile(durations, 90),
             steps=sum(s.steps for s in stats),
             examples=sum(s.examples for s in stats),
@@ -429,11 +424,28 @@ class _Trial(Observer):
             truncated=truncated,
             gpu_memory_used_mb=mem,
             gpu_note=gpu_note,
+            training=TrainingTime.of(
+                cost, p50 / 1e3, sum(s.excluded_s for s in stats), self._preamble_s(), dropped
+            ),
         )
 
+    def _epoch_cost(self) -> EpochCost | None:
+        if self.main_stream is None:
+            return None
+        return self.timeline.epoch_cost(self.main_stream, self.records)
 
-def _stats(windows: list[Window]) -> list[WindowStats]:
-    return [s for s in (window_stats(a, w) for a, w in windows) if s is not None]
+    def _stats(self, windows: list[Window], cost: EpochCost | None = None) -> list[WindowStats]:
+        cost = cost or self._epoch_cost()
+        found = (self.timeline.window(a, w, cost) for a, w in windows)
+        return [s for s in found if s is not None]
+
+    def _preamble_s(self) -> float | None:
+        """From the script's first line to its first training request (child clock)."""
+        started = next((e for e in self.events if e.kind == "started"), None)
+        if started is None or not self.records:
+            return None
+        at = started.payload.get("at_ns")
+        return (self.records[0].request_ns - at) / 1e9 if isinstance(at, int) else None
 
 
 def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: int) -> list[Window]:
@@ -455,3 +467,10 @@ def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: i
             out.append((start, chunk))
             start = chunk[-1].deliver_ns
     return out
+
+
+def _epoch_start(e: ClockEvent) -> EpochStart:
+    p = e.payload
+    return EpochStart(
+        int(p.get("stream", 0)), int(p.get("at_ns", 0)), int(p.get("cardinality", -2))
+    )

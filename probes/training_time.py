@@ -1,0 +1,333 @@
+"""Training time: what a window of training steps cost, with what is not training taken
+out and each epoch's start spread over its epoch.
+
+A trial's figure is training examples over the time spent training. The step clock
+(`probes.clock`) reports every stream's deliveries; three things stand between the raw
+time of a window and that figure.
+
+**Other passes.** Between two consecutive training deliveries the consumer may run a pass
+over another stream: Keras ``fit``'s validation after an epoch, ``evaluate``, ``predict``
+in a callback, an eager validation loop. That time is not training: it is taken out from
+the first request of another stream inside the gap (one that delivered inside it) to the
+next training request (`Timeline.step_ns`). What stays is training: the last step's own
+work before the pass, the callbacks, and the next element's wait, which holds a shuffle
+buffer's refill or a rebuilt iterator's start. A stream iterated concurrently from another
+thread would be taken out too: no training script seen does that.
+
+**Epoch starts.** Each new iterator over the training stream starts an epoch
+(`EpochStart`, the child's ``epoch`` event). Its first step pays a stall the other steps
+do not: a shuffle buffer filled behind an expensive map, a pipeline without ``cache()``
+restarting, an iterator rebuilt. That stall is training time and the knobs change it, but
+a window holds it or not by chance, which moved a trial's figure by the stall's size.
+`EpochCost` measures it over the run (the run's first step by its wait, a later epoch's
+by its whole step) and `Timeline.window` spreads it evenly over the epoch's steps, so a
+window's figure is the whole epoch's rate wherever the window falls. An epoch's length is
+the steps between two starts once one has been seen, else tf.data's cardinality; where
+neither is known (an unknown or infinite cardinality and one epoch so far) nothing is
+spread and a stall counts where it falls.
+
+**Buffers filled before the window.** A window that opens while a buffer filled during
+warm-up drains delivers faster than the pipeline produces. Once the buffer is dry, the
+consumer waits for nearly every element (an input-bound run); only then do deliveries
+count production. A window of such a run starts at its first dry step
+(`drained_prefix`), and a run whose first window never waited while its last mostly did
+drops the first (`Timeline` callers: `tuner.trial.measure`). A compute-bound run never
+waits and keeps its buffers full: nothing is trimmed.
+
+Pure Python: no TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from tftune.probes.clock import NS, StepRecord, percentile
+
+# A step is dry (its element was not waiting in a buffer) when the consumer waited at
+# least this long for it, and at least DRY_SHARE of a typical step. A buffered element
+# is handed over in tens of microseconds; a dry one costs the production's remainder.
+DRY_FLOOR_NS = 200_000
+DRY_SHARE = 0.05
+# A run is input-bound, for trimming a window's drained prefix, when at least this share
+# of the window's steps are dry.
+DRY_MAJORITY = 0.5
+# ... and a first window counts as drained when at most this share of its steps were.
+DRAINED_FIRST = 0.1
+UNKNOWN_CARDINALITY = -2
+INFINITE_CARDINALITY = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStart:
+    """A new iterator over a stream's dataset: the child's ``epoch`` event."""
+
+    stream: int
+    at_ns: int  # the child's clock just before the iterator was made
+    cardinality: int  # elements per epoch; -1 infinite, -2 unknown
+
+
+@dataclass(frozen=True, slots=True)
+class EpochCost:
+    """What an epoch's start costs the training stream, measured over a run."""
+
+    stall_s: float  # the mean extra time of an epoch's first step over a typical step
+    steps_per_epoch: int | None  # None: unknown, so nothing is spread
+    epochs_seen: int
+    first_steps: frozenset[int]  # the epoch-start steps, by delivery time
+
+    @property
+    def spread(self) -> bool:
+        """Whether the stall is spread over the epoch's steps."""
+        return bool(self.steps_per_epoch) and self.epochs_seen > 0
+
+    def per_step_s(self) -> float:
+        """The stall's share of every step, where it is spread."""
+        if not self.spread or not self.steps_per_epoch:
+            return 0.0
+        return self.stall_s / self.steps_per_epoch
+
+    def share(self, typical_step_s: float) -> float:
+        """The stall's share of an epoch's training time."""
+        if not self.steps_per_epoch or typical_step_s <= 0:
+            return 0.0
+        epoch_s = typical_step_s * self.steps_per_epoch + self.stall_s
+        return self.stall_s / epoch_s if epoch_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStats:
+    """Throughput and step timing over one window of consecutive training steps."""
+
+    steps: int
+    examples: int
+    duration_s: float  # training time: other passes out, epoch stalls spread
+    examples_per_s: float
+    steps_per_s: float
+    input_wait_s: float
+    excluded_s: float = 0.0  # other streams' passes taken out
+    drained_steps: int = 0  # leading steps served from a buffer filled before
+    dry_share: float = 0.0  # the share of its steps whose element was not buffered
+
+    @property
+    def input_wait_share(self) -> float:
+        return min(1.0, self.input_wait_s / self.duration_s) if self.duration_s > 0 else 0.0
+
+
+class Timeline:
+    """A run's other-stream passes and epoch starts, to time its training steps."""
+
+    def __init__(self) -> None:
+        # Other streams' elements, (request_ns, deliver_ns, stream), sorted by request.
+        self._others: list[tuple[int, int, int]] = []
+        self._starts: list[EpochStart] = []
+
+    def other(self, rec: StepRecord) -> None:
+        """An element of a stream that is not (yet) training."""
+        bisect.insort(self._others, (rec.request_ns, rec.deliver_ns, rec.stream))
+
+    def forget(self, stream: int) -> None:
+        """`stream` turned out to be training: its elements are no other pass."""
+        self._others = [o for o in self._others if o[2] != stream]
+
+    def epoch(self, start: EpochStart) -> None:
+        self._starts.append(start)
+
+    def starts(self, stream: int) -> list[EpochStart]:
+        return sorted((s for s in self._starts if s.stream == stream), key=lambda s: s.at_ns)
+
+    # ---- one step --------------------------------------------------------------------
+    def excluded_ns(self, prev_deliver_ns: int, rec: StepRecord) -> int:
+        """The part of the gap before `rec` spent on another stream's pass."""
+        end = rec.request_ns
+        i = bisect.bisect_left(self._others, (prev_deliver_ns, -1, -1))
+        while i < len(self._others) and self._others[i][0] < end:
+            request, deliver, _ = self._others[i]
+            if deliver <= end:
+                return end - request
+            i += 1
+        return 0
+
+    def step_ns(self, prev_deliver_ns: int, rec: StepRecord) -> int:
+        """A training step's time: from the delivery before it to its own, less
+        another pass in between."""
+        raw = rec.deliver_ns - prev_deliver_ns
+        return max(0, raw - self.excluded_ns(prev_deliver_ns, rec))
+
+    def step_times(self, start_ns: int, records: Sequence[StepRecord]) -> list[int]:
+        out, prev = [], start_ns
+        for r in records:
+            out.append(self.step_ns(prev, r))
+            prev = r.deliver_ns
+        return out
+
+    # ---- epochs ----------------------------------------------------------------------
+    def epoch_cost(self, stream: int, records: Sequence[StepRecord]) -> EpochCost | None:
+        """What an epoch start costs `stream`, from its training `records` (all of the
+        run's, in order), or None where no epoch start was seen."""
+        starts = self.starts(stream)
+        if not starts or not records:
+            return None
+        requests = [r.request_ns for r in records]
+        found = {bisect.bisect_left(requests, s.at_ns) for s in starts}
+        firsts = sorted(i for i in found if i < len(records))
+        if not firsts:
+            return None
+        times = [0, *self.step_times(records[0].deliver_ns, records[1:])]
+        first_set = set(firsts)
+        steady = [t for i, t in enumerate(times) if i not in first_set and i > 0]
+        waits = [r.wait_ns for i, r in enumerate(records) if i not in first_set]
+        if not steady or not waits:
+            return None
+        typical, typical_wait = percentile(steady, 50), percentile(waits, 50)
+        later = [i for i in firsts if i > 0]
+        stalls = [times[i] - typical for i in later] or [records[0].wait_ns - typical_wait]
+        lengths = [b - a for a, b in itertools.pairwise(firsts)]
+        return EpochCost(
+            stall_s=max(0.0, sum(stalls) / len(stalls)) / NS,
+            steps_per_epoch=_steps_per_epoch(lengths, starts[-1].cardinality),
+            epochs_seen=len(firsts),
+            first_steps=frozenset(records[i].deliver_ns for i in firsts),
+        )
+
+    # ---- one window ------------------------------------------------------------------
+    def window(
+        self, start_ns: int, records: Sequence[StepRecord], cost: EpochCost | None = None
+    ) -> WindowStats | None:
+        """The training figures of the steps delivered after `start_ns` (module
+        docstring): other passes out, a drained prefix trimmed, epoch stalls spread."""
+        if not records:
+            return None
+        times = self.step_times(start_ns, records)
+        dry = dry_steps(records, times)
+        drained = drained_prefix(dry)
+        if drained:
+            start_ns, records = records[drained - 1].deliver_ns, records[drained:]
+            times, dry = times[drained:], dry[drained:]
+        firsts = cost.first_steps if cost is not None and cost.spread else frozenset()
+        steady = [t for r, t in zip(records, times, strict=True) if r.deliver_ns not in firsts]
+        typical = percentile(steady, 50) if steady else 0.0
+        own, wait = 0.0, 0.0
+        for r, t in zip(records, times, strict=True):
+            step = typical if r.deliver_ns in firsts else t
+            own += step
+            wait += min(r.wait_ns, step)
+        spread_s = cost.per_step_s() * len(records) if cost is not None else 0.0
+        duration = own / NS + spread_s
+        if duration <= 0:
+            return None
+        raw = (records[-1].deliver_ns - start_ns) / NS
+        examples = sum(r.examples for r in records)
+        return WindowStats(
+            steps=len(records),
+            examples=examples,
+            duration_s=duration,
+            examples_per_s=examples / duration,
+            steps_per_s=len(records) / duration,
+            input_wait_s=wait / NS + spread_s,
+            excluded_s=max(0.0, raw - sum(times) / NS),
+            drained_steps=drained,
+            dry_share=sum(dry) / len(dry),
+        )
+
+
+def dry_steps(records: Sequence[StepRecord], times: Sequence[int]) -> list[bool]:
+    """Which steps' elements were not waiting in a buffer (see `DRY_FLOOR_NS`)."""
+    floor = max(DRY_FLOOR_NS, DRY_SHARE * percentile(times, 50)) if times else DRY_FLOOR_NS
+    return [r.wait_ns >= floor for r in records]
+
+
+def drained_prefix(dry: Sequence[bool]) -> int:
+    """How many leading steps of an input-bound window were served from a buffer filled
+    before it: the steps before its first dry one (0 for a window that is not
+    input-bound, or whose first step is dry)."""
+    if not dry or sum(dry) < DRY_MAJORITY * len(dry) or dry[0]:
+        return 0
+    first = dry.index(True)
+    return first if first < len(dry) else 0
+
+
+def first_window_drained(windows: Iterable[WindowStats]) -> bool:
+    """A run whose first window never waited for its elements while its last mostly
+    did: the first window drained a buffer filled during warm-up."""
+    stats = list(windows)
+    if len(stats) < 2:
+        return False
+    return stats[0].dry_share <= DRAINED_FIRST and stats[-1].dry_share >= DRY_MAJORITY
+
+
+def _steps_per_epoch(lengths: Sequence[int], cardinality: int) -> int | None:
+    """An epoch's steps: the median of the epochs seen whole, else tf.data's count."""
+    if lengths:
+        return int(percentile(lengths, 50))
+    return cardinality if cardinality > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingTime:
+    """How one run's training time was told apart from the rest: its record in a
+    trial's measurement and in the tuning JSON. None is "not measured"."""
+
+    preamble_s: float | None = None  # the script's start to its first training request
+    excluded_s: float = 0.0  # other streams' passes taken out of the measured windows
+    epoch_stall_s: float | None = None  # an epoch's first-step stall (None: no epoch seen)
+    steps_per_epoch: int | None = None
+    epochs_seen: int = 0
+    stall_share: float | None = None  # the stall's share of an epoch's training time
+    first_window_dropped: bool = False  # it drained a buffer filled during warm-up
+
+    @staticmethod
+    def of(
+        cost: EpochCost | None,
+        typical_step_s: float,
+        excluded_s: float,
+        preamble_s: float | None,
+        dropped: bool,
+    ) -> TrainingTime:
+        if cost is None:
+            return TrainingTime(preamble_s, excluded_s, first_window_dropped=dropped)
+        share = cost.share(typical_step_s) if cost.steps_per_epoch else None
+        return TrainingTime(
+            preamble_s,
+            excluded_s,
+            cost.stall_s,
+            cost.steps_per_epoch,
+            cost.epochs_seen,
+            share,
+            dropped,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "preamble_s": _r(self.preamble_s),
+            "excluded_s": _r(self.excluded_s),
+            "epoch_stall_s": _r(self.epoch_stall_s),
+            "steps_per_epoch": self.steps_per_epoch,
+            "epochs_seen": self.epochs_seen,
+            "stall_share": _r(self.stall_share, 4),
+            "first_window_dropped": self.first_window_dropped,
+        }
+
+    @staticmethod
+    def from_json(raw: object) -> TrainingTime | None:
+        if not isinstance(raw, dict):
+            return None
+        return TrainingTime(
+            preamble_s=_f(raw.get("preamble_s")),
+            excluded_s=_f(raw.get("excluded_s")) or 0.0,
+            epoch_stall_s=_f(raw.get("epoch_stall_s")),
+            steps_per_epoch=int(raw["steps_per_epoch"]) if raw.get("steps_per_epoch") else None,
+            epochs_seen=int(raw.get("epochs_seen") or 0),
+            stall_share=_f(raw.get("stall_share")),
+            first_window_dropped=bool(raw.get("first_window_dropped")),
+        )
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _f(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None

@@ -1,0 +1,36 @@
+"""Why a run of the script failed, in one line: from the exception the child reported,
+its exit code and the end of its stderr (`classify_exit`). Pure text work.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from tftune.tuner.measurement import FailureKind
+
+OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
+OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
+
+
+def classify_exit(
+    returncode: int, exception: dict[str, Any] | None, stderr_tail: str
+) -> tuple[FailureKind, str]:
+    """Why a script that raised or exited non-zero failed, in one line."""
+    if exception is not None:
+        kind = str(exception.get("type", "Exception"))
+        message = str(exception.get("message", ""))
+        text = f"{kind}: {message}" if message else kind  # StopIteration has none
+        bases = [str(b) for b in exception.get("bases", [])]
+        if any(m in text for m in OOM_MARKERS) or any(b in OOM_EXCEPTIONS for b in bases):
+            return FailureKind.OOM, f"out of memory: {text}"[:300]
+        return FailureKind.EXCEPTION, f"raised {text}"[:300]
+    if any(m in stderr_tail for m in OOM_MARKERS):
+        return FailureKind.OOM, f"out of memory (exit code {returncode})"
+    if returncode == -signal.SIGKILL:
+        return FailureKind.OOM, "killed by SIGKILL (likely the kernel's out-of-memory killer)"
+    if returncode < 0:
+        return FailureKind.EXIT, f"killed by signal {-returncode}"
+    last = stderr_tail.strip().splitlines()[-1] if stderr_tail.strip() else ""
+    suffix = f": {last[:200]}" if last else ""
+    return FailureKind.EXIT, f"exited with code {returncode}{suffix}"
