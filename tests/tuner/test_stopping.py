@@ -367,3 +367,39 @@ def test_a_seed_that_repeats_a_config_measured_before_it_is_left_out(tmp_path: P
     roles = [r.role for r in out.records]
     assert roles[:3] == [Role.AS_WRITTEN, Role.GUIDED, Role.AUTOTUNE]
     assert dict(out.records[3].params) == other  # not the guided config again, nor AUTOTUNE
+
+
+def test_a_window_that_beats_the_best_complete_trial_is_never_halved() -> None:
+    from tftune.tuner.study.objective import prune_guard
+
+    def would_prune(_index: int, _eps: float) -> bool:
+        return True  # the pruner compares with a first window that read high
+
+    why: list[str] = []
+    guard = prune_guard(Objective.THROUGHPUT, Role.SEARCH, 500.0, 1000.0, why, would_prune)
+    assert guard(0, 1100.0) is True and not why  # above the best complete trial
+    assert guard(0, 900.0) is False and "successive halving" in why[-1]
+
+
+def test_a_batch_rung_is_measured_to_its_end() -> None:
+    from tftune.tuner.study.objective import prune_guard
+
+    why: list[str] = []
+    guard = prune_guard(
+        Objective.THROUGHPUT, Role.SEARCH, 500.0, 1000.0, why, lambda _i, _e: True, rung=True
+    )
+    assert guard(0, 900.0) is True and not why
+    assert guard(0, 400.0) is False  # far below the best (half of it) still stops it
+
+
+def test_near_the_best_allows_the_measured_noise() -> None:
+    from types import SimpleNamespace
+
+    from tftune.tuner.study.objective import near_the_best
+
+    other = SimpleNamespace(number=0, intermediate_values={1: 1000.0})
+    study = SimpleNamespace(get_trials=lambda deepcopy: [other])
+    trial = SimpleNamespace(number=1, study=study)
+    assert near_the_best(trial, 1, 930.0)  # within 8%
+    assert not near_the_best(trial, 1, 850.0)
+    assert near_the_best(trial, 1, 850.0, noise=0.2)  # the as-written runs spread 20%

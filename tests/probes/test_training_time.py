@@ -1,0 +1,186 @@
+"""Training time from step records: other passes out, epoch stalls spread, drained
+buffers trimmed (`probes.training_time`), on handwritten timelines."""
+
+from __future__ import annotations
+
+import pytest
+
+from tftune.probes.clock import StepRecord
+from tftune.probes.training_time import (
+    EpochStart,
+    Timeline,
+    TrainingTime,
+    drained_prefix,
+    dry_steps,
+    first_window_drained,
+)
+
+MS = 1_000_000
+
+
+def _steps(
+    start_ns: int, n: int, step_ms: float, wait_ms: float, batch: int = 8, stream: int = 1
+) -> list[StepRecord]:
+    """`n` steady steps after `start_ns`: each waits `wait_ms` for its element, then the
+    step's own work fills the rest of `step_ms`."""
+    out, t = [], start_ns
+    for _ in range(n):
+        deliver = t + int(step_ms * MS)
+        out.append(StepRecord(stream, deliver - int(wait_ms * MS), deliver, batch))
+        t = deliver
+    return out
+
+
+def test_a_validation_pass_between_steps_is_not_training_time() -> None:
+    train = _steps(0, 10, 10, 1)
+    # After step 5 (delivered at 50 ms) the last step's own work takes 3 ms, then the
+    # loop validates for 2 s (20 elements of 100 ms), then asks for training again.
+    val = _steps(train[4].deliver_ns + 3 * MS, 20, 100, 100, stream=2)
+    shift = 2_003 * MS
+    after = [StepRecord(1, r.request_ns + shift, r.deliver_ns + shift, 8) for r in train[5:]]
+    timeline = Timeline()
+    for r in val:
+        timeline.other(r)
+    stats = timeline.window(0, [*train[:5], *after])
+    assert stats is not None
+    # Taken out: from the pass's first request to the next training request. The 3 ms
+    # of the last step's own work before it and the next element's wait stay.
+    taken = after[0].request_ns - val[0].request_ns
+    assert taken == 2_009 * MS
+    assert stats.excluded_s == pytest.approx(taken / 1e9)
+    # 5 steps, 3 ms of own work, the 1-ms wait after the pass, 4 steps: 94 ms.
+    assert stats.duration_s == pytest.approx(0.094)
+    assert stats.examples_per_s == pytest.approx(80 / stats.duration_s)
+
+
+def test_the_same_window_without_other_streams_counts_the_whole_gap() -> None:
+    train = _steps(0, 5, 10, 1)
+    late = StepRecord(1, 2_050 * MS, 2_051 * MS, 8)
+    stats = Timeline().window(0, [*train, late])
+    assert stats is not None and stats.excluded_s == 0.0
+    assert stats.duration_s == pytest.approx(2.051)
+
+
+def test_another_stream_still_running_at_the_next_request_is_not_taken_out() -> None:
+    # A pass whose element is delivered after the next training request overlaps
+    # training (another thread): nothing is taken out for it.
+    train = _steps(0, 3, 10, 1)
+    timeline = Timeline()
+    timeline.other(StepRecord(2, 21 * MS, 40 * MS, 1))
+    assert timeline.excluded_ns(train[1].deliver_ns, train[2]) == 0
+
+
+def test_forgetting_a_stream_that_turned_out_to_train() -> None:
+    timeline = Timeline()
+    timeline.other(StepRecord(2, 11 * MS, 12 * MS, 1))
+    rec = StepRecord(1, 30 * MS, 31 * MS, 8)
+    assert timeline.step_ns(10 * MS, rec) == 2 * MS
+    timeline.forget(2)
+    assert timeline.step_ns(10 * MS, rec) == 21 * MS
+
+
+def _epochs(n_epochs: int, per_epoch: int, stall_ms: float) -> tuple[Timeline, list[StepRecord]]:
+    """Epochs of `per_epoch` 10-ms steps; each epoch's first element waits `stall_ms`
+    more (a shuffle buffer's fill)."""
+    timeline, records, t = Timeline(), [], 0
+    for _ in range(n_epochs):
+        timeline.epoch(EpochStart(1, t, per_epoch))
+        for i in range(per_epoch):
+            wait = 1 + (stall_ms if i == 0 else 0)
+            deliver = t + int((10 + (stall_ms if i == 0 else 0)) * MS)
+            records.append(StepRecord(1, deliver - int(wait * MS), deliver, 8))
+            t = deliver
+    return timeline, records
+
+
+def test_an_epoch_stall_is_spread_over_its_epoch_wherever_the_window_falls() -> None:
+    timeline, records = _epochs(4, 20, 200)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None
+    assert cost.steps_per_epoch == 20 and cost.epochs_seen == 4
+    assert cost.stall_s == pytest.approx(0.2)
+    # The whole epoch's rate: 20 steps of 8 examples in 0.2 s + 0.2 s of stall.
+    whole = 160 / 0.4
+    assert cost.share(0.010) == pytest.approx(0.5)
+    # A window inside an epoch, and one across an epoch start, read the same figure.
+    inside = timeline.window(records[21].deliver_ns, records[22:32], cost)
+    across = timeline.window(records[34].deliver_ns, records[35:45], cost)
+    assert inside is not None and across is not None
+    assert inside.examples_per_s == pytest.approx(whole, rel=1e-6)
+    assert across.examples_per_s == pytest.approx(whole, rel=1e-6)
+    # Without the cost the window across the start reads the stall where it falls.
+    raw = timeline.window(records[34].deliver_ns, records[35:45])
+    assert raw is not None and raw.examples_per_s < 0.75 * whole
+
+
+def test_the_first_epoch_alone_is_measured_by_its_first_wait() -> None:
+    timeline, records = _epochs(1, 50, 300)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and cost.epochs_seen == 1
+    assert cost.steps_per_epoch == 50  # from tf.data's cardinality
+    assert cost.stall_s == pytest.approx(0.3)
+
+
+def test_an_unknown_epoch_length_spreads_nothing() -> None:
+    timeline = Timeline()
+    timeline.epoch(EpochStart(1, 0, -2))
+    records = _steps(0, 30, 10, 1)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and cost.steps_per_epoch is None and not cost.spread
+    stats = timeline.window(records[4].deliver_ns, records[5:], cost)
+    assert stats is not None and stats.duration_s == pytest.approx(0.25)
+
+
+def test_another_streams_epochs_are_not_the_training_streams() -> None:
+    timeline = Timeline()
+    timeline.epoch(EpochStart(2, 0, 10))
+    assert timeline.epoch_cost(1, _steps(0, 10, 10, 1)) is None
+
+
+def test_a_drained_buffer_is_trimmed_from_an_input_bound_window() -> None:
+    # 10 steps served from a full buffer (no wait, 2 ms each), then the consumer waits
+    # for every element: production is one element per 10 ms.
+    buffered = _steps(0, 10, 2, 0.01)
+    dry = _steps(buffered[-1].deliver_ns, 30, 10, 8)
+    stats = Timeline().window(0, [*buffered, *dry])
+    assert stats is not None
+    assert stats.drained_steps == 10
+    assert stats.examples_per_s == pytest.approx(800.0)
+
+
+def test_a_compute_bound_window_is_not_trimmed() -> None:
+    steady = _steps(0, 30, 10, 0.01)
+    stats = Timeline().window(0, steady)
+    assert stats is not None and stats.drained_steps == 0 and stats.dry_share == 0.0
+
+
+def test_dry_steps_and_prefixes() -> None:
+    recs = [*_steps(0, 3, 10, 0.01), *_steps(30 * MS, 5, 10, 5)]
+    dry = dry_steps(recs, [10 * MS] * len(recs))
+    assert dry == [False] * 3 + [True] * 5
+    assert drained_prefix(dry) == 3
+    assert drained_prefix([True, False, True]) == 0  # opens dry: nothing drained
+    assert drained_prefix([False, False, True]) == 0  # not input-bound
+    assert drained_prefix([]) == 0
+
+
+def test_a_first_window_that_never_waited_before_an_input_bound_one_is_drained() -> None:
+    timeline = Timeline()
+    first = timeline.window(0, _steps(0, 20, 2, 0.01))
+    second = timeline.window(40 * MS, _steps(40 * MS, 20, 10, 8))
+    assert first is not None and second is not None
+    assert first_window_drained([first, second])
+    assert not first_window_drained([second, second])
+    assert not first_window_drained([first])
+
+
+def test_training_time_round_trips_through_json() -> None:
+    timeline, records = _epochs(3, 20, 100)
+    cost = timeline.epoch_cost(1, records)
+    t = TrainingTime.of(cost, 0.010, 2.5, 12.25, False)
+    assert t.steps_per_epoch == 20 and t.stall_share == pytest.approx(0.1 / 0.3)
+    back = TrainingTime.from_json(t.to_json())
+    assert back is not None
+    assert back.to_json() == t.to_json()
+    assert TrainingTime.from_json(None) is None
+    assert TrainingTime.of(None, 0.01, 0.0, None, True).first_window_dropped
