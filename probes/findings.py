@@ -16,24 +16,22 @@ from typing import Any
 
 from tftune.core.vocabulary import INPUT_CATEGORIES, TRAINING_LOOP, Band, input_band
 from tftune.probes.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
-from tftune.probes.fixes import file_open_recs, in_place, loop_rec
+from tftune.probes.fixes import file_open_recs, in_place
 from tftune.probes.input_work import StageWork, input_split, ms, opens_files
 from tftune.probes.loop_work import LOOP_WORK_MIN_MS, LOOP_WORK_SHARE, LoopWork
 from tftune.probes.recommendations import (
     Recommendation,
     at_site,
     cache_rec,
-    compute_rec,
-    h2d_rec,
     io_rec,
     map_recs,
-    marker_rec,
     prefetch_rec,
     py_dataset_rec,
     vectorize_rec,
 )
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
+from tftune.probes.step_fixes import compute_rec, h2d_rec, loop_rec, marker_rec
 
 # Report a category as a bottleneck from this share of step time on.
 MIN_BOTTLENECK_SHARE = 0.02

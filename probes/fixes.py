@@ -1,13 +1,11 @@
-"""More fixes: files opened one after another, work in the training loop, and the rule that
-no fix the trace shows already in place is ever recommended.
+"""More fixes: files opened one after another, and the rule that no fix the trace shows
+already in place is ever recommended.
 
 Beside `probes.recommendations` (same `Recommendation` type, same `gain` convention):
 
 * `file_open_recs(w, share, cores)`: an interleave or flat_map that opens one file per
   element (`probes.input_work.opens_files`). One after another, a parallel interleave
   reads several at once; already parallel, the files are too small and should be merged.
-* `loop_rec(loop, share, site)`: move the loop's own work (`probes.loop_work`) into a
-  parallel `map` before `prefetch`, at the user's pipeline when its line is known.
 * `in_place(rec, tree)`: the reason the trace shows `rec` is already done (a map that is
   already parallel, a pipeline that already ends in an AUTOTUNE prefetch, a threadpool
   already that large, an interleave already parallel), else None; `probes.findings`
@@ -17,11 +15,8 @@ Beside `probes.recommendations` (same `Recommendation` type, same `gain` convent
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
-from tftune.probes.callsites import RecordedSite
 from tftune.probes.input_work import StageWork, ms
-from tftune.probes.loop_work import LoopWork
 from tftune.probes.recommendations import Recommendation, one_at_a_time
 from tftune.probes.stages import Stage, StageTree
 
@@ -93,41 +88,6 @@ def file_open_recs(w: StageWork, share: float, cores: int | None) -> list[Recomm
         evidence=ev,
     )
     return [parallel, merge]
-
-
-def loop_rec(loop: LoopWork, share: float, sites: Sequence[RecordedSite]) -> Recommendation:
-    """Move the loop's own work into the pipeline: a parallel map before prefetch."""
-    seen = ", ".join(k.split(" (")[0] for k, _ in loop.seen[:3]) or "Python"
-    code = (
-        "def preprocess(x):  # the loop's work, in TF ops (or wrap NumPy code:\n"
-        "    ...             #   tf.numpy_function(augment_np, [x], tf.float32))\n"
-        "ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE)\n"
-        "ds = ds.prefetch(tf.data.AUTOTUNE)\n"
-        f"for batch in ds:\n    {loop.step_function}(batch)  # nothing between next() and the step"
-    )
-    where = next((s for s in reversed(sites) if s.op == "prefetch"), None) or (
-        sites[-1] if sites else None
-    )
-    ev = {
-        "per_step_ms": loop.per_step_ms,
-        "untraced_ms": loop.untraced_ms,
-        "step_function": loop.step_function,
-    }
-    if where is not None:
-        code = f"# {where.site}: add the map before this {where.op}\n{code}"
-        ev["call_site"] = where.site
-    return Recommendation(
-        summary=(
-            f"The training loop works {loop.per_step_ms:.1f} ms per step on the main thread "
-            f"between next() and {loop.step_function} ({seen}), where prefetch cannot hide "
-            "it: move it into the pipeline as a parallel map before prefetch"
-        ),
-        code=code,
-        gain=share * 0.8,
-        category="training_loop",
-        stage=None,
-        evidence=ev,
-    )
 
 
 # A knob-only map fix (`ds.map(fn, num_parallel_calls=AUTOTUNE)`, fn maybe renamed by

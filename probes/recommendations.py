@@ -1,10 +1,11 @@
-"""What to change: one typed `Recommendation` per fix, from a stage's work or the step's shares.
+"""What to change in the pipeline: one typed `Recommendation` per fix, from a stage's work.
 
 Each `*_rec` builder reads the evidence a finder gathered (a `StageWork`, a category's
 share of step time) and returns the fix with its code, the category and stage it targets,
 and `gain`: an estimate of the fraction of step time it saves, used to rank fixes, not a
 promise. `probes.findings` decides which builders apply; `at_site` ties a fix to the
-user's line once the call site is known.
+user's line once the call site is known. Fixes for the step itself (compute, copies, the
+training loop, step markers) are in `probes.step_fixes`.
 """
 
 from __future__ import annotations
@@ -413,67 +414,4 @@ def prefetch_rec(tree: StageTree, input_share: float, host_share: float) -> Reco
         category="other",
         stage=top[0].name,
         evidence={"top_stage": top[0].name},
-    )
-
-
-MARKER_FIX = (
-    "for step, batch in enumerate(ds):\n"
-    '    with tf.profiler.experimental.Trace("train", step_num=step, _r=1):\n'
-    "        train_step(batch)"
-)
-
-
-def marker_rec(detection: str) -> Recommendation | None:
-    if detection == "markers":
-        return None
-    return Recommendation(
-        summary=(
-            "The trace has no step markers, so steps were "
-            + ("inferred" if detection.startswith("inferred") else "not found")
-            + ": wrap your step in a Trace marker (or run `tftune profile train.py`)"
-        ),
-        code=MARKER_FIX,
-        gain=0.0,
-        category="other",
-        stage=None,
-        evidence={"step_detection": detection},
-    )
-
-
-def compute_rec(device: str, share: float) -> Recommendation:
-    if device == "GPU":
-        policy, note = "mixed_float16", "float16 on the GPU's tensor cores"
-    else:
-        policy, note = (
-            "mixed_bfloat16",
-            "bfloat16 on CPUs with AVX512-BF16/AMX; float16 is slower on CPUs, measure first",
-        )
-    return Recommendation(
-        summary=f"The step is compute-bound: try mixed precision ({note}), float32 output layer",
-        code=(
-            f'keras.mixed_precision.set_global_policy("{policy}")\n'
-            "# keep the last layer in float32 for a stable loss:\n"
-            'outputs = keras.layers.Activation("linear", dtype="float32")(logits)'
-        ),
-        gain=share * 0.3,
-        category="device_compute" if device == "GPU" else "host_compute",
-        stage=None,
-        evidence={"compute_share": round(share, 4), "device": device},
-    )
-
-
-def h2d_rec(share: float) -> Recommendation:
-    return Recommendation(
-        summary=(
-            "Host-to-device copies take a real share of the step: overlap them with compute "
-            "and copy fewer, larger buffers"
-        ),
-        code=(
-            "ds = ds.apply(tf.data.experimental.prefetch_to_device('/gpu:0', buffer_size=2))\n"
-            "# and: larger batches, uint8 images cast to float on the GPU"
-        ),
-        gain=share * 0.7,
-        category="host_to_device",
-        stage=None,
-        evidence={"host_to_device_share": round(share, 4)},
     )
