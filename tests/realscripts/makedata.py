@@ -7,6 +7,9 @@ Deterministic (one seeded generator) and quick (a few seconds on 2 cores). Layou
     images/{circles,squares,stripes}/NNN.jpg   64x64 RGB JPEGs, 60 per class
     text/{neg,pos}/NNNN.txt                     one short sentence per file, 1000 per class
     audio/{low,mid,high,sweep}/NNN.wav          1 s mono 16 kHz tones with noise, 50 per class
+    speech/{down,go,left,no,right,stop,up,yes}/NNN.wav
+                                                1 s mono 16 kHz "words" (2-3 pitched syllables
+                                                in noise), 150 per class
     tabular.csv                                 4000 rows: 32 float features, int label (3 classes)
     records/{train,val}.tfrecord                tf.train.Example: "x" (64 floats), "label" (int, 10)
     shapes.npz                                  28x28 uint8 shapes: x_train, y_train, x_test, y_test
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import wave as wavfile
 
 import numpy as np
 
@@ -99,6 +103,37 @@ def write_audio(root: str, rng: np.random.Generator, per_class: int = 50) -> Non
             tf.io.write_file(os.path.join(folder, f"{i:03d}.wav"), wav)
 
 
+# Each "word": the pitches (Hz) of its syllables.
+WORDS = {"yes": (300, 600), "no": (500,), "up": (800, 400), "down": (400, 800),
+         "left": (350, 350, 700), "right": (700, 350), "go": (250, 250),
+         "stop": (900, 300, 900)}  # fmt: skip
+
+
+def write_speech(root: str, rng: np.random.Generator, per_class: int = 150) -> None:
+    rate = 16000
+    t = np.arange(rate, dtype=np.float32) / rate
+    for word, pitches in WORDS.items():
+        folder = os.path.join(root, "speech", word)
+        os.makedirs(folder, exist_ok=True)
+        for i in range(per_class):
+            wave = np.zeros(rate, dtype=np.float32)
+            start = rng.uniform(0.05, 0.25)
+            length = rng.uniform(0.15, 0.22)
+            shift = rng.uniform(0.85, 1.2)  # another speaker's voice
+            for k, pitch in enumerate(pitches):
+                on = (t >= start + k * length) & (t < start + (k + 1) * length)
+                envelope = np.sin(np.pi * (t - start - k * length) / length) * on
+                f = pitch * shift
+                wave += envelope * (np.sin(2 * np.pi * f * t) + 0.4 * np.sin(4 * np.pi * f * t))
+            wave = 0.4 * wave + 0.05 * rng.standard_normal(rate)
+            pcm = (np.clip(wave, -1, 1) * 32767).astype("<i2")
+            with wavfile.open(os.path.join(folder, f"{i:03d}.wav"), "wb") as out:
+                out.setnchannels(1)
+                out.setsampwidth(2)
+                out.setframerate(rate)
+                out.writeframes(pcm.tobytes())
+
+
 def write_tabular(root: str, rng: np.random.Generator, rows: int = 4000) -> None:
     features = rng.standard_normal((rows, 32)).astype(np.float32) * 3 + 1
     w = rng.standard_normal((32, 3))
@@ -172,6 +207,8 @@ def main() -> None:
     for write in (write_images, write_text, write_audio, write_tabular, write_records):
         write(args.out, rng)
     write_shapes(args.out, rng)
+    # Added later, with its own generator, so the data sets above stay as they were.
+    write_speech(args.out, np.random.default_rng(SEED + 1))
     print(f"wrote data to {args.out} in {time.perf_counter() - start:.1f} s")
 
 
