@@ -120,6 +120,26 @@ CASES = [
     # ~50 ms compiled step over in-memory, prefetched real images.
     Case("gan.py", ("--steps", "15"), ("--epochs", "100000"), 64,
          loop=r"for image_batch in train_dataset:", input_bound=False, optimize=True),
+    # An eager Python loop counts a vocabulary for ~25 s (its long run) before fit: no
+    # optimizer update for longer than discovery's 20-s wait for one.
+    Case("long_preamble_fit.py", ("--vocab-passes", "1", "--epochs", "1"),
+         ("--vocab-passes", "20", "--epochs", "100000"), 32,
+         loop=r"model\.fit\(train_ds", optimize=True),
+    # 19 steps of ~50-100 ms, then a ~1-s validation pass over 600 clips, every epoch.
+    Case("fit_validation_epochs.py", ("--epochs", "1"), ("--epochs", "100000"), 32,
+         loop=r"history = model\.fit\(", optimize=True),
+    # A sequential py_function tokenizer, then shuffle(1500): each epoch opens with the fill.
+    Case("shuffle_after_pyfunc.py", ("--epochs", "2"), ("--epochs", "100000"), 32,
+         loop=r"for ids, y in train_ds:", input_bound=True),
+    # `# @tf.function`: every step of a small CNN runs eagerly (~80 ms), in-memory data.
+    Case("eager_tape_loop.py", ("--steps", "30"), ("--epochs", "100000"), 64,
+         loop=r"for x_batch_train, y_batch_train in train_dataset:", input_bound=False),
+    # MirroredStrategy over two logical CPUs, a distributed dataset, a test loop per epoch.
+    Case("mirrored_custom_loop.py", ("--epochs", "1"), ("--epochs", "100000"), 64,
+         loop=r"for x in train_dist_dataset:", optimize=True),
+    # A PyDataset decoding JPEGs in __getitem__, fed to fit with one worker.
+    Case("keras_sequence.py", ("--epochs", "2"), ("--epochs", "100000"), 16,
+         loop=r"model\.fit\(train_gen"),
 ]  # fmt: skip
 
 
