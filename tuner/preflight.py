@@ -188,20 +188,42 @@ def discover_training(
         raise ScriptError(f"{path.name}: {found.no_training()}")
     others = [s for s in found.streams if s.stream != trains.stream]
     if found.busiest_loop:
+        waited = found.fallback_s or FALLBACK_S
         note(
-            f"no optimizer update in {found.fallback_s:.0f} s of iterating"
-            + (" (its code names nothing that trains)" if found.fallback_s < FALLBACK_S else "")
+            f"no optimizer update in {waited:.0f} s of iterating"
+            + (" (its code names nothing that trains)" if waited < FALLBACK_S else "")
             + f": measuring the dataset loop that delivers the most ({trains.where()}), as a "
             "pipeline benchmark"
         )
     else:
         note(f"training loop: the dataset {trains.where()}")
+        said = preamble_note(found.preamble_s)
+        if said is not None:
+            note(said)
     if others:
         note(
             "also iterated, not measured: "
             + "; ".join(f"{s.where()} ({s.elements:,} elements)" for s in others)
         )
     return found
+
+
+# A preamble this long (seconds before the first training step) is said, with its cost.
+PREAMBLE_NOTE_S = 5.0
+
+
+def preamble_note(preamble_s: float | None) -> str | None:
+    """What a long preamble costs the tuning, and why tftune cannot skip it."""
+    if preamble_s is None or preamble_s < PREAMBLE_NOTE_S:
+        return None
+    return (
+        f"the script runs {preamble_s:.0f} s before its first training step (imports, "
+        "counting or building a vocabulary, adapt): every trial pays it, and only training "
+        "steps are measured. tftune cannot skip it: it runs in the script's own process, "
+        "which holds TensorFlow's threads and so cannot be forked or checkpointed safely. "
+        "Saving what it computes to a file and loading it when present shortens every run "
+        "of the script, tftune's too"
+    )
 
 
 # The guided guess profiles steps [START, STOP) of the script as written.
@@ -294,21 +316,26 @@ def guided_hint(
     if skipped is not None:
         note(f"no guided profile: {skipped}; the screen's best is the guided trial")
         return None
-    return profile_hint(path, args, note, found.busiest_loop)
+    return profile_hint(path, args, note, found.busiest_loop, found.preamble_s or 0.0)
 
 
 def profile_hint(
-    script: Path, args: Sequence[str], note: Callable[[str], None], busiest_loop: bool = False
+    script: Path,
+    args: Sequence[str],
+    note: Callable[[str], None],
+    busiest_loop: bool = False,
+    preamble_s: float = 0.0,
 ) -> GuidedHint | None:
     """A short profile of the script as written, analyzed (`tftune analyze`): its input
     share and the bottleneck call sites. None (and a note) when no profile could be
     taken or read; the guided guess then uses the as-written trial's own measurement.
     `busiest_loop`: discovery found that the script updates nothing, so the profile need
-    not wait the full fallback time for an update before it takes the busiest loop."""
+    not wait the full fallback time for an update before it takes the busiest loop.
+    `preamble_s`: what the script runs before training, added to the profile's time."""
     from tftune.core.errors import UserError
-    from tftune.probes.analysis import analyze
+    from tftune.probes.analysis import analyze, step_advice
     from tftune.tuner.trial import profile_script
-    from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S
+    from tftune.tuner.trial.watch import KNOWN_BUSIEST_S
 
     start, stop = GUIDE_PROFILE_STEPS
     with tempfile.TemporaryDirectory(prefix="tftune-guide-") as logdir:
@@ -319,8 +346,8 @@ def profile_hint(
                 start,
                 stop,
                 logdir,
-                timeout_s=GUIDE_PROFILE_TIMEOUT_S,
-                fallback_s=KNOWN_BUSIEST_S if busiest_loop else FALLBACK_S,
+                timeout_s=GUIDE_PROFILE_TIMEOUT_S + preamble_s,
+                fallback_s=KNOWN_BUSIEST_S if busiest_loop else "from_text",
             )
             if not prof.captured:
                 note(f"guided guess without a profile: {prof.reason}")
@@ -342,11 +369,7 @@ def profile_hint(
         + (f"{share:.0%} of each step waits for input" if share is not None else "no steps")
         + (f"; bottleneck at {', '.join(sites)}" if sites else "")
     )
-    moves = tuple(
-        f"{m['summary']} ({m['code']})" if m.get("code") else str(m["summary"])
-        for m in data.get("next_moves") or []
-        if isinstance(m, dict) and m.get("summary")
-    )
+    moves = step_advice(data)  # the top fix where it is one for the step, then the moves
     return GuidedHint(share if isinstance(share, float) else None, sites, next_moves=moves)
 
 

@@ -98,3 +98,9 @@ def test_the_busiest_loop_stands_in_only_when_nothing_updates() -> None:
     roles.delivered(2, 40)
     roles.check_fallback()
     assert declared == []
+
+    roles, declared = _roles(fallback_s=0.0)
+    roles.expect_training()  # Keras fit was called, or a tape entered: training comes
+    roles.delivered(2, 40)
+    roles.check_fallback()
+    assert declared == []

@@ -33,8 +33,13 @@ from tftune.tuner.study.baselines import baseline_roles
 from tftune.tuner.study.contract import TrialRecord
 from tftune.tuner.study.round_plan import AS_WRITTEN_LEAD, still_open
 from tftune.tuner.trial.discovery import CallSite, Discovery
-from tftune.tuner.trial.script_text import may_train
-from tftune.tuner.trial.watch import StreamSeen
+from tftune.tuner.trial.script_text import (
+    fallback_s,
+    may_train,
+    parse_module,
+    shows_training,
+)
+from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S, StreamSeen
 
 MAP = "train.py:10"
 SITES = [CallSite(MAP, "map", (), SiteConfig(), None, 1)]
@@ -76,7 +81,11 @@ def test_a_pipeline_benchmark_names_nothing_that_trains(tmp_path: Path) -> None:
     ids=["fit", "apply_gradients", "tape", "train_step", "assign_sub", "run_training"],
 )
 def test_any_training_name_means_it_may_train(tmp_path: Path, line: str) -> None:
-    assert may_train(_write(tmp_path, "s.py", BENCHMARK + line + "\n"))
+    # The benchmark's lines dedented first: an indented file would not parse, and an
+    # unreadable file "may train" whatever it holds.
+    script = _write(tmp_path, "s.py", textwrap.dedent(BENCHMARK) + line + "\n")
+    assert parse_module(script) is not None
+    assert may_train(script)
 
 
 def test_training_in_a_local_module_counts(tmp_path: Path) -> None:
@@ -94,6 +103,30 @@ def test_training_in_a_local_module_counts(tmp_path: Path) -> None:
 
 def test_an_unreadable_script_may_train(tmp_path: Path) -> None:
     assert may_train(_write(tmp_path, "broken.py", "def (:\n"))
+
+
+@pytest.mark.parametrize(
+    ("line", "wait"),
+    [
+        ("model.fit(ds, epochs=1)", None),
+        ("opt.apply_gradients(zip(g, v))", None),
+        ("with tf.GradientTape() as tape: pass", None),
+        ("opt = tf.keras.optimizers.Adam()", None),
+        ("def train_step(x): return x", FALLBACK_S),
+        ("w.assign_sub(0.1 * g)", FALLBACK_S),
+        ("", KNOWN_BUSIEST_S),
+    ],
+    ids=["fit", "apply_gradients", "tape", "optimizer", "train_step", "assign_sub", "nothing"],
+)
+def test_a_script_that_shows_training_waits_for_its_first_update(
+    tmp_path: Path, line: str, wait: float | None
+) -> None:
+    """However long it counts, builds a vocabulary or calls adapt first: no busiest loop
+    stands in for a script whose code calls what trains (a long preamble is no verdict)."""
+    script = _write(tmp_path, "s.py", textwrap.dedent(BENCHMARK) + line + "\n")
+    assert parse_module(script) is not None
+    assert fallback_s(script) == wait
+    assert shows_training(script) is (wait is None)
 
 
 # --- the bound analysis -----------------------------------------------------------------

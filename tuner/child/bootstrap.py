@@ -109,11 +109,15 @@ class _Discovery:
             counts = dict(self._elements)
         self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
 
+    def started(self, at_ns: int) -> None:
+        self._write({"kind": "started", "at_ns": at_ns})
+
     def training(self, stream: int, how: str) -> None:
         with self._lock:
             counts = dict(self._elements)
         self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
-        self._write({"kind": "training", "stream": stream, "how": how})
+        row = {"kind": "training", "stream": stream, "how": how, "at_ns": time.time_ns()}
+        self._write(row)
         # Discovery never needs the script to train on: leave at once, without atexit
         # handlers or TF's teardown.
         os._exit(EXIT_DISCOVERY_DONE)
@@ -216,6 +220,7 @@ def _wire(
         hooks.on_epoch = lambda n, at, cardinality: writer.event(
             "epoch", stream=n, at_ns=at, cardinality=cardinality
         )
+        hooks.on_start = lambda at: writer.event("started", at_ns=at)
     if mode == "discover":
         discovery = _Discovery(spec["discovery_file"])
         hooks.on_site = discovery.site
@@ -223,6 +228,7 @@ def _wire(
         hooks.on_stream = discovery.stream
         hooks.on_records = discovery.records
         hooks.on_training = discovery.training
+        hooks.on_start = discovery.started
         patcher.instrument_clock = True
         _PostImportHook.when_imported("keras", lambda m: discovery.keras(m.__name__))
     elif mode == "measure" and writer is not None:
@@ -263,8 +269,8 @@ def main() -> None:
     sys.argv = [script, *spec.get("args", [])]
     sys.path.insert(0, script_dir)  # the launcher dropped its own first entry
     exit_code: object = 0
-    if writer is not None:  # the preamble is timed from here (`trial.measure`)
-        writer.event("started", at_ns=time.time_ns())
+    if hooks.on_start is not None:  # the preamble is timed from here
+        hooks.on_start(time.time_ns())
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:

@@ -59,6 +59,7 @@ class KerasPatches(DatasetOps):
 
         @functools.wraps(original_fit)
         def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
+            self.roles.expect_training()
             try:
                 bound = signature.bind(model, *args, **kwargs)
             except TypeError:

@@ -165,6 +165,24 @@ class Patcher(KerasPatches, DistributePatches):
             current = getattr(owner, name)
             original = getattr(current, "__tftune_original__", current)
             setattr(owner, name, after_update(original, variable_method))
+        self._patch_tape()
+
+    def _patch_tape(self) -> None:
+        """A ``GradientTape`` entered: the script is about to train (`roles`)."""
+        from tensorflow.python.eager import backprop
+
+        cls: Any = backprop.GradientTape
+        current = cls.__enter__
+        original = getattr(current, "__tftune_original__", current)
+        roles = self.roles
+
+        @functools.wraps(original)
+        def __enter__(tape: Any) -> Any:
+            roles.expecting = True
+            return original(tape)
+
+        __enter__.__tftune_original__ = original  # type: ignore[attr-defined]
+        cls.__enter__ = __enter__
 
 
 _ACTIVE: Patcher | None = None

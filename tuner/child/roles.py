@@ -18,7 +18,9 @@ as steps nor profiled. A stream is declared training (`on_training`, once) when:
 A script that never updates anything (a pipeline benchmark: a loop that only consumes)
 has no training stream. Where the caller allows it (`fallback_s`), once streams have
 delivered for that long with no update anywhere in the process, the busiest one is
-declared instead, as `FALLBACK_HOW` says.
+declared instead, as `FALLBACK_HOW` says; unless the process has shown that it is about
+to train (`expect_training`: Keras ``fit`` called, a ``GradientTape`` entered), however
+long it counts, builds a vocabulary or calls ``adapt`` first.
 
 Two streams that both feed updates (a GAN's, multi-task loops) are both declared. An
 update is a Keras optimizer's ``apply`` (``apply_gradients`` calls it), TF1's
@@ -51,6 +53,7 @@ class Roles:
         self.on_training = on_training
         self.fallback_s = fallback_s
         self.updated = False  # any update, anywhere in the process
+        self.expecting = False  # the process has shown it trains: no fallback
         self.training: set[int] = set()
         self._elements: dict[int, int] = {}
         self._first_element: float | None = None
@@ -87,13 +90,18 @@ class Roles:
 
     def check_fallback(self) -> None:
         """Declare the busiest stream when nothing updates (see the module docstring)."""
-        if self.fallback_s is None or self.updated or self.training:
+        if self.fallback_s is None or self.updated or self.training or self.expecting:
             return
         with self._lock:
             first, counts = self._first_element, dict(self._elements)
         if first is None or time.monotonic() - first < self.fallback_s or not counts:
             return
         self.declare(max(counts, key=lambda n: counts[n]), FALLBACK_HOW)
+
+    def expect_training(self) -> None:
+        """The script is about to train (``fit`` called, a tape entered): the busiest
+        loop never stands in for training now."""
+        self.expecting = True
 
     def update(self) -> None:
         """An update was applied: eagerly, or traced into a graph."""

@@ -72,6 +72,9 @@ class Hooks:
     # made in ns, the dataset's cardinality in elements: -1 infinite, -2 unknown). The
     # parent amortizes each epoch's first-step stall over the epoch (`probes.training_time`).
     on_epoch: Callable[[int, int, int], None] | None = None
+    # The script's first line is about to run: the child's wall clock in ns (its preamble,
+    # up to the first training step, is timed from here).
+    on_start: Callable[[int], None] | None = None
     notes: list[str] = field(default_factory=list)
 
 

@@ -21,14 +21,8 @@ from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows e
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig, config_from_json
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
-from tftune.tuner.trial.script_text import may_train
-from tftune.tuner.trial.watch import (
-    FALLBACK_S,
-    FIRST_STEP_S,
-    KNOWN_BUSIEST_S,
-    StreamSeen,
-    StreamWatch,
-)
+from tftune.tuner.trial.script_text import fallback_s
+from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
 from tftune.tuner.trial.watch import describe_streams as _describe_streams
 
 
@@ -89,9 +83,13 @@ class Discovery:
     timed_out: bool = False
     waited_s: float = 0.0
     # How long the child iterated with no update before it took the busiest loop:
-    # `FALLBACK_S`, or `KNOWN_BUSIEST_S` when the script's text names nothing that
-    # trains (`script_text.may_train`).
-    fallback_s: float = FALLBACK_S
+    # `FALLBACK_S`, `KNOWN_BUSIEST_S` when the script's text names nothing that trains,
+    # None when it shows training and the child waited for the first update
+    # (`script_text.fallback_s`).
+    fallback_s: float | None = FALLBACK_S
+    # From the script's first line to the stream found training (child clock): what
+    # every run of the script pays before its first training step. None: not seen.
+    preamble_s: float | None = None
 
     @property
     def found(self) -> bool:
@@ -149,9 +147,10 @@ def discover(
     """Run the script until a dataset is found training; record the call sites and the
     datasets iterated on the way (a counting loop, a peek, `adapt` come before training).
 
-    The child leaves once a stream feeds optimizer updates, or, where nothing updates for
-    `FALLBACK_S` of iterating (`KNOWN_BUSIEST_S` when the script's code names nothing that
-    trains: `script_text.may_train`), once the busiest loop is chosen instead. A script that
+    The child leaves once a stream feeds optimizer updates, or, where the script's code
+    does not show training and nothing updates for `FALLBACK_S` of iterating
+    (`KNOWN_BUSIEST_S` when it names nothing that trains: `script_text.fallback_s`), once
+    the busiest loop is chosen instead. A script that
     never builds a pipeline yields an empty `Discovery` (``found`` is False); one that
     trains on no dataset has no `training` stream, and `no_training()` says what was seen.
     """
@@ -159,7 +158,7 @@ def discover(
     with workdir() as work:
         out_file = work / "discovery.jsonl"
         spec = child_spec("discover", path, args, Config())
-        fallback = FALLBACK_S if may_train(path) else KNOWN_BUSIEST_S
+        fallback = fallback_s(path)
         spec.update(discovery_file=str(out_file), fallback_s=fallback)
         ended = ChildRun(deps or RunnerDeps(), work, spec, cwd=cwd).run(deadline_s=timeout_s)
         rows = []
@@ -193,8 +192,14 @@ def parse_discovery(
     calls: dict[tuple[str, str], int] = {}
     pipelines: list[IteratedPipeline] = []
     uses_keras = False
+    started: int | None = None
+    preamble_s: float | None = None
     for row in rows:
         kind = row.get("kind")
+        if kind == "started":
+            started = row.get("at_ns")
+        if kind == "training" and isinstance(started, int) and isinstance(row.get("at_ns"), int):
+            preamble_s = preamble_s or (row["at_ns"] - started) / 1e9
         if kind in ("stream", "training"):
             watch.event(ClockEvent(str(kind), row))
         elif kind == "elements":
@@ -217,6 +222,7 @@ def parse_discovery(
         watch.streams(),
         timed_out,
         waited_s,
+        preamble_s=preamble_s,
     )
 
 

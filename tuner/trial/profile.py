@@ -15,6 +15,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from tftune.probes.clock import ClockEvent, StepRecord
 from tftune.tuner.config import Config
@@ -28,7 +29,8 @@ from tftune.tuner.trial.launch import (
     child_spec,
     workdir,
 )
-from tftune.tuner.trial.watch import FALLBACK_S, StreamSeen, StreamWatch, describe_streams
+from tftune.tuner.trial.script_text import fallback_s as script_fallback_s
+from tftune.tuner.trial.watch import StreamSeen, StreamWatch, describe_streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +56,17 @@ def profile_script(
     timeout_s: float | None = None,
     step_timeout_s: float | None = None,
     deps: RunnerDeps | None = None,
-    fallback_s: float = FALLBACK_S,
+    fallback_s: float | Literal["from_text"] | None = "from_text",
 ) -> ProfileResult:
     """Profile training steps [start_step, stop_step) of the script into `logdir`.
     `fallback_s`: how long the child waits for an update before it takes the busiest
-    loop as training (shorter once discovery has found that the script updates nothing:
-    `watch.KNOWN_BUSIEST_S`)."""
+    loop as training: by default what the script's text says (`script_text.fallback_s`:
+    never, for a script that shows training); shorter once discovery has found that the
+    script updates nothing (`watch.KNOWN_BUSIEST_S`)."""
     deps = deps or RunnerDeps()
     path = check_script(script)
+    if fallback_s == "from_text":
+        fallback_s = script_fallback_s(path)
     logdir_abs = str(Path(logdir).resolve())
     with workdir() as work:
         spec = child_spec("profile", path, args, config or Config())

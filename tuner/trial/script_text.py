@@ -4,22 +4,31 @@
 recursively: the code that is the user's. `names_in(tree)`: the identifiers and attribute
 names a module uses (never its strings or comments).
 
-`may_train(path)`: whether that code names anything that trains. Discovery waits
-`watch.FALLBACK_S` of iterating with no optimizer update before it takes the busiest
-dataset loop instead of training (a pipeline benchmark updates nothing): a script may
-count its data or peek a batch for a while before its first step. A script whose code
-names nothing that trains cannot reach a first step, so that wait is spent for nothing:
-such a script gets the short `watch.KNOWN_BUSIEST_S`. Any name in `TRAINING_NAMES` (an
-optimizer, a tape, ``fit``, ``minimize``, ``assign_add``...), any name containing one of
-`TRAINING_PARTS` (``train``, ``optimi``...) or an unreadable file means it may train. What
-a module imported from elsewhere (an installed package) does is not read: a script that
-hands training to one still names it (``trainer.train()``, ``fit``, ``run_training``).
+How long a run waits for the first optimizer update before it takes the busiest dataset
+loop instead of training (a pipeline benchmark updates nothing): `fallback_s(path)`.
+
+- `shows_training(path)`: the code calls what trains (`SHOWN_TRAINING`: Keras ``fit``, a
+  ``GradientTape``, ``apply_gradients``, ``minimize``, an optimizer class). Such a script
+  trains, however long it builds a vocabulary, counts its data or calls ``adapt`` first:
+  no fallback at all, the run waits for the first update up to the first-step deadline.
+- `may_train(path)`: the code names anything that could train (`TRAINING_NAMES`, or a name
+  containing one of `TRAINING_PARTS`: ``train``, ``optimi``...), or a file is unreadable:
+  `watch.FALLBACK_S` of iterating with no update. The process can still show training
+  (``fit`` called, a tape entered: `tuner.child.roles.Roles.expect_training`), which
+  lifts the fallback too.
+- Neither: a script whose code names nothing that trains cannot reach a first step, so
+  the short `watch.KNOWN_BUSIEST_S`.
+
+What a module imported from elsewhere (an installed package) does is not read: a script
+that hands training to one still names it (``trainer.train()``, ``fit``, ``run_training``).
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S
 
 # Names that train, or call what trains, in the TF/Keras ecosystem and in users' own
 # helpers. A false "may train" costs the long wait; a false "cannot" ends discovery
@@ -46,9 +55,41 @@ TRAINING_NAMES = frozenset(
         "Checkpoint",
     }
 )
+# Names whose call trains: a script that uses one trains for sure.
+SHOWN_TRAINING = frozenset(
+    {
+        "fit",
+        "fit_generator",
+        "train_on_batch",
+        "apply_gradients",
+        "minimize",
+        "GradientTape",
+        "Optimizer",
+        "optimizers",
+        "train_and_evaluate",
+    }
+)
 # Any name containing one of these (``train``, ``train_step``, ``run_training``).
 TRAINING_PARTS = ("train", "optimi", "backward", "grad")
 MAX_MODULES = 50  # the local modules read, at most; more: assume it may train
+
+
+def fallback_s(script: Path) -> float | None:
+    """How long a run of `script` iterates with no update before it takes the busiest
+    loop; None: never, it trains (module docstring)."""
+    if shows_training(script):
+        return None
+    return FALLBACK_S if may_train(script) else KNOWN_BUSIEST_S
+
+
+def shows_training(script: Path) -> bool:
+    """Whether the script or its local modules call what trains (`SHOWN_TRAINING`)."""
+    modules = local_modules(script)
+    for path in modules[: MAX_MODULES + 1]:
+        tree = parse_module(path)
+        if tree is not None and names_in(tree) & SHOWN_TRAINING:
+            return True
+    return False
 
 
 def may_train(script: Path) -> bool:
