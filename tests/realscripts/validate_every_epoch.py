@@ -5,9 +5,12 @@ one iterator. After each one the whole validation dataset (larger batches, forwa
 only) is evaluated, so validation runs often.
 """
 
+import time
+
+START = time.perf_counter()
+
 import argparse
 import os
-import time
 
 import keras
 import numpy as np
@@ -81,12 +84,19 @@ def val_step(x, y):
 
 train_iter = iter(train_ds)
 step_times = []
+first_step = None
+examples, seconds = 0, 0.0  # after a warm-up of 5 steps; validation left out
 for epoch in range(args.epochs):
     for _ in range(args.steps_per_epoch):
         start = time.perf_counter()
+        if first_step is None:
+            first_step = start
         x, y = next(train_iter)
         train_step(x, y)
         step_times.append(time.perf_counter() - start)
+        if len(step_times) > 5:
+            examples += int(x.shape[0])
+            seconds += step_times[-1]
     for x, y in val_ds:
         val_step(x, y)
     print(
@@ -96,5 +106,7 @@ for epoch in range(args.epochs):
     for metric in (train_loss, val_loss, val_acc):
         metric.reset_state()
 
+print(f"preamble {first_step - START:.1f} s")
 median_ms = 1000 * float(np.median(step_times[2:] or step_times))
 print(f"trained {len(step_times)} steps, batch {args.batch_size}, median step {median_ms:.2f} ms")
+print(f"training rate {examples / max(seconds, 1e-9):.1f} ex/s over {max(len(step_times) - 5, 0)} steps")
