@@ -29,6 +29,9 @@ BREAKDOWN_CATEGORIES = (
 # the step function (Python preprocessing, NumPy conversion, eager ops): not tf.data's
 # and not the step's, so it is a bottleneck of its own, never part of the input wait.
 TRAINING_LOOP = "training_loop"
+# A step run op by op from Python (no tf.function around it): each op is dispatched
+# eagerly, and the Python between them is step time too.
+EAGER_STEP = "eager_step"
 # What a bottleneck is (the analysis JSON's `bottlenecks[].category`).
 BOTTLENECK_CATEGORIES = (
     "io",
@@ -39,6 +42,7 @@ BOTTLENECK_CATEGORIES = (
     "device_compute",
     "host_compute",
     TRAINING_LOOP,
+    EAGER_STEP,
     "other",
 )
 CATEGORY_LABELS = {
@@ -56,6 +60,7 @@ CATEGORY_LABELS = {
     "python": "Python",
     "preprocessing": "Preprocessing",
     TRAINING_LOOP: "Work in the training loop outside tf.data",
+    EAGER_STEP: "Step run eagerly, op by op from Python",
 }
 CATEGORY_COLORS = {
     "input_wait": "#dc4c2c",
@@ -72,12 +77,27 @@ CATEGORY_COLORS = {
     "python": "#c2410c",
     "preprocessing": "#0e7490",
     TRAINING_LOOP: "#9333ea",
+    EAGER_STEP: "#db2777",
 }
 
 
 def category_label(category: str) -> str:
     """A category as a reader sees it ("Host → device"); unknown ones as given."""
     return CATEGORY_LABELS.get(category, category.replace("_", " ").capitalize())
+
+
+# ---- shares in words ---------------------------------------------------------------------
+# A share of step time (0..1) as every report prints it: whole percent, except that a
+# share above zero but under 1% reads "under 1%" (never "0%" for time that was spent).
+UNDER_ONE_PERCENT = "under 1%"
+
+
+def percent(share: float, compact: bool = False) -> str:
+    """`share` (0..1) in whole percent; above zero and under 1%: "under 1%" ("<1%" where
+    `compact`, for table cells)."""
+    if 0 < share < 0.01:
+        return "<1%" if compact else UNDER_ONE_PERCENT
+    return f"{100 * share:.0f}%"
 
 
 # ---- input-bound bands ------------------------------------------------------------------

@@ -8,6 +8,7 @@ analyzed host's file sit beside tftune's (`probes.xprof_check`, the JSON's optio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from tftune.core.vocabulary import TRAINING_LOOP
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
 from tftune.probes.callsites import read_sites
 from tftune.probes.findings import Findings, dedupe, find
+from tftune.probes.ideas import STEP_IDEAS
 from tftune.probes.locate import locate
 from tftune.probes.loop_work import find_loop_work
 from tftune.probes.next_moves import NextMove, StepFacts, moves_from, step_facts
@@ -139,7 +141,7 @@ class Analysis:
         if self.xprof is not None:
             out["xprof"] = self.xprof.to_json()
         # When one host is not enough (probes/service_sizing.py): tf.data CPU vs step time.
-        out["service_sizing"] = trace_sizing_json(self.host, self.steps, wait, cores)
+        out["service_sizing"] = trace_sizing_json(self.host, self.steps, wait, cores, f.unsized)
         return out
 
 
@@ -147,12 +149,33 @@ def next_moves(analysis: Analysis) -> tuple[NextMove, ...]:
     """What would speed up the step when the input pipeline is not the limit, best first
     (precision policy, XLA, a larger batch, Keras' steps_per_execution), from what the
     trace shows. Empty while the run is input-bound, has no steps, or its training loop's
-    own work outside tf.data is the top bottleneck. Pure: the same analysis gives the same moves;
-    `tftune optimize` calls it on its guided profile before spending trials."""
+    own work outside tf.data is the top bottleneck. A move whose idea is already among
+    the fixes (a compute-bound step's fix is its best move) is not offered again. Pure:
+    the same analysis gives the same moves; `tftune optimize` reads them (`step_advice`)
+    from its guided profile before spending trials."""
     tops = analysis.findings.bottlenecks[:1]
     if analysis.facts is None or any(b.category == TRAINING_LOOP for b in tops):
         return ()
-    return moves_from(analysis.facts, analysis.breakdown.fractions(), analysis.input_share)
+    fixed = {r.kind for r in analysis.findings.recommendations if r.stage is None}
+    moves = moves_from(analysis.facts, analysis.breakdown.fractions(), analysis.input_share)
+    return tuple(m for m in moves if m.kind not in fixed)
+
+
+def step_advice(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """The moves for the step in words, best first, from an analysis JSON, for `tftune
+    optimize` to say when the input pipeline is not the limit: the top fix where it is
+    one for the step itself (compile an eager step, several steps per call, the best move
+    of a compute-bound step), then the next moves. Empty for an input-bound run."""
+
+    def words(m: Mapping[str, Any]) -> str:
+        return f"{m['summary']} ({m['code']})" if m.get("code") else str(m["summary"])
+
+    moves = [m for m in data.get("next_moves") or [] if isinstance(m, Mapping)]
+    recs = [r for r in data.get("recommendations") or [] if isinstance(r, Mapping)]
+    if data.get("input_bound") is not False:
+        return ()
+    top = recs[:1] if recs and recs[0].get("kind") in STEP_IDEAS else []
+    return tuple(words(m) for m in [*top, *moves] if m.get("summary"))
 
 
 def _move_json(m: NextMove) -> dict[str, Any]:
@@ -171,6 +194,7 @@ def _rec_json(r: Recommendation | None) -> dict[str, Any] | None:
     return {
         "summary": r.summary,
         "code": r.code,
+        "kind": r.kind or None,
         "category": r.category,
         "stage": r.stage,
         "evidence": _jsonable(r.evidence),
@@ -274,6 +298,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
     sites, sites_note = read_sites(run.path)
     if sites_note is not None:
         notes.append(sites_note)
+    facts = step_facts(host, steps, "GPU" if device == "GPU" else "CPU")
     findings = find(
         tree,
         input_wait_share=wait_share,
@@ -284,6 +309,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         compute_functions=_busiest_functions(host),
         sites=sites,
         loop=find_loop_work(host, steps),
+        facts=facts,
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
     check = compare_with_xprof(host.path, steps, bd) if xprof else None
@@ -300,7 +326,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         tool_version,
         tuple(notes),
         check,
-        step_facts(host, steps, "GPU" if device == "GPU" else "CPU"),
+        facts,
     )
 
 

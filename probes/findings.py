@@ -14,11 +14,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.vocabulary import INPUT_CATEGORIES, TRAINING_LOOP, Band, input_band
+from tftune.core.vocabulary import (
+    EAGER_STEP,
+    INPUT_CATEGORIES,
+    TRAINING_LOOP,
+    UNDER_ONE_PERCENT,
+    Band,
+    input_band,
+    percent,
+)
 from tftune.probes.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
-from tftune.probes.fixes import file_open_recs, in_place
+from tftune.probes.fixes import (
+    distributed_iterator_stage,
+    distributed_prefetch_rec,
+    file_open_recs,
+    in_place,
+)
 from tftune.probes.input_work import StageWork, input_split, ms, opens_files
 from tftune.probes.loop_work import LOOP_WORK_MIN_MS, LOOP_WORK_SHARE, LoopWork
+from tftune.probes.next_moves import StepFacts
 from tftune.probes.recommendations import (
     Recommendation,
     at_site,
@@ -27,11 +41,13 @@ from tftune.probes.recommendations import (
     map_recs,
     prefetch_rec,
     py_dataset_rec,
+    runs_python,
     vectorize_rec,
 )
+from tftune.probes.service_sizing import NotSized, Unsized
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
-from tftune.probes.step_fixes import compute_rec, h2d_rec, loop_rec, marker_rec
+from tftune.probes.step_fixes import compute_rec, eager_rec, h2d_rec, loop_rec, marker_rec
 
 # Report a category as a bottleneck from this share of step time on.
 MIN_BOTTLENECK_SHARE = 0.02
@@ -79,13 +95,13 @@ def verdict(
         return Verdict(
             None, None, None, dev, host, "No steps were found, so the input share is not measured."
         )
-    pct = round(100 * input_share)
+    pct = percent(input_share)
     band = input_band(input_share)
-    only = "only " if band is Band.LOW else ""
-    head = f"{band.words.capitalize()}: {only}{pct}% of step time is spent waiting for input"
+    only = "only " if band is Band.LOW and pct != UNDER_ONE_PERCENT else ""
+    head = f"{band.words.capitalize()}: {only}{pct} of step time is spent waiting for input"
     compute = dev if device == "GPU" else host
     what = "device compute" if device == "GPU" else "host compute"
-    tail = f"; {what} takes {round(100 * (compute or 0.0))}%." if compute is not None else "."
+    tail = f"; {what} takes {percent(compute)}." if compute is not None else "."
     if band is Band.LOW:
         tail += NOT_THE_LIMIT
     return Verdict(band.input_bound, band.value, input_share, dev, host, head + tail)
@@ -131,6 +147,9 @@ class Findings:
     recommendations: tuple[Recommendation, ...]
     category_shares: Mapping[str, float]
     notes: tuple[str, ...]
+    # The input-bound pipeline's limit is not CPU (Python functions, waiting): no tf.data
+    # service sizing, and why (`probes.service_sizing`); None: size it from the trace.
+    unsized: NotSized | None = None
 
 
 def find(
@@ -143,16 +162,20 @@ def find(
     compute_functions: Sequence[str] = (),
     sites: Sequence[RecordedSite] = (),
     loop: LoopWork | None = None,
+    facts: StepFacts | None = None,
 ) -> Findings:
     """All findings for one host: verdict, ranked bottlenecks, ranked recommendations.
     `sites`: the call sites `tftune profile` recorded beside the trace (they name the
     line of a stage the Python tracer did not see); `loop`: the training loop's own work
     outside tf.data (`probes.loop_work`), a bottleneck of its own from
-    `LOOP_WORK_SHARE` of step time on."""
+    `LOOP_WORK_SHARE` of step time on; `facts`: what the trace says about the step
+    (`probes.next_moves.step_facts`: an eager step, a distributed input, the moves that
+    fix a compute-bound step)."""
     v = verdict(input_share, fractions, device)
     cores_v = tree.root_knobs.get("cpu_budget")
     cores = cores_v if isinstance(cores_v, int) else None
-    works = input_split(tree)
+    distributed = facts is not None and facts.distributed
+    works = [_iterator_wait(w) if distributed else w for w in input_split(tree)]
     cat_share, stage_share = _split_wait(works, input_wait_share)
     recs: list[Recommendation] = []
     bottlenecks: list[Bottleneck] = []
@@ -167,16 +190,14 @@ def find(
         found, c_recs = _input_bottleneck(c, share, w, tree, cores, sites)
         recs.extend(c_recs)
         bottlenecks.append(found)
-    if input_share is not None and input_band(input_share).input_bound:
+    bound = input_share is not None and input_band(input_share).input_bound
+    if input_share is not None and bound:
         pf = prefetch_rec(tree, input_share, fractions.get("host_compute") or 0.0)
-        if pf is not None and in_place(pf, tree) is None:
-            recs.append(pf)
-    if loop is not None and loop.share >= LOOP_WORK_SHARE and loop.per_step_ms >= LOOP_WORK_MIN_MS:
-        found_loop = _loop_bottleneck(loop, sites)
-        assert found_loop.recommendation is not None
-        recs.append(found_loop.recommendation)
-        bottlenecks.append(found_loop)
-    for found in _step_bottlenecks(fractions, device, compute_functions):
+        recs += [pf] if pf is not None and in_place(pf, tree) is None else []
+    if distributed and bound and input_wait_share is not None:
+        dp = distributed_prefetch_rec(tree, input_wait_share)
+        recs += [dp] if in_place(dp, tree) is None else []
+    for found in _outside_the_pipeline(fractions, device, compute_functions, loop, sites, facts):
         assert found.recommendation is not None
         recs.append(found.recommendation)
         bottlenecks.append(found)
@@ -193,6 +214,46 @@ def find(
         recommendations=tuple(recs),
         category_shares={k: round(val, 4) for k, val in cat_share.items()},
         notes=tuple(notes),
+        unsized=unsized(tree, works, cores) if bound else None,
+    )
+
+
+def _iterator_wait(w: StageWork) -> StageWork:
+    """A stage of a tf.distribute dataset's own iterator (`distributed_iterator_stage`):
+    its time is waiting on the pipeline beneath, not the user's preprocessing, so it is
+    `other` (never a stage to fix); other stages as they are."""
+    if not distributed_iterator_stage(w.stage):
+        return w
+    ev = {**w.evidence, "distributed_iterator": True}
+    return StageWork(w.stage, {"other": sum(w.by_category.values())}, None, ev)
+
+
+# The user-facing names of the Python UDF ops (`PY_UDF_OPS`).
+_PY_API = {
+    "EagerPyFunc": "tf.py_function",
+    "PyFunc": "tf.numpy_function",
+    "PyFuncStateless": "tf.numpy_function",
+}
+
+
+def unsized(tree: StageTree, works: Sequence[StageWork], cores: int | None) -> NotSized | None:
+    """Why an input-bound pipeline gets no tf.data service sizing, or None: it runs
+    Python functions (a service worker cannot run them), and where they wait rather than
+    compute (`StageWork.latency_bound`), they need calls in flight, not cores."""
+    api: set[str] = set()
+    for st in tree.stages:
+        if runs_python(st):
+            generator = "Generator" in st.kind
+            api |= {
+                "Dataset.from_generator" if generator else _PY_API[op]
+                for op, _ in st.ops_ps
+                if op in PY_UDF_OPS
+            }
+    if not api:
+        return None
+    waits = any(w.latency_bound for w in works)
+    return NotSized(
+        "steps", Unsized.WAITING if waits else Unsized.PYTHON, None, cores, tuple(sorted(api))
     )
 
 
@@ -311,11 +372,24 @@ def _loop_bottleneck(loop: LoopWork, sites: Sequence[RecordedSite]) -> Bottlenec
     return Bottleneck(TRAINING_LOOP, loop.share, None, loop.call_site, seen, evidence, r)
 
 
-def _step_bottlenecks(
-    fractions: Mapping[str, float | None], device: str, compute_functions: Sequence[str]
+def _outside_the_pipeline(
+    fractions: Mapping[str, float | None],
+    device: str,
+    compute_functions: Sequence[str],
+    loop: LoopWork | None,
+    sites: Sequence[RecordedSite],
+    facts: StepFacts | None,
 ) -> list[Bottleneck]:
-    """Bottlenecks outside the input pipeline: host-to-device copies, then compute."""
+    """Bottlenecks outside the input pipeline: the training loop's own work, a step run
+    eagerly, host-to-device copies, then compute (its fix: the best move for the step)."""
     out: list[Bottleneck] = []
+    if loop is not None and loop.share >= LOOP_WORK_SHARE and loop.per_step_ms >= LOOP_WORK_MIN_MS:
+        out.append(_loop_bottleneck(loop, sites))
+    if facts is not None and facts.eager and (facts.dispatch_share or 0.0) >= MIN_BOTTLENECK_SHARE:
+        r = eager_rec(facts)
+        what = (f"{facts.eager_ops_per_step or 0:.0f} ops per step, dispatched from Python",)
+        share = round(facts.dispatch_share or 0.0, 4)
+        out.append(Bottleneck(EAGER_STEP, share, None, None, what, dict(r.evidence), r))
     h2d = fractions.get("host_to_device") or 0.0
     if h2d >= H2D_SHARE:
         r = h2d_rec(h2d)
@@ -323,26 +397,21 @@ def _step_bottlenecks(
     compute_cat = "device_compute" if device == "GPU" else "host_compute"
     compute = fractions.get(compute_cat) or 0.0
     if compute >= COMPUTE_BOUND_SHARE:
-        r = compute_rec(device, compute)
-        out.append(
-            Bottleneck(
-                compute_cat,
-                round(compute, 4),
-                None,
-                None,
-                tuple(compute_functions),
-                {"functions": list(compute_functions)},
-                r,
-            )
-        )
+        r = compute_rec(device, compute, facts)
+        fns = tuple(compute_functions)
+        ev = {"functions": list(fns), "compute_share": round(compute, 4)}
+        out.append(Bottleneck(compute_cat, round(compute, 4), None, None, fns, ev, r))
     return out
 
 
 def dedupe(recs: Sequence[Recommendation]) -> tuple[Recommendation, ...]:
-    seen: set[str] = set()
+    """One fix per idea and target: the first of the fixes with the same code, or with
+    the same idea (`Recommendation.kind`) for the same stage (None: the step)."""
+    seen: set[object] = set()
     out = []
     for r in recs:
-        if r.code not in seen:
-            seen.add(r.code)
+        keys = {r.code, (r.kind, r.stage)} if r.kind else {r.code}
+        if not keys & seen:
+            seen |= keys
             out.append(r)
     return tuple(out)

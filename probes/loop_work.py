@@ -15,9 +15,17 @@ events), they name the function and its line.
 
 `find_loop_work(host, steps) -> LoopWork | None`: per step, the step's time outside the
 iterator and outside the step function's execution, and what was seen in it. None when
-the loop calls no tf.function (an eager step cannot be told apart from preprocessing) or
-when Keras runs the loop (`fit`: its per-step host time is `steps_per_execution`'s
-business, see `probes.next_moves`).
+the loop calls no tf.function (an eager step cannot be told apart from preprocessing; it
+is `probes.next_moves`' finding) or when Keras runs the loop (`fit`: its per-step host
+time is `steps_per_execution`'s business, see `probes.next_moves`).
+
+A loop fed by a `tf.distribute` strategy's dataset (`distributed_input`: the trace has
+the MultiDeviceIterator's threads or kernels) spends that gap in the distributed
+iterator's own Python (measured on tests/tracegen_loops.py's `mirrored_loop`: per step,
+`convert_to_tensor`, `tf.constant`, eager `Pack`/`Range`/`Sum`/`Cast` of its partial-batch
+handling, and untraced Python around `strategy.run`). That work is not the user's to
+move into the pipeline: `LoopWork.distributed` says so, and the fix is several steps per
+`tf.function` call (`probes.step_fixes`).
 """
 
 from __future__ import annotations
@@ -44,13 +52,16 @@ KERAS_STEP_FUNCTIONS = frozenset(
 )
 # The consumer's time inside tf.data: the iterator (already counted as input wait) and
 # the iterator made again at each epoch's `for x in ds:` (MakeIterator, *Dataset ops).
-_ITERATOR_RE = re.compile(
+ITERATOR_RE = re.compile(
     r"^(EagerLocalExecute: (IteratorGetNext\w*|Optional\w+|MakeIterator|AnonymousIterator\w*|"
     r"DeleteIterator|GetOptions|\w+Dataset(V\d+)?)|IteratorGetNextOp::DoCompute|Iterator::.*)$"
 )
+# A tf.distribute dataset's iterator: the MultiDeviceIterator's threads and kernels.
+DISTRIBUTED_LINE_PREFIX = "tf_data_multi_device_iterator"
+_DISTRIBUTED_EVENT_RE = re.compile(r"^(EagerLocalExecute: )?MultiDeviceIterator\w*")
 # A NumPy value turned back into a tensor: the cost of leaving tf.data for NumPy.
 _CONVERSION_RE = re.compile(r"^(tf\.constant|convert_to_tensor|EagerLocalExecute: _EagerConst)$")
-_EAGER_OP_RE = re.compile(r"^EagerLocalExecute: (?!__inference_)(\w+)$")
+EAGER_OP_RE = re.compile(r"^EagerLocalExecute: (?!__inference_)(\w+)$")
 _LIBRARY_MARKERS = ("site-packages", "dist-packages", "/tensorflow/", "/keras/", "<frozen")
 UNTRACED = "Python without TF events (NumPy, Python loops)"
 
@@ -66,6 +77,20 @@ class LoopWork:
     untraced_ms: float  # per step: time under no event (Python the tracer did not record)
     frames: tuple[str, ...]  # Python-tracer frames of the user's code, busiest first
     call_site: str | None  # `file.py:line` of the busiest user frame, when frames exist
+    # The loop reads a tf.distribute dataset: the gap is its iterator's own work.
+    distributed: bool = False
+
+
+def distributed_input(host: HostTrace) -> bool:
+    """Whether the consumer reads a `tf.distribute` strategy's dataset
+    (`experimental_distribute_dataset`, `distribute_datasets_from_function`): the trace
+    has the MultiDeviceIterator's threads or kernels."""
+    plane = host.host_plane
+    if plane is None:
+        return False
+    if any(ln.name.startswith(DISTRIBUTED_LINE_PREFIX) for ln in plane.lines):
+        return True
+    return any(_DISTRIBUTED_EVENT_RE.match(n) for n in plane.event_names.values())
 
 
 def _clipped_union(s: I64, e: I64, lo: int, hi: int) -> int:
@@ -73,13 +98,15 @@ def _clipped_union(s: I64, e: I64, lo: int, hi: int) -> int:
     return union_of([(np.maximum(s[keep], lo), np.minimum(e[keep], hi))])
 
 
-def _what(name: str) -> str | None:
+def _what(name: str, distributed: bool = False) -> str | None:
     """How the loop's work reads in the finding, or None for containers."""
     if _CONVERSION_RE.match(name):
         short = name.removeprefix("EagerLocalExecute: ")
+        if distributed:
+            return f"{short} (the distributed iterator's input handling)"
         return f"{short} (a NumPy value converted back into a tensor)"
-    m = _EAGER_OP_RE.match(name)
-    if m and not _ITERATOR_RE.match(name):
+    m = EAGER_OP_RE.match(name)
+    if m and not ITERATOR_RE.match(name):
         return f"{m.group(1)} (eager op)"
     m = PY_EVENT_RE.match(name)
     if m and not any(k in m.group("file") for k in _LIBRARY_MARKERS):
@@ -112,7 +139,7 @@ def find_loop_work(host: HostTrace, steps: Steps) -> LoopWork | None:
         if m:
             fn_time[m.group(1)] += int(line.duration_ps[i])
             excluded[i] = True
-        elif _ITERATOR_RE.match(name):
+        elif ITERATOR_RE.match(name):
             excluded[i] = True
     if not fn_time:
         return None
@@ -123,7 +150,8 @@ def find_loop_work(host: HostTrace, steps: Steps) -> LoopWork | None:
     # not the loop's work: its event carries the function's own name.
     excluded |= np.array([name == step_fn for name in names], dtype=bool)
     xs, xe = starts[excluded], ends[excluded]
-    labels = [_what(name) for name in names]
+    distributed = distributed_input(host)
+    labels = [_what(name, distributed) for name in names]
     seen_idx = np.array([lab is not None for lab in labels], dtype=bool)
     loop_ps = untraced_ps = 0
     seen_ps: dict[str, int] = defaultdict(int)
@@ -157,4 +185,5 @@ def find_loop_work(host: HostTrace, steps: Steps) -> LoopWork | None:
         untraced_ms=round(untraced_ps / n / PS_PER_MS, 3),
         frames=frames[:5],
         call_site=site,
+        distributed=distributed,
     )

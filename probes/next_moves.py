@@ -14,6 +14,14 @@ fractions, input_share)` ranks the moves those facts support:
 * Keras' `steps_per_execution` when Keras' per-step host work between the step
   function's calls is a visible share of the time.
 
+A step that runs eagerly (`StepFacts.eager`: many `EagerLocalExecute: <Op>` dispatches on
+the step thread per step, and no tf.function that takes most of the step) is a finding of
+its own, `eager_step` (`probes.step_fixes.eager_rec`: compile it with `@tf.function`);
+its XLA move is part of that fix, never a separate one. Measured on
+tests/tracegen_loops.py's `eager_step` (TF 2.21, a small CNN with `@tf.function` commented
+out): 325 eager ops per step, their kernels (`KernelAndDeviceFunc::Run`) 35% of the
+step, the rest Python and dispatch around them, and no `__inference_` call at all.
+
 Each move's `score` estimates the fraction of step time it could save, for ranking only.
 No move is offered for an input-bound run (its first move is the pipeline). Pure: no
 TensorFlow; `probes.analysis.next_moves(analysis)` is the entry point for the tuner.
@@ -21,14 +29,21 @@ TensorFlow; `probes.analysis.next_moves(analysis)` is the entry point for the tu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tftune.core.vocabulary import input_band
-from tftune.probes.loop_work import KERAS_STEP_FUNCTIONS
+from tftune.core.vocabulary import input_band, percent
+from tftune.probes import ideas
+from tftune.probes.loop_work import (
+    EAGER_OP_RE,
+    ITERATOR_RE,
+    KERAS_STEP_FUNCTIONS,
+    distributed_input,
+)
 from tftune.probes.stage_events import I64, op_type
 from tftune.probes.stage_scan import union_of
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps
@@ -46,6 +61,12 @@ HOST_OVERHEAD_SHARE = 0.08
 FP16_MIN_CC = 7
 BF16_MIN_CC = 8
 STEPS_PER_EXECUTION = 32
+# A step runs eagerly from this many ops dispatched one by one per step on the step
+# thread, while its tf.function (if any) runs for less than this share of the step.
+EAGER_MIN_OPS_PER_STEP = 20
+EAGER_MAX_FUNCTION_SHARE = 0.5
+# An eager op's kernel run (the op, executed as a one-op function or directly).
+_EAGER_KERNEL_RE = re.compile(r"^KernelAndDevice\w*::Run$")
 _PRODUCER_LINES = ("tf_data_iterator_resource", "tf_data_private_threadpool")
 _COPY_PREFIXES = ("memcpy", "memset", "cumemcpy", "cudamemcpy")
 
@@ -64,13 +85,40 @@ class StepFacts:
     step_function: str | None
     keras: bool
     compute_capability: tuple[int, int] | None  # GPU only
+    # Ops dispatched eagerly on the step thread per step, their kernels' mean µs, the
+    # share of step time around them (Python and dispatch: what compiling saves) and
+    # the share inside the step function's calls.
+    eager_ops_per_step: float | None = None
+    eager_kernel_us: float | None = None
+    dispatch_share: float | None = None
+    function_share: float | None = None
+    distributed: bool = False  # the consumer reads a tf.distribute dataset
+
+    @property
+    def eager(self) -> bool:
+        """The step runs op by op from Python: no tf.function around it."""
+        ops = self.eager_ops_per_step
+        return (
+            ops is not None
+            and ops >= EAGER_MIN_OPS_PER_STEP
+            and (self.function_share or 0.0) < EAGER_MAX_FUNCTION_SHARE
+        )
+
+
+def xla_helps(ops_per_step: float | None, mean_op_us: float | None, device: str) -> bool:
+    """XLA fuses many small kernels: `XLA_MIN_OPS_PER_STEP` or more per step, averaging
+    under `XLA_MAX_MEAN_OP_US` for the device."""
+    limit = XLA_MAX_MEAN_OP_US["GPU" if device == "GPU" else "CPU"]
+    if ops_per_step is None or mean_op_us is None:
+        return False
+    return ops_per_step >= XLA_MIN_OPS_PER_STEP and mean_op_us <= limit
 
 
 @dataclass(frozen=True, slots=True)
 class NextMove:
     """One ranked move for the step (not the input pipeline)."""
 
-    kind: str  # "precision" | "xla" | "batch_size" | "steps_per_execution"
+    kind: str  # an idea of `probes.ideas`: precision, xla, batch_size, steps_per_execution
     summary: str
     code: str
     score: float  # estimated fraction of step time saved, for ranking only
@@ -128,6 +176,45 @@ def _function_calls(line: Line | None, plane: Plane | None) -> tuple[str | None,
     return fn_of[best], line.start_ps[sel][order], line.end_ps[sel][order]
 
 
+def _within(s: I64, e: I64, lo: I64, hi: I64) -> int:
+    """Time the intervals cover inside the steps [lo, hi), each step clipped."""
+    total = 0
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        keep = (e > a) & (s < b)
+        total += union_of([(np.maximum(s[keep], a), np.minimum(e[keep], b))])
+    return total
+
+
+def _eager_facts(
+    line: Line | None, plane: Plane | None, steps: Steps, fs: I64, fe: I64
+) -> dict[str, Any]:
+    """`StepFacts`' eager fields: ops dispatched one by one on the step thread, their
+    kernels, the time around them and the step function's share of the step."""
+    total = int(steps.duration_ps.sum())
+    if line is None or plane is None or not len(line) or total <= 0:
+        return {}
+    lo, hi = steps.start_ps, steps.end_ps
+    names = {mid: plane.event_names[mid] for mid in set(line.metadata_id.tolist())}
+    eager = [m for m, n in names.items() if EAGER_OP_RE.match(n) and not ITERATOR_RE.match(n)]
+    kernels = [m for m, n in names.items() if _EAGER_KERNEL_RE.match(n)]
+    waits = [m for m, n in names.items() if ITERATOR_RE.match(n)]
+    starts = line.start_ps
+    inside = np.zeros(len(line), dtype=bool)
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        inside |= (starts >= a) & (starts < b)
+    ops = int((np.isin(line.metadata_id, eager) & inside).sum())
+    k = np.isin(line.metadata_id, kernels) & inside
+    covered = np.isin(line.metadata_id, kernels + waits)
+    kernel_us = float(line.duration_ps[k].mean()) / 1e6 if k.any() else None
+    around = total - _within(line.start_ps[covered], line.end_ps[covered], lo, hi)
+    return {
+        "eager_ops_per_step": round(ops / len(steps), 1),
+        "eager_kernel_us": None if kernel_us is None else round(kernel_us, 2),
+        "dispatch_share": round(max(0, around) / total, 4),
+        "function_share": round(_within(fs, fe, lo, hi) / total, 4),
+    }
+
+
 def step_facts(host: HostTrace, steps: Steps, device: str) -> StepFacts:
     """The facts `moves_from` ranks by, over the detected steps."""
     n = len(steps)
@@ -149,9 +236,20 @@ def step_facts(host: HostTrace, steps: Steps, device: str) -> StepFacts:
         )
         if isinstance(major, int):
             cap = (major, minor if isinstance(minor, int) else 0)
+    distributed = distributed_input(host)
     if not n:
         return StepFacts(
-            device, 0, None, None, None, None, overhead, fn, fn in KERAS_STEP_FUNCTIONS, cap
+            device,
+            0,
+            None,
+            None,
+            None,
+            None,
+            overhead,
+            fn,
+            fn in KERAS_STEP_FUNCTIONS,
+            cap,
+            distributed=distributed,
         )
     ks, ke = _kernel_intervals(host, device)
     lo, hi = steps.start_ps, steps.end_ps
@@ -174,22 +272,25 @@ def step_facts(host: HostTrace, steps: Steps, device: str) -> StepFacts:
         step_function=fn,
         keras=fn in KERAS_STEP_FUNCTIONS,
         compute_capability=cap,
+        distributed=distributed,
+        **_eager_facts(line, plane, steps, fs, fe),
     )
 
 
-def _precision_move(f: StepFacts, compute: float) -> NextMove:
-    cap = f.compute_capability
-    ev: dict[str, Any] = {"device": f.device, "compute_share": round(compute, 4)}
-    if f.device == "GPU" and cap is not None:
+def precision_move(device: str, cap: tuple[int, int] | None, compute: float) -> NextMove:
+    """16-bit compute with a float32 output layer, in the policy the hardware runs fast
+    (`cap`: the GPU's compute capability, None where not known)."""
+    ev: dict[str, Any] = {"device": device, "compute_share": round(compute, 4)}
+    if device == "GPU" and cap is not None:
         ev["compute_capability"] = f"{cap[0]}.{cap[1]}"
-    if f.device == "GPU" and cap is not None and cap[0] < FP16_MIN_CC:
+    if device == "GPU" and cap is not None and cap[0] < FP16_MIN_CC:
         policy, why, factor = (
             "mixed_float16",
             f"this GPU (compute capability {cap[0]}.{cap[1]}) has no tensor cores, so 16-bit "
             "mostly saves memory; measure before keeping it",
             0.05,
         )
-    elif f.device == "GPU":
+    elif device == "GPU":
         bf16 = cap is not None and cap[0] >= BF16_MIN_CC
         policy = "mixed_bfloat16" if bf16 else "mixed_float16"
         why = (
@@ -206,7 +307,7 @@ def _precision_move(f: StepFacts, compute: float) -> NextMove:
             0.1,
         )
     return NextMove(
-        kind="precision",
+        kind=ideas.PRECISION,
         summary=f"Compute in 16 bits with a float32 output layer ({policy}): {why}",
         code=(
             f'keras.mixed_precision.set_global_policy("{policy}")\n'
@@ -220,9 +321,8 @@ def _precision_move(f: StepFacts, compute: float) -> NextMove:
 
 def _xla_move(f: StepFacts, compute: float) -> NextMove | None:
     ops, mean_us = f.ops_per_step, f.mean_op_us
-    limit = XLA_MAX_MEAN_OP_US["GPU" if f.device == "GPU" else "CPU"]
-    if ops is None or mean_us is None or ops < XLA_MIN_OPS_PER_STEP or mean_us > limit:
-        return None
+    if f.eager or ops is None or mean_us is None or not xla_helps(ops, mean_us, f.device):
+        return None  # an eager step's XLA is part of compiling it (`step_fixes.eager_rec`)
     fn = f.step_function or "train_step"
     code = (
         "model.compile(optimizer, loss, jit_compile=True)"
@@ -230,7 +330,7 @@ def _xla_move(f: StepFacts, compute: float) -> NextMove | None:
         else f"@tf.function(jit_compile=True)\ndef {fn}(batch):\n    ..."
     )
     return NextMove(
-        kind="xla",
+        kind=ideas.XLA,
         summary=(
             f"Each step runs {ops:.0f} small kernels ({mean_us:.0f} µs on average): XLA fuses "
             "them into a few, saving the per-kernel launch and memory traffic"
@@ -244,12 +344,16 @@ def _xla_move(f: StepFacts, compute: float) -> NextMove | None:
 def _batch_move(f: StepFacts) -> NextMove | None:
     if f.busy_share is None or f.busy_share >= UNDERUSED_BUSY_SHARE:
         return None
-    idle = 1 - f.busy_share
+    # What a larger batch fills is the idle time inside the step function's calls; the
+    # host time between them (a loop's Python, a distributed iterator's work) is the
+    # business of several steps per call (`steps_per_execution`, `step_fixes`).
+    inside = f.function_share or 1.0
+    idle = max(0.0, inside - f.busy_share)
     what = "the GPU" if f.device == "GPU" else "the compute threads"
     return NextMove(
-        kind="batch_size",
+        kind=ideas.BATCH_SIZE,
         summary=(
-            f"{what.capitalize()} run kernels for only {100 * f.busy_share:.0f}% of the step: "
+            f"{what.capitalize()} run kernels for only {percent(f.busy_share)} of the step: "
             "a larger batch gives each kernel more work per launch (scale the learning rate "
             "with it)"
         ),
@@ -264,15 +368,27 @@ def _spe_move(f: StepFacts) -> NextMove | None:
     if not f.keras or share is None or share < HOST_OVERHEAD_SHARE:
         return None
     return NextMove(
-        kind="steps_per_execution",
+        kind=ideas.STEPS_PER_EXECUTION,
         summary=(
-            f"Keras spends {100 * share:.0f}% of the time on the host between steps "
+            f"Keras spends {percent(share)} of the time on the host between steps "
             f"(callbacks, logs, dispatch): run {STEPS_PER_EXECUTION} steps per call"
         ),
         code=f"model.compile(optimizer, loss, steps_per_execution={STEPS_PER_EXECUTION})",
         score=round(share * 0.8, 4),
         evidence={"host_overhead_share": share, "step_function": f.step_function},
     )
+
+
+def step_moves(facts: StepFacts, compute: float) -> tuple[NextMove, ...]:
+    """Every move the facts support for a step whose compute takes `compute` of its time,
+    best first, whatever the input share (the fix of a compute-bound step is the first)."""
+    found = [
+        precision_move(facts.device, facts.compute_capability, compute),
+        _xla_move(facts, compute),
+        _batch_move(facts),
+        _spe_move(facts),
+    ]
+    return tuple(sorted((m for m in found if m is not None), key=lambda m: -m.score))
 
 
 def moves_from(
@@ -283,10 +399,4 @@ def moves_from(
     if input_share is None or input_band(input_share).input_bound:
         return ()
     compute = (fractions.get("device_compute" if facts.device == "GPU" else "host_compute")) or 0.0
-    found = [
-        _precision_move(facts, compute),
-        _xla_move(facts, compute),
-        _batch_move(facts),
-        _spe_move(facts),
-    ]
-    return tuple(sorted((m for m in found if m is not None), key=lambda m: -m.score))
+    return step_moves(facts, compute)

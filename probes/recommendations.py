@@ -17,6 +17,19 @@ from typing import Any
 
 from tftune.core.vocabulary import STAGE_SEPARATOR
 from tftune.probes.callsites import RecordedSite
+from tftune.probes.ideas import (
+    CACHE,
+    MORE_CPUS,
+    NUMPY_FUNCTION,
+    PARALLEL_GENERATORS,
+    PARALLEL_MAP,
+    PARALLEL_READS,
+    PREFETCH,
+    PY_DATASET_WORKERS,
+    TF_OPS,
+    THREADPOOL,
+    VECTORIZE,
+)
 from tftune.probes.input_work import PS_PER_MS, StageWork, is_io_source, ms
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
@@ -47,6 +60,7 @@ class Recommendation:
     category: str
     stage: str | None
     evidence: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = ""  # the idea (`probes.ideas`): one fix per idea and target is shown
 
 
 def py_dataset_rec(
@@ -58,6 +72,7 @@ def py_dataset_rec(
     workers = max(8, cores or 1)
     name = site.function or "your PyDataset"
     return Recommendation(
+        kind=PY_DATASET_WORKERS,
         summary=(
             f"Keras fetches the batches of {name} one at a time from __getitem__: give it "
             f"workers (threads help while it waits on storage or in NumPy; add "
@@ -73,6 +88,20 @@ def py_dataset_rec(
         stage=st.name,
         evidence={"py_dataset": name},
     )
+
+
+# The node of tftune's own request marks in a profiled pipeline (tuner/child/clock.py): a
+# numpy_function of tftune's, not the user's.
+TFTUNE_REQUEST_NODE = "tftune_request"
+
+
+def runs_python(st: Stage) -> bool:
+    """Whether the stage's function runs the user's Python (`py_function`,
+    `numpy_function`, a `from_generator` generator): its kernels include a Python UDF op
+    that is not tftune's own request mark."""
+    if any(n.startswith(TFTUNE_REQUEST_NODE) for n in st.op_nodes):
+        return False
+    return any(op in PY_UDF_OPS for op, _ in st.ops_ps)
 
 
 def one_at_a_time(st: Stage) -> bool:
@@ -105,6 +134,7 @@ def _numpy_function_rec(
         return []
     return [
         Recommendation(
+            kind=NUMPY_FUNCTION,
             summary=(
                 "It calls tf.py_function, which wraps every argument and result in eager "
                 "tensors; if the function only needs NumPy values, tf.numpy_function costs "
@@ -137,7 +167,7 @@ def map_recs(w: StageWork, share: float, cores: int | None, category: str) -> li
         return [_generator_rec(st, share, category, ev)]
     if category == "python":
         return _python_recs(w, share, cores, category, ev)
-    if category == "tokenization" and any(op in PY_UDF_OPS for op, _ in st.ops_ps):
+    if category == "tokenization" and runs_python(st):
         return [_py_tokenizer_rec(st, share, category, ev)]
     return _cpu_map_recs(st, share, cores, category, ev)
 
@@ -164,6 +194,7 @@ def _threadpool_rec(
     pool = st.knob("threadpool_size")
     target = max(32, 4 * (pool or cores or 1))
     return Recommendation(
+        kind=THREADPOOL,
         summary=(
             f"The map waits on storage/network, not CPU: raise the private threadpool "
             f"together with num_parallel_calls (AUTOTUNE stops at the threadpool size, "
@@ -183,6 +214,7 @@ def _threadpool_rec(
 
 def _generator_rec(st: Stage, share: float, category: str, ev: dict[str, Any]) -> Recommendation:
     return Recommendation(
+        kind=PARALLEL_GENERATORS,
         summary=(
             "Dataset.from_generator runs your Python generator one element at a time "
             "under the GIL: produce the data with tf.data sources (from_tensor_slices, "
@@ -214,6 +246,7 @@ def _python_recs(
     recs: list[Recommendation] = []
     recs.append(
         Recommendation(
+            kind=TF_OPS,
             summary=(
                 "The map runs Python (py_function/numpy_function), which holds the GIL: "
                 "rewrite it with TensorFlow ops so it can run in parallel, then map with "
@@ -230,6 +263,7 @@ def _python_recs(
         target = max(32, 4 * (pool or cores or 1))
         recs.append(
             Recommendation(
+                kind=THREADPOOL,
                 summary=(
                     f"If this function waits on storage or the network, its parallelism is "
                     f"stuck at the {st.capped_by.replace('_', ' ')} ({par}): raise the "
@@ -249,6 +283,7 @@ def _python_recs(
     if one_at_a_time(st):
         recs.append(
             Recommendation(
+                kind=PARALLEL_MAP,
                 summary=(
                     "Until then, run the Python UDF in parallel: it helps only while the "
                     "function releases the GIL (I/O, NumPy)"
@@ -265,6 +300,7 @@ def _python_recs(
 
 def _py_tokenizer_rec(st: Stage, share: float, category: str, ev: dict[str, Any]) -> Recommendation:
     return Recommendation(
+        kind=TF_OPS,
         summary=(
             "Tokenization runs in a Python tokenizer (GIL-bound): use TF text ops "
             "(tf.strings / tensorflow_text) and a parallel map"
@@ -292,6 +328,7 @@ def _cpu_map_recs(
         how = f"parallelism {par}" if isinstance(par, int) else "a synchronous map"
         recs.append(
             Recommendation(
+                kind=PARALLEL_MAP,
                 summary=(
                     f"The map runs one element at a time ({how}): let tf.data run "
                     f"it on all {n} cores"
@@ -306,6 +343,7 @@ def _cpu_map_recs(
     elif st.capped_by is not None:
         recs.append(
             Recommendation(
+                kind=MORE_CPUS,
                 summary=(
                     f"Parallelism is already at the {st.capped_by.replace('_', ' ')} "
                     f"({par}) and the CPU work still blocks the step: do less per element "
@@ -335,6 +373,7 @@ def cache_rec(w: StageWork, share: float) -> Recommendation | None:
     frac = min(1.0, cacheable / st.function_ps)
     ops = sorted({op for op, _ in found[:4]})
     return Recommendation(
+        kind=CACHE,
         summary=(
             f"{round(100 * frac)}% of the map is deterministic work ({', '.join(ops)}): "
             "decode once, cache(), and keep only the random augmentation after the cache"
@@ -355,9 +394,10 @@ def vectorize_rec(w: StageWork, share: float) -> Recommendation | None:
     if st.function_calls == 0 or (st.kind == "MapAndBatch" and st.knob("batch_size") is None):
         return None
     per_call_ms = st.function_ps / st.function_calls / PS_PER_MS
-    if per_call_ms > VECTORIZE_MAX_CALL_MS or any(op in PY_UDF_OPS for op, _ in st.ops_ps):
+    if per_call_ms > VECTORIZE_MAX_CALL_MS or runs_python(st):
         return None
     return Recommendation(
+        kind=VECTORIZE,
         summary=(
             f"Each map call does little work ({per_call_ms * 1000:.0f} µs over "
             f"{st.function_calls} calls): batch first, then map the function over whole batches"
@@ -383,6 +423,7 @@ def io_rec(w: StageWork, share: float) -> Recommendation | None:
     if under_interleave:
         return None
     return Recommendation(
+        kind=PARALLEL_READS,
         summary=(
             f"Files are read one at a time ({st.kind}, {ms(st.self_ps)} ms reading): shard the "
             "data and read several files at once"
@@ -405,6 +446,7 @@ def prefetch_rec(tree: StageTree, input_share: float, host_share: float) -> Reco
     if not top or top[0].kind == "Prefetch":
         return None
     return Recommendation(
+        kind=PREFETCH,
         summary=(
             f"The pipeline does not end in prefetch (top stage: {top[0].kind}): the next batch is "
             "only prepared while the step waits"

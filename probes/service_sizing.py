@@ -12,12 +12,20 @@ One arithmetic (`size_service`), fed from two places:
 
 Both give a per-core rate of the pipeline (units per core-second, measured) and a rate
 the model consumes; the pipeline needs ``model rate / per-core rate`` cores, and the
-sentence says how many more hosts like this one that is. Nothing here imports
-TensorFlow.
+sentence says how many more hosts like this one that is.
+
+That arithmetic holds only for a pipeline whose limit is CPU. A pipeline is not sized
+(`NotSized`, with the reason and what to do instead) when it runs Python functions
+(`py_function`, `numpy_function`, `from_generator`: a tf.data service worker cannot run
+them, they run only in the program that defined them; where they wait rather than
+compute, a latency-bound read, they need calls in flight, not cores), or when at its best
+measured config it left this host's cores idle (`sizing_at_best`: then the limit is not
+CPU). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import os
 import re
@@ -96,6 +104,7 @@ class ServiceSizing:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "sized": True,
             "unit": self.unit,
             "per_core_rate": round(self.per_core_rate, 3),
             "busy_cores": round(self.busy_cores, 3),
@@ -106,6 +115,69 @@ class ServiceSizing:
             "host_best_rate": round(self.host_best_rate, 3),
             "saturated": self.saturated,
             "more_workers": self.more_workers,
+            "sentence": self.sentence(),
+        }
+
+
+class Unsized(str, enum.Enum):
+    """Why a pipeline gets no tf.data service sizing: more CPUs on other hosts would not
+    make it faster."""
+
+    PYTHON = "python"  # runs Python functions: service workers cannot run them at all
+    WAITING = "waiting"  # its Python functions wait (I/O, sleeps): calls in flight, not cores
+    IDLE_CORES = "idle_cores"  # at its best config it left this host's cores idle
+
+
+_UNSIZED_WHY = {
+    Unsized.PYTHON: (
+        "the pipeline runs Python functions ({what}), and a tf.data service worker cannot "
+        "run them: a Python function runs only in the program that defined it. Replace "
+        "them with TensorFlow ops first (then the service can be sized)"
+    ),
+    Unsized.WAITING: (
+        "the pipeline's Python functions ({what}) wait (storage, network, sleeps) rather "
+        "than compute, so it needs more calls in flight on this host (num_parallel_calls "
+        "with a larger private_threadpool_size), not more cores; and a tf.data service "
+        "worker could not run them: a Python function runs only in the program that "
+        "defined it"
+    ),
+    Unsized.IDLE_CORES: (
+        "at its best config the pipeline kept only {busy:.1f} of this host's {cores} cores "
+        "busy, so CPU is not what limits it: it waits (I/O, sleeps) or holds the GIL in "
+        "Python, and workers elsewhere would add cores it does not use (and cannot run "
+        "Python functions at all). Raise the calls in flight (num_parallel_calls with "
+        "private_threadpool_size) and replace Python functions with TensorFlow ops"
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NotSized:
+    """No tf.data service sizing for this pipeline, and why (`Unsized`): the figures it was
+    measured with, and what to do instead of adding hosts."""
+
+    unit: str
+    reason: Unsized
+    busy_cores: float | None
+    host_cores: int | None
+    what: tuple[str, ...] = ()  # the Python functions (their APIs), where they are the cause
+
+    def sentence(self) -> str:
+        why = _UNSIZED_WHY[self.reason].format(
+            what=", ".join(self.what) or "py_function, numpy_function or from_generator",
+            busy=self.busy_cores or 0.0,
+            cores=self.host_cores,
+        )
+        return f"no tf.data service sizing: {why}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sized": False,
+            "unit": self.unit,
+            "reason": self.reason.value,
+            "busy_cores": None if self.busy_cores is None else round(self.busy_cores, 3),
+            "host_cores": self.host_cores,
+            "more_workers": None,
             "sentence": self.sentence(),
         }
 
@@ -139,6 +211,30 @@ def size_service(
         host_best_rate=host_best,
         saturated=busy_cores >= SATURATED_SHARE * host_cores,
         more_workers=max(0, hosts - 1),
+    )
+
+
+def sizing_at_best(
+    *,
+    pipeline_rate: float,
+    busy_cores: float,
+    model_rate: float,
+    host_cores: int,
+    unit: str,
+) -> ServiceSizing | NotSized | None:
+    """The sizing of a pipeline measured at its best config (the screen's best): where it
+    kept fewer than `SATURATED_SHARE` of the host's cores busy there and still falls short
+    of the model, CPU is not what limits it (`Unsized.IDLE_CORES`: a latency-bound read, a
+    GIL-bound Python function), and no hosts are counted; else `size_service`."""
+    idle = busy_cores < SATURATED_SHARE * host_cores
+    if idle and busy_cores > 0 and pipeline_rate < KEEPS_UP_SHARE * model_rate:
+        return NotSized(unit, Unsized.IDLE_CORES, busy_cores, host_cores)
+    return size_service(
+        pipeline_rate=pipeline_rate,
+        busy_cores=busy_cores,
+        model_rate=model_rate,
+        host_cores=host_cores,
+        unit=unit,
     )
 
 
@@ -279,10 +375,18 @@ def sizing_from_trace(
 
 
 def trace_sizing_json(
-    host: Any, steps: Any, input_wait_share: float | None, cores: object
+    host: Any,
+    steps: Any,
+    input_wait_share: float | None,
+    cores: object,
+    unsized: NotSized | None = None,
 ) -> dict[str, Any] | None:
     """The analysis JSON's ``service_sizing`` (`sizing_from_trace`), None when the trace
-    cannot give one (no host plane, no steps, no core count)."""
+    cannot give one (no host plane, no steps, no core count). `unsized`: the pipeline's
+    limit is not CPU (`probes.findings` tells it from the stages), so that is said instead
+    of any count of hosts."""
+    if unsized is not None:
+        return unsized.to_json()
     plane = host.host_plane
     if plane is None or not isinstance(cores, int) or cores < 1:
         return None
@@ -298,10 +402,13 @@ def trace_sizing_json(
 
 def sizing_caption(raw: object) -> str | None:
     """The reports' line from a ``service_sizing`` JSON object: its sentence when the
-    host is not enough (more workers needed), else None (nothing to add)."""
+    host is not enough (more workers needed) or when the pipeline was not sized on
+    purpose (``"sized": false``: what to do instead), else None (nothing to add)."""
     if not isinstance(raw, Mapping):
         return None
     more, sentence = raw.get("more_workers"), raw.get("sentence")
-    if isinstance(more, int) and more > 0 and isinstance(sentence, str):
+    if not isinstance(sentence, str):
+        return None
+    if raw.get("sized") is False or (isinstance(more, int) and more > 0):
         return sentence
     return None

@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from html import escape
 
-from tftune.core.vocabulary import CATEGORY_COLORS, category_label
+from tftune.core.vocabulary import CATEGORY_COLORS, category_label, percent
 
 NOT_MEASURED = "not measured"
 # Colours of categories the vocabulary does not know, picked by a hash of the name.
@@ -168,10 +168,7 @@ def fmt_ms(v: float | None) -> str:
 
 
 def fmt_pct(v: float | None) -> str:
-    if v is None:
-        return NOT_MEASURED
-    pct = v * 100
-    return f"{pct:.0f}%" if pct >= 1 or pct == 0 else f"{pct:.1f}%"
+    return NOT_MEASURED if v is None else percent(v)
 
 
 def fmt_rate(v: float | None) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from tftune.core.vocabulary import percent
+
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,Roboto,sans-serif"'
 AXIS = "#6b7280"
 GRID = "#e5e7eb"
@@ -191,7 +193,7 @@ def share_bar(
             f'<g><title>{_e(caption)}</title><rect x="{_f(x)}" y="0" width="{_f(w)}" '
             f'height="{_f(height)}" fill="{colors(cat)}" data-cat="{_e(cat)}"/>'
         )
-        short = f"{frac * 100:.0f}%"
+        short = percent(frac, compact=True)
         text = caption if len(caption) * CHAR_PX * 1.15 < w - 10 else short
         if len(text) * CHAR_PX * 1.15 < w - 6:
             out.append(

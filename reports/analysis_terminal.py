@@ -18,7 +18,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from tftune.core.vocabulary import Band, category_label, stage_kind, stage_short_name
+from tftune.core.vocabulary import Band, category_label, percent, stage_kind, stage_short_name
 from tftune.probes.service_sizing import sizing_caption
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
@@ -30,7 +30,7 @@ _XPROF_FIELDS = ("steptime_ms", "input_share", "tftune_steptime_ms", "tftune_inp
 
 
 def _pct(v: Any) -> str:
-    return "n/a" if not isinstance(v, (int, float)) else f"{100 * v:.0f}%"
+    return "n/a" if not isinstance(v, (int, float)) else percent(v)
 
 
 def _ms(v: Any) -> str:

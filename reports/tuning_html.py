@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tftune.core.vocabulary import TrialState
+from tftune.core.vocabulary import TrialState, percent
 from tftune.reports import _svg
 from tftune.reports._page import (
     NOT_MEASURED,
@@ -357,7 +357,7 @@ def _importance_section(m: TuningReport) -> str:
             f'<p class="sub">Importances {NOT_MEASURED} (too few complete trials).</p></section>'
         )
     total = sum(v for _, v in m.importances) or 1.0
-    items = [(k, v, f"{v / total * 100:.0f}%") for k, v in m.importances]
+    items = [(k, v, percent(v / total)) for k, v in m.importances]
     chart = _svg.hbars(items, color="#60a5fa", label="Parameter importances", highlight_first=True)
     return (
         '<section id="importances"><h2>Parameter importances</h2>'

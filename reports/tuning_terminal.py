@@ -21,7 +21,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tftune.core.vocabulary import TrialState, input_band
+from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.probes.service_sizing import sizing_caption
 from tftune.reports.tuning_model import OPTIONAL_BASELINES, break_even_sentence
 
@@ -55,7 +55,7 @@ def _fmt_eps(x: float | None) -> str:
 
 
 def _fmt_util(x: float | None) -> str:
-    return NOT_MEASURED if x is None else f"{x:.0%}"
+    return NOT_MEASURED if x is None else percent(x)
 
 
 def _complete(r: Figures | None) -> bool:
@@ -118,7 +118,7 @@ def table_rows(data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
                 label,
                 _fmt_eps(r.get("examples_per_s")),
                 _fmt_util(r.get("utilization")),
-                "" if spread is None else f"±{spread / 2:.0%}",
+                "" if spread is None else f"±{percent(spread / 2, compact=True)}",
                 "" if sp is None else f"{sp:.2f}x",
             )
         )
@@ -189,15 +189,15 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
         # The pipeline alone was measured as written: tuning lifted that ceiling, and the
         # model alone is the one left.
         parts.append(
-            f"as written reaches {aw_eps / top:.0%} of the pipeline alone; tuning "
+            f"as written reaches {percent(aw_eps / top)} of the pipeline alone; tuning "
             f"lifted the pipeline past it ({tuned_eps / top:.1f}x), and tuned reaches "
-            f"{tuned_eps / model:.0%} of the model alone"
+            f"{percent(tuned_eps / model)} of the model alone"
         )
         top, half = model, "the model"
     elif model is None and model_note and tuned_eps * CEILING_REACHED > top:
         # No model half (the script trains nothing): the pipeline is the whole run.
         parts.append(
-            f"as written reaches {aw_eps / top:.0%} of the pipeline alone; tuning lifted the "
+            f"as written reaches {percent(aw_eps / top)} of the pipeline alone; tuning lifted the "
             f"pipeline past it ({tuned_eps / top:.1f}x)"
         )
         return "; ".join(parts)
@@ -205,7 +205,7 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
         # Past both halves as written: the tuned config changed what they were measured
         # with (a batch size changes the model's rate too).
         parts.append(
-            f"as written reaches {aw_eps / top:.0%} of the ceiling ({half}); tuned "
+            f"as written reaches {percent(aw_eps / top)} of the ceiling ({half}); tuned "
             f"runs {tuned_eps / top:.1f}x past it: its config changes what the two halves were "
             "measured with as written (a batch size changes the model's rate too), so that "
             "ceiling does not bound it"
@@ -213,8 +213,8 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
         return "; ".join(parts)
     else:
         parts.append(
-            f"as written reaches {aw_eps / top:.0%} and tuned {tuned_eps / top:.0%} of the "
-            f"ceiling ({half})"
+            f"as written reaches {percent(aw_eps / top)} and tuned "
+            f"{percent(tuned_eps / top)} of the ceiling ({half})"
         )
     parts += _gap(tuned, tuned_eps, top, half)
     return "; ".join(parts)
@@ -228,12 +228,13 @@ def _gap(tuned: Figures, tuned_eps: float, top: float, half: str) -> list[str]:
         return [f"{half} is now the limit"]
     if wait is not None and input_band(wait).input_bound:
         return [
-            f"tuned still waits for input {wait:.0%} of each step: the remaining gap is in "
+            f"tuned still waits for input {percent(wait)} of each step: the remaining gap is in "
             "the input pipeline"
         ]
     if wait is not None:
+        only = "" if percent(wait) == UNDER_ONE_PERCENT else "only "
         return [
-            f"tuned waits for input only {wait:.0%} of each step: the remaining gap is the "
+            f"tuned waits for input {only}{percent(wait)} of each step: the remaining gap is the "
             "two halves slowing each other down when they run together (shared CPU cores), "
             "not the input pipeline alone"
         ]
@@ -250,7 +251,7 @@ def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
         body = f"{_fmt_eps(record.get('examples_per_s'))} ex/s, "
         body += f"util {_fmt_util(record.get('utilization'))}"
         if record.get("spread") is not None:
-            body += f" (±{record['spread'] / 2:.0%})"
+            body += f" (±{percent(record['spread'] / 2, compact=True)})"
         # TPE came back to a measured config (`tuner.study.stopping.twin_of`): not run again.
         body += "".join(f"; {n}" for n in record.get("notes") or () if "is reused" in str(n))
     elif state == TrialState.PRUNED.value:

@@ -25,7 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tftune.probes.service_sizing import CpuMeter, ServiceSizing, host_cores, parse_cpu_note
+from tftune.probes.service_sizing import (
+    CpuMeter,
+    NotSized,
+    ServiceSizing,
+    host_cores,
+    parse_cpu_note,
+)
 from tftune.probes.service_sizing import size_service as _size_service
 from tftune.tuner.config import Config
 
@@ -52,8 +58,9 @@ class Ceiling:
     model_only_examples_per_s: float | None
     pipeline_note: str | None = None
     model_note: str | None = None
-    # When one host is not enough (probes/service_sizing.py); None: not measured.
-    sizing: ServiceSizing | None = None
+    # When one host is not enough (probes/service_sizing.py), or why it was not sized;
+    # None: not measured.
+    sizing: ServiceSizing | NotSized | None = None
 
     @property
     def examples_per_s(self) -> float | None:

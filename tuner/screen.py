@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.service_sizing import host_cores, size_service
+from tftune.probes.service_sizing import host_cores, sizing_at_best
 from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling
 from tftune.tuner.child.screen import SCREEN_META_KEY, STOPPED_KEY
 from tftune.tuner.config import AUTOTUNE, Config
@@ -173,13 +173,14 @@ def search_seeds(space: SearchSpace, screen: Screen | None) -> list[dict[str, Kn
 def with_screen_sizing(ceiling: Ceiling | None, screen: Screen | None) -> Ceiling | None:
     """`ceiling` with its "one host is not enough" sizing taken from the pipeline alone at
     its best screened config (its rate and the cores it kept busy) rather than as
-    written, where the screen ranked one with a CPU figure."""
+    written, where the screen ranked one with a CPU figure. At its best config with cores
+    left idle, CPU is not its limit: no hosts are counted (`sizing_at_best`)."""
     if ceiling is None or screen is None or ceiling.model_only_examples_per_s is None:
         return ceiling
     best = next((e for e in screen.best_first() if e.busy_cores), None)
     if best is None or best.examples_per_s is None or best.busy_cores is None:
         return ceiling
-    sizing = size_service(
+    sizing = sizing_at_best(
         pipeline_rate=best.examples_per_s,
         busy_cores=best.busy_cores,
         model_rate=ceiling.model_only_examples_per_s,

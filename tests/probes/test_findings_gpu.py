@@ -20,12 +20,16 @@ def test_host_to_device_copies_are_a_bottleneck_with_prefetch_to_device(tmp_path
     assert "prefetch_to_device" in h2d["recommendation"]["code"]
 
 
-def test_device_compute_bound_gets_mixed_float16(tmp_path: Path) -> None:
+def test_device_compute_bound_gets_the_gpus_16_bit_policy(tmp_path: Path) -> None:
     spec = GpuStepSpec(wait_us=50, h2d_us=50, kernels_us=(8_000, 8_000), d2h_us=20)
     b, _ = gpu_trace(spec=spec)
     data = analyze(b.write(tmp_path / "run")).to_json()
     assert data["input_bound"] is False
     top = data["bottlenecks"][0]
     assert top["category"] == "device_compute" and top["share"] >= 0.5
-    assert "mixed_float16" in top["recommendation"]["code"]
+    # Compute capability 8.0: bfloat16 (no loss scaling), the policy the precision move
+    # picks for this GPU; the fix is that move, so it is not a next move again.
+    assert top["recommendation"]["kind"] == "precision"
+    assert "mixed_bfloat16" in top["recommendation"]["code"]
+    assert "precision" not in {m["kind"] for m in data["next_moves"]}
     assert data["stages"] == []  # no tf.data events in this trace: no stages invented

@@ -209,3 +209,31 @@ def test_a_reader_fed_one_file_at_a_time_gets_a_parallel_read_fix(opener: str) -
     assert rec is not None and "interleave(" in rec.code and "num_parallel_calls" in rec.code
     if opener == "Interleave":
         assert rec.stage == top_name and "deterministic=False" in rec.code
+
+
+def test_distributed_prefetch_goes_under_the_rebatch_unless_in_place() -> None:
+    """TF 2.21's experimental_distribute_dataset: Prefetch::Rebatch over the user's
+    pipeline, beside the MultiDeviceIterator's per-replica Generator."""
+    from tftune.probes.fixes import distributed_iterator_stage, distributed_prefetch_rec
+
+    top = "Iterator::Root::Prefetch"
+    gen, reb = _stage(top + "::Generator"), _stage(top + "::Rebatch")
+    common = (_stage("Iterator::Root"), _stage(top), gen, reb)
+    assert distributed_iterator_stage(gen) and not distributed_iterator_stage(reb)
+    bare = StageTree((*common, _stage(top + "::Rebatch::BatchV2")), 100 * MS)
+    r = distributed_prefetch_rec(bare, 0.1)
+    assert r.kind == "distributed_prefetch" and r.stage == top + "::Rebatch::BatchV2"
+    assert "strategy.experimental_distribute_dataset(ds)" in r.code
+    assert in_place(r, bare) is None
+    done = StageTree(
+        (
+            *common,
+            _stage(top + "::Rebatch::Prefetch"),
+            _stage(top + "::Rebatch::Prefetch::BatchV2"),
+        ),
+        100 * MS,
+    )
+    assert in_place(distributed_prefetch_rec(done, 0.1), done) is not None
+    # No rebatch: distribute_datasets_from_function, whose dataset_fn should prefetch.
+    per_replica = StageTree((_stage("Iterator::Root"), _stage("Iterator::Root::BatchV2")), MS)
+    assert "distribute_datasets_from_function" in distributed_prefetch_rec(per_replica, 0.1).code
