@@ -45,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tftune.probes.clock import NS, StepRecord, percentile
+from tftune.probes.epoch_stall import EpochStall, PipelineStage, diagnose
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
 # least this long for it, and at least DRY_SHARE of a typical step. A buffered element
@@ -67,6 +68,7 @@ class EpochStart:
     stream: int
     at_ns: int  # the child's clock just before the iterator was made
     cardinality: int  # elements per epoch; -1 infinite, -2 unknown
+    rebuilt: bool = False  # over a dataset built anew (not the stream's last one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class EpochCost:
     steps_per_epoch: int | None  # None: unknown, so nothing is spread
     epochs_seen: int
     first_steps: frozenset[int]  # the epoch-start steps, by delivery time
+    rebuilt: bool = False  # a later epoch iterated a dataset built anew
 
     @property
     def spread(self) -> bool:
@@ -190,6 +193,7 @@ class Timeline:
             steps_per_epoch=_steps_per_epoch(lengths, starts[-1].cardinality),
             epochs_seen=len(firsts),
             first_steps=frozenset(records[i].deliver_ns for i in firsts),
+            rebuilt=any(s.rebuilt for s in starts),
         )
 
     # ---- one window ------------------------------------------------------------------
@@ -277,6 +281,7 @@ class TrainingTime:
     epochs_seen: int = 0
     stall_share: float | None = None  # the stall's share of an epoch's training time
     first_window_dropped: bool = False  # it drained a buffer filled during warm-up
+    stall: EpochStall | None = None  # the stall named, with its cause and fix
 
     @staticmethod
     def of(
@@ -285,6 +290,7 @@ class TrainingTime:
         excluded_s: float,
         preamble_s: float | None,
         dropped: bool,
+        chain: Sequence[PipelineStage] = (),
     ) -> TrainingTime:
         if cost is None:
             return TrainingTime(preamble_s, excluded_s, first_window_dropped=dropped)
@@ -297,6 +303,7 @@ class TrainingTime:
             cost.epochs_seen,
             share,
             dropped,
+            diagnose(cost.stall_s, cost.steps_per_epoch, share, chain, cost.rebuilt),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -308,6 +315,7 @@ class TrainingTime:
             "epochs_seen": self.epochs_seen,
             "stall_share": _r(self.stall_share, 4),
             "first_window_dropped": self.first_window_dropped,
+            "stall": self.stall.to_json() if self.stall is not None else None,
         }
 
     @staticmethod
@@ -322,6 +330,7 @@ class TrainingTime:
             epochs_seen=int(raw.get("epochs_seen") or 0),
             stall_share=_f(raw.get("stall_share")),
             first_window_dropped=bool(raw.get("first_window_dropped")),
+            stall=EpochStall.from_json(raw.get("stall")),
         )
 
 

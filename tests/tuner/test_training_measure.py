@@ -13,6 +13,7 @@ import pytest
 from conftest import requires_tf
 
 from tftune.core.vocabulary import TrialState
+from tftune.probes.epoch_stall import SHUFFLE_BEHIND_MAP
 from tftune.tuner.trial import MeasureSpec, discover, run_trial
 from tftune.tuner.trial.watch import FALLBACK_S
 
@@ -185,6 +186,13 @@ def test_an_epoch_start_stall_is_spread_over_the_epoch(tmp_path: Path) -> None:
     assert t is not None and t.steps_per_epoch == 25 and t.epochs_seen >= 1
     assert t.epoch_stall_s is not None and t.epoch_stall_s > 0.3
     assert t.stall_share is not None and t.stall_share > 0.3
+    # Named with its cause: the shuffle buffer refills through the Python map.
+    assert t.stall is not None and t.stall.cause == SHUFFLE_BEHIND_MAP, t.stall
+    line = script.read_text().splitlines().index(
+        "ds = tf.data.Dataset.range(400).map(slow).shuffle(400).batch(16)"
+    )
+    assert t.stall.sites == (f"train.py:{line + 1}",)
+    assert "Python function" in t.stall.summary and "ds.shuffle(" in (t.stall.code or "")
     own = _own(tmp_path)
     ratio = m.examples_per_s / (own["examples"] / own["train_s"])
     assert 0.7 <= ratio <= 1.4, (m.examples_per_s, own, m.repeats, t)

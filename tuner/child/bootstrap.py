@@ -217,8 +217,13 @@ def _wire(
             "stream", stream=n, site=site, place=place
         )
         hooks.on_training = lambda n, how: writer.event("training", stream=n, how=how)
-        hooks.on_epoch = lambda n, at, cardinality: writer.event(
-            "epoch", stream=n, at_ns=at, cardinality=cardinality
+        hooks.on_epoch = lambda made: writer.event(
+            "epoch",
+            stream=made.stream,
+            at_ns=made.at_ns,
+            cardinality=made.cardinality,
+            rebuilt=made.rebuilt,
+            chain=[s.to_json() for s in made.chain] if made.chain is not None else None,
         )
         hooks.on_start = lambda at: writer.event("started", at_ns=at)
     if mode == "discover":

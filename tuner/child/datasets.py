@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+from tftune.probes.epoch_stall import PipelineStage
 from tftune.tuner.child.screen import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
 from tftune.tuner.config import (
@@ -59,6 +60,7 @@ OP_KNOBS: dict[str, dict[str, str]] = {
 # Ops that are classes: their call site names the user's class, not a function.
 _CLASS_OPS = frozenset({"PyDataset"})
 _DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
+_MARKED_METHODS = ("shuffle", "cache")  # no knob: only their line is recorded
 # The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
 READERS = {
     "TFRecordDataset": "TFRecordDatasetV2",
@@ -116,6 +118,32 @@ class DatasetOps(PatcherState):
             module = sys.modules.get(name)
             if module is not None and getattr(module, "parallel_interleave", None) is current:
                 module.parallel_interleave = wrapped  # type: ignore[attr-defined]
+
+    def _patch_marked_ops(self) -> None:
+        """``shuffle`` and ``cache`` take no knob, but an epoch-start stall's cause and fix
+        name their lines (`pipeline_chain`): the result is marked with the user's line."""
+        from tensorflow.python.data.ops import dataset_ops
+
+        cls = dataset_ops.DatasetV2
+        patcher = self
+        for op in _MARKED_METHODS:
+            current = getattr(cls, op)
+            original = getattr(current, "__tftune_original__", current)
+
+            def make(original: Callable[..., Any]) -> Callable[..., Any]:
+                @functools.wraps(original)
+                def marked(*args: Any, **kwargs: Any) -> Any:
+                    result = original(*args, **kwargs)
+                    site = patcher.site_of(sys._getframe(1))
+                    if site is not None:
+                        with contextlib.suppress(AttributeError):
+                            result._tftune_mark_site = site
+                    return result
+
+                marked.__tftune_original__ = original  # type: ignore[attr-defined]
+                return marked
+
+            setattr(cls, op, make(original))
 
     def _patch_readers(self) -> None:
         """`tf.data.TFRecordDataset(files, num_parallel_reads=...)` and its kin: a call
@@ -287,6 +315,49 @@ def _is_batched(ds: Any, depth: int = 0) -> bool | None:
     if any(a is True for a in answers):
         return True
     return None if any(a is None for a in answers) else False
+
+
+# Dataset classes by the kind of stage they are (the first match wins: ParallelMap
+# before Map, FlatMap before Map).
+_STAGE_KINDS = (
+    ("FlatMap", "interleave"),
+    ("Interleave", "interleave"),
+    ("MapAndBatch", "map"),
+    ("Map", "map"),
+    ("Shuffle", "shuffle"),
+    ("Cache", "cache"),
+    ("Batch", "batch"),
+    ("Prefetch", "prefetch"),
+    ("Repeat", "repeat"),
+)
+_PYTHON_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
+
+
+def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
+    """The pipeline as the script built it, source first: each stage's kind, the user's
+    line where the child saw the call, and whether its function runs Python."""
+    stages: list[PipelineStage] = []
+    current: Any = ds
+    while current is not None and len(stages) < 64:
+        name = type(current).__name__
+        inputs = _inputs(current)
+        if name != "_OptionsDataset":
+            kind = next((k for part, k in _STAGE_KINDS if part in name), None)
+            kind = kind or ("source" if not inputs else "other")
+            site = getattr(current, "_tftune_site", None) or getattr(
+                current, "_tftune_mark_site", None
+            )
+            stages.append(PipelineStage(kind, site, _runs_python(current)))
+        current = inputs[0] if inputs else None
+    return tuple(reversed(stages))
+
+
+def _runs_python(ds: Any) -> bool:
+    try:
+        ops = ds._map_func.function.graph.get_operations()
+    except Exception:
+        return False
+    return any(op.type in _PYTHON_OPS for op in ops)
 
 
 def describe(ds: Any, batched_default: bool = False) -> IterationInfo:

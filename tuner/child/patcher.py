@@ -87,6 +87,7 @@ class Patcher(KerasPatches, DistributePatches):
             setattr(cls, op, self._wrap_op(op, getattr(original, "__tftune_original__", original)))
         self._patch_parallel_interleave()
         self._patch_readers()
+        self._patch_marked_ops()
         original_iter = getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
         patcher = self
 

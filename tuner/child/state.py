@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tftune.probes.epoch_stall import PipelineStage
 from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
@@ -47,6 +48,19 @@ class IterationInfo:
     stream: int | None = None  # the clock's stream number (when streams are followed)
 
 
+@dataclass(frozen=True, slots=True)
+class EpochMade:
+    """A new iterator over a stream's dataset, made eagerly: an epoch starts."""
+
+    stream: int
+    at_ns: int  # the child's wall clock just before it was made (the step clock's)
+    cardinality: int  # the dataset's elements: -1 infinite, -2 unknown
+    rebuilt: bool  # over a dataset other than the stream's last one (built anew)
+    # The pipeline as the script built it, source first: with a stream's first epoch
+    # and with a rebuilt one (`datasets.pipeline_chain`), else None.
+    chain: tuple[PipelineStage, ...] | None = None
+
+
 @dataclass(slots=True)
 class Hooks:
     """What the patched functions call back into (discovery recorder, step clock...)."""
@@ -68,10 +82,9 @@ class Hooks:
     on_stream: Callable[[int, str | None, str | None], None] | None = None
     on_training: Callable[[int, str], None] | None = None
     # A new iterator over a stream's dataset, made eagerly (an epoch of Keras `fit`, a
-    # `for` loop's start, an `iter()`): (stream, the child's wall clock just before it was
-    # made in ns, the dataset's cardinality in elements: -1 infinite, -2 unknown). The
-    # parent amortizes each epoch's first-step stall over the epoch (`probes.training_time`).
-    on_epoch: Callable[[int, int, int], None] | None = None
+    # `for` loop's start, an `iter()`). The parent spreads each epoch's first-step stall
+    # over the epoch and names its cause (`probes.training_time`, `probes.epoch_stall`).
+    on_epoch: Callable[[EpochMade], None] | None = None
     # The script's first line is about to run: the child's wall clock in ns (its preamble,
     # up to the first training step, is timed from here).
     on_start: Callable[[int], None] | None = None
@@ -113,6 +126,12 @@ class PatcherState:
         self._streams_by_place: dict[tuple[str, int, str | None, bool], list[list[Any]]] = {}
         self._places: dict[int, str | None] = {}  # the place each stream was last reported at
         self._model_only_cache: dict[int, Any] = {}
+        # stream -> the pipeline as built (`pipeline_chain`), a weak reference to the
+        # user's dataset it last prepared, and whether the next epoch's is another one.
+        self._chains: dict[int, tuple[PipelineStage, ...]] = {}
+        self._sources: dict[int, Any] = {}
+        self._rebuilt: dict[int, bool] = {}
+        self._epochs_seen: set[int] = set()
         self._weights = _WeightWatch()
         self.roles = Roles(on_training=self._on_training)
         self._poller: threading.Thread | None = None

@@ -28,9 +28,11 @@ from tftune.tuner.child.datasets import (
     _tag,
     apply_globals,
     describe,
+    pipeline_chain,
 )
 from tftune.tuner.child.screen import run_screen, screen_spec
 from tftune.tuner.child.service import distribute_at_cut
+from tftune.tuner.child.state import EpochMade
 
 
 class Streams(DatasetOps, StepClock):
@@ -70,6 +72,8 @@ class Streams(DatasetOps, StepClock):
                 self._report_stream(stream, info.site, self._user_frame())
             self.last_stream = stream
             self._batched[stream] = info.batched
+            if self.hooks.on_epoch is not None:
+                self._note_source(stream, ds)
             info = replace(info, stream=stream)
         if self.hooks.on_iterate is not None:
             self.hooks.on_iterate(info)
@@ -108,7 +112,8 @@ class Streams(DatasetOps, StepClock):
 
     def iterator_made(self, stream: int, dataset: Any, made_ns: int) -> None:
         """An iterator over `stream`'s dataset was made at `made_ns` (the child's wall
-        clock, as the step clock's): an epoch starts (``hooks.on_epoch``). Only eagerly: an
+        clock, as the step clock's): an epoch starts (``hooks.on_epoch``), with the
+        pipeline as built for a stream's first epoch and a rebuilt one. Only eagerly: an
         iterator made while a ``tf.function`` is traced is made once, not per epoch."""
         on_epoch = self.hooks.on_epoch
         if on_epoch is None:
@@ -117,7 +122,21 @@ class Streams(DatasetOps, StepClock):
 
         if not tf.executing_eagerly():
             return
-        on_epoch(stream, made_ns, _cardinality(dataset))
+        rebuilt = self._rebuilt.pop(stream, False)
+        first = stream not in self._epochs_seen
+        self._epochs_seen.add(stream)
+        chain = self._chains.get(stream) if first or rebuilt else None
+        on_epoch(EpochMade(stream, made_ns, _cardinality(dataset), rebuilt, chain))
+
+    def _note_source(self, stream: int, ds: Any) -> None:
+        """The user's dataset `stream` iterates now: its pipeline, and whether it is
+        another one than last time (a dataset built anew each epoch)."""
+        before = self._sources.get(stream)
+        self._rebuilt[stream] = before is not None and before() is not ds
+        with contextlib.suppress(TypeError):
+            self._sources[stream] = weakref.ref(ds)
+        if stream not in self._chains or self._rebuilt[stream]:
+            self._chains[stream] = pipeline_chain(ds)
 
     def _place(self, frame: FrameType | None) -> str | None:
         """Where the user iterates: `file:line` relative to the script's folder, or the

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
+from tftune.probes.epoch_stall import PipelineStage, chain_from_json
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.training_time import (
     EpochCost,
@@ -159,6 +160,7 @@ class _Trial(Observer):
         self.current_start_ns = 0
         self.current_ns = 0  # the current window's training time so far
         self.timeline = Timeline()  # other passes and epoch starts (`probes.training_time`)
+        self.chains: dict[int, tuple[PipelineStage, ...]] = {}  # each stream's pipeline
         self.pruned_reason: str | None = None
         self.sampler: NvmlSampler | NotMeasured | None = None
 
@@ -200,7 +202,7 @@ class _Trial(Observer):
             if isinstance(item, ClockEvent):
                 self.events.append(item)
                 if item.kind == "epoch":
-                    self.timeline.epoch(_epoch_start(item))
+                    self._epoch(item)
                 stream = self.watch.event(item)
                 if stream is not None:
                     self._adopt(stream)
@@ -425,9 +427,25 @@ class _Trial(Observer):
             gpu_memory_used_mb=mem,
             gpu_note=gpu_note,
             training=TrainingTime.of(
-                cost, p50 / 1e3, sum(s.excluded_s for s in stats), self._preamble_s(), dropped
+                cost,
+                p50 / 1e3,
+                sum(s.excluded_s for s in stats),
+                self._preamble_s(),
+                dropped,
+                self.chains.get(self.main_stream or 0, ()),
             ),
         )
+
+    def _epoch(self, e: ClockEvent) -> None:
+        """A new iterator over a stream (`probes.training_time.EpochStart`), with its
+        pipeline as built for the stream's first epoch or a rebuilt one."""
+        p = e.payload
+        stream = int(p.get("stream", 0))
+        rebuilt = bool(p.get("rebuilt"))
+        cardinality = int(p.get("cardinality", -2))
+        self.timeline.epoch(EpochStart(stream, int(p.get("at_ns", 0)), cardinality, rebuilt))
+        if p.get("chain") is not None:
+            self.chains[stream] = chain_from_json(p.get("chain"))
 
     def _epoch_cost(self) -> EpochCost | None:
         if self.main_stream is None:
@@ -467,10 +485,3 @@ def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: i
             out.append((start, chunk))
             start = chunk[-1].deliver_ns
     return out
-
-
-def _epoch_start(e: ClockEvent) -> EpochStart:
-    p = e.payload
-    return EpochStart(
-        int(p.get("stream", 0)), int(p.get("at_ns", 0)), int(p.get("cardinality", -2))
-    )

@@ -1,0 +1,185 @@
+"""An epoch-start stall: what it costs, why, and the fix.
+
+The step clock times each epoch's first step (`probes.training_time.EpochCost`). Profiled
+steps in the middle of an epoch are steady, so a profile alone never shows it, yet a
+shuffle buffer filled through an expensive map can cost half of every epoch. A stall
+that costs `STALL_SHARE_NAMED` of training time or more is named (`diagnose`) with its
+cause, read from the training pipeline as the script built it (`PipelineStage`: the
+child walks the iterated dataset's lineage, `tuner.child.datasets.pipeline_chain`):
+
+- **a shuffle buffer behind an expensive map**: each epoch refills the whole buffer
+  through the map before the first element comes out. Shuffle what is cheap (file
+  names, indices) before the map, or ``cache()`` right after a deterministic map;
+- **no cache**: the pipeline's work restarts cold every epoch (its first batch waits for
+  the map, the reads, the fills): ``cache()`` after the deterministic part;
+- **an iterator rebuilt each epoch** (the dataset built anew every epoch): its functions
+  are traced and its buffers filled again each time. Build it once, ``repeat()`` it and
+  keep one iterator.
+
+Pure data: no TensorFlow here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A stall costing this share of an epoch's training time or more is named.
+STALL_SHARE_NAMED = 0.05
+
+SHUFFLE_BEHIND_MAP = "shuffle_behind_map"
+NO_CACHE = "no_cache"
+REBUILT = "rebuilt_each_epoch"
+UNEXPLAINED = "unexplained"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStage:
+    """One transformation of the training pipeline, source first."""
+
+    kind: str  # map | shuffle | cache | batch | prefetch | repeat | interleave | source | other
+    site: str | None = None  # the user's line, where the child saw the call
+    python: bool = False  # its function runs Python (py_function, numpy_function)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "site": self.site, "python": self.python}
+
+    @staticmethod
+    def from_json(raw: object) -> PipelineStage | None:
+        if not isinstance(raw, dict) or not isinstance(raw.get("kind"), str):
+            return None
+        site = raw.get("site")
+        where = site if isinstance(site, str) else None
+        return PipelineStage(raw["kind"], where, bool(raw.get("python")))
+
+
+def chain_from_json(raw: object) -> tuple[PipelineStage, ...]:
+    items = raw if isinstance(raw, list) else []
+    return tuple(s for s in (PipelineStage.from_json(r) for r in items) if s is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochStall:
+    """A named epoch-start stall: its cost, cause and fix."""
+
+    stall_s: float  # extra time of each epoch's first step
+    steps_per_epoch: int
+    share: float  # of an epoch's training time
+    cause: str  # SHUFFLE_BEHIND_MAP | NO_CACHE | REBUILT | UNEXPLAINED
+    summary: str
+    code: str | None
+    sites: tuple[str, ...] = ()  # the lines involved
+
+    def sentence(self) -> str:
+        return (
+            f"each epoch opens with a {self.stall_s:.2f} s stall ({self.share:.0%} of its "
+            f"training time, {self.steps_per_epoch} steps an epoch): {self.summary}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stall_s": round(self.stall_s, 4),
+            "steps_per_epoch": self.steps_per_epoch,
+            "share": round(self.share, 4),
+            "cause": self.cause,
+            "summary": self.summary,
+            "code": self.code,
+            "sites": list(self.sites),
+        }
+
+    @staticmethod
+    def from_json(raw: object) -> EpochStall | None:
+        if not isinstance(raw, dict):
+            return None
+        try:
+            return EpochStall(
+                float(raw["stall_s"]),
+                int(raw["steps_per_epoch"]),
+                float(raw["share"]),
+                str(raw["cause"]),
+                str(raw["summary"]),
+                raw.get("code") if isinstance(raw.get("code"), str) else None,
+                tuple(str(s) for s in raw.get("sites") or ()),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def diagnose(
+    stall_s: float | None,
+    steps_per_epoch: int | None,
+    share: float | None,
+    chain: Sequence[PipelineStage],
+    rebuilt: bool = False,
+) -> EpochStall | None:
+    """The stall named with its cause and fix, or None below `STALL_SHARE_NAMED` (or
+    where no epoch's length is known)."""
+    if stall_s is None or not steps_per_epoch or share is None or share < STALL_SHARE_NAMED:
+        return None
+    cause, summary, code, sites = _cause(chain, rebuilt)
+    return EpochStall(stall_s, steps_per_epoch, share, cause, summary, code, sites)
+
+
+def _cause(
+    chain: Sequence[PipelineStage], rebuilt: bool
+) -> tuple[str, str, str | None, tuple[str, ...]]:
+    shuffle = _last(chain, "shuffle")
+    cache = _last(chain, "cache", before=shuffle if shuffle is not None else len(chain))
+    start = cache + 1 if cache is not None else 0
+    if shuffle is not None:
+        maps = [s for s in chain[start:shuffle] if s.kind in ("map", "interleave")]
+        if maps:
+            where = chain[shuffle].site
+            at = f" (line {_line(where)})" if where else ""
+            python = " a Python function in" if any(m.python for m in maps) else ""
+            return (
+                SHUFFLE_BEHIND_MAP,
+                f"the shuffle buffer{at} refills through{python} the map before each epoch's "
+                "first element: shuffle what is cheap before the map, or cache() right "
+                "after the map where it is deterministic",
+                "ds = ds.shuffle(buffer_size)  # file names or indices: cheap to shuffle\n"
+                "ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)\n"
+                "# or, for a deterministic fn: ds.map(fn).cache().shuffle(buffer_size)",
+                _sites([*maps, chain[shuffle]]),
+            )
+    if rebuilt:
+        return (
+            REBUILT,
+            "the dataset is built anew every epoch, so its functions are traced and its "
+            "buffers filled again: build it once, repeat() it and keep one iterator",
+            "ds = make_dataset().repeat()\nit = iter(ds)\nfor epoch in range(epochs):\n"
+            "    for step in range(steps_per_epoch):\n        batch = next(it)",
+            (),
+        )
+    maps = [s for s in chain[start:] if s.kind in ("map", "interleave")]
+    if cache is None and maps:
+        return (
+            NO_CACHE,
+            "the pipeline restarts cold every epoch, its first batch waiting for the map: "
+            "cache() after the deterministic part, and prefetch at the end",
+            "ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE).cache()\n"
+            "ds = ds.shuffle(buffer_size).batch(batch_size).prefetch(tf.data.AUTOTUNE)",
+            _sites(maps),
+        )
+    return (
+        UNEXPLAINED,
+        "the pipeline's first element of each epoch waits; prefetch at the end and a "
+        "cache() of what does not change between epochs shorten it",
+        None,
+        (),
+    )
+
+
+def _last(chain: Sequence[PipelineStage], kind: str, before: int | None = None) -> int | None:
+    end = len(chain) if before is None else before
+    found = [i for i, s in enumerate(chain[:end]) if s.kind == kind]
+    return found[-1] if found else None
+
+
+def _sites(stages: Sequence[PipelineStage]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s.site for s in stages if s.site))
+
+
+def _line(site: str) -> str:
+    return site.rsplit(":", 1)[-1]

@@ -1,0 +1,67 @@
+"""Naming an epoch-start stall's cause from the pipeline as built (`probes.epoch_stall`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tftune.probes.epoch_stall import (
+    NO_CACHE,
+    REBUILT,
+    SHUFFLE_BEHIND_MAP,
+    STALL_SHARE_NAMED,
+    UNEXPLAINED,
+    EpochStall,
+    PipelineStage,
+    chain_from_json,
+    diagnose,
+)
+
+SOURCE = PipelineStage("source")
+MAP = PipelineStage("map", "train.py:10", python=True)
+SHUFFLE = PipelineStage("shuffle", "train.py:11")
+CACHE = PipelineStage("cache", "train.py:12")
+BATCH = PipelineStage("batch", "train.py:13")
+
+
+def test_a_shuffle_buffer_behind_a_map_refills_through_it() -> None:
+    stall = diagnose(14.0, 697, 0.45, (SOURCE, MAP, SHUFFLE, BATCH))
+    assert stall is not None and stall.cause == SHUFFLE_BEHIND_MAP
+    assert stall.sites == ("train.py:10", "train.py:11")
+    assert "(line 11)" in stall.summary and "Python function" in stall.summary
+    assert stall.code is not None and "ds.shuffle(buffer_size)" in stall.code
+    assert stall.sentence().startswith("each epoch opens with a 14.00 s stall (45% of its")
+
+
+def test_a_cache_between_the_map_and_the_shuffle_leaves_no_map_to_refill() -> None:
+    stall = diagnose(0.5, 100, 0.2, (SOURCE, MAP, CACHE, SHUFFLE, BATCH))
+    assert stall is not None and stall.cause == UNEXPLAINED
+
+
+def test_a_map_without_cache_restarts_cold() -> None:
+    stall = diagnose(0.5, 100, 0.2, (SOURCE, MAP, BATCH))
+    assert stall is not None and stall.cause == NO_CACHE and stall.sites == ("train.py:10",)
+
+
+def test_a_dataset_built_anew_each_epoch() -> None:
+    stall = diagnose(0.5, 100, 0.2, (SOURCE, MAP, BATCH), rebuilt=True)
+    assert stall is not None and stall.cause == REBUILT and "repeat()" in stall.summary
+
+
+@pytest.mark.parametrize(
+    ("stall_s", "steps", "share"),
+    [(0.1, 100, STALL_SHARE_NAMED / 2), (None, 100, 0.5), (1.0, None, 0.5), (1.0, 10, None)],
+)
+def test_small_or_unmeasured_stalls_are_not_named(
+    stall_s: float | None, steps: int | None, share: float | None
+) -> None:
+    assert diagnose(stall_s, steps, share, (SOURCE, MAP, SHUFFLE)) is None
+
+
+def test_round_trips() -> None:
+    stall = diagnose(2.0, 50, 0.3, (SOURCE, MAP, SHUFFLE, BATCH))
+    assert stall is not None
+    assert EpochStall.from_json(stall.to_json()) == stall
+    assert EpochStall.from_json({"stall_s": 1.0}) is None
+    chain = (SOURCE, MAP, SHUFFLE)
+    assert chain_from_json([s.to_json() for s in chain]) == chain
+    assert chain_from_json([{"site": "x"}, "junk", None]) == ()
