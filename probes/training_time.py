@@ -41,11 +41,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from tftune.probes.clock import NS, StepRecord, percentile
-from tftune.probes.epoch_stall import EpochStall, PipelineStage, diagnose
+from tftune.core.userfiles import write_text_atomic
+from tftune.probes.clock import NS, ClockEvent, StepRecord, percentile
+from tftune.probes.epoch_stall import EpochStall, PipelineStage, chain_from_json, diagnose
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
 # least this long for it, and at least DRY_SHARE of a typical step. A buffered element
@@ -59,6 +63,10 @@ DRY_MAJORITY = 0.5
 DRAINED_FIRST = 0.1
 UNKNOWN_CARDINALITY = -2
 INFINITE_CARDINALITY = -1
+# Beside a `tftune profile` trace, in its run folder: the step clock's figures of the
+# whole profiled run (`write_clock_file`), which `tftune analyze` reads.
+CLOCK_FILE = "tftune-clock.json"
+CLOCK_SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +77,19 @@ class EpochStart:
     at_ns: int  # the child's clock just before the iterator was made
     cardinality: int  # elements per epoch; -1 infinite, -2 unknown
     rebuilt: bool = False  # over a dataset built anew (not the stream's last one)
+
+
+def epoch_event(e: ClockEvent) -> tuple[EpochStart, tuple[PipelineStage, ...] | None]:
+    """The child's ``epoch`` event: the epoch start, and the pipeline as built where the
+    event carries it (a stream's first epoch, a rebuilt one)."""
+    p = e.payload
+    start = EpochStart(
+        int(p.get("stream", 0)),
+        int(p.get("at_ns", 0)),
+        int(p.get("cardinality", UNKNOWN_CARDINALITY)),
+        bool(p.get("rebuilt")),
+    )
+    return start, chain_from_json(p["chain"]) if p.get("chain") is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,3 +361,23 @@ def _r(x: float | None, nd: int = 3) -> float | None:
 
 def _f(x: object) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def write_clock_file(run_dir: str | os.PathLike[str], training: TrainingTime) -> Path:
+    """The profiled run's step-clock figures beside its trace (`CLOCK_FILE`), atomically."""
+    data = {"schema": CLOCK_SCHEMA, "training": training.to_json()}
+    path = Path(run_dir) / CLOCK_FILE
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def read_clock_file(run_dir: str | os.PathLike[str]) -> TrainingTime | None:
+    """The step-clock figures beside a profile (None where there are none, or they are
+    unreadable: the trace stands alone)."""
+    try:
+        data = json.loads((Path(run_dir) / CLOCK_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("schema") != CLOCK_SCHEMA:
+        return None
+    return TrainingTime.from_json(data.get("training"))

@@ -167,6 +167,9 @@ def profile(
     click.echo(f"profile of training steps {first}-{last}{ended} written to {result.logdir}")
     for seen in result.streams:
         click.echo(f"  {seen.role}: the dataset {seen.where()} ({seen.elements:,} elements)")
+    stall = result.training.stall if result.training is not None else None
+    if stall is not None:
+        click.echo(f"step clock: {stall.sentence()}")
     click.echo(f"next: tftune analyze {logdir}")
     # TensorFlow no longer installs TensorBoard; XProf's server comes with tftune.
     click.echo(

@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
-from tftune.probes.epoch_stall import PipelineStage, chain_from_json
+from tftune.probes.epoch_stall import PipelineStage
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.training_time import (
     EpochCost,
-    EpochStart,
     Timeline,
     TrainingTime,
     WindowStats,
+    epoch_event,
     first_window_drained,
 )
 from tftune.tuner.config import Config
@@ -437,15 +437,12 @@ class _Trial(Observer):
         )
 
     def _epoch(self, e: ClockEvent) -> None:
-        """A new iterator over a stream (`probes.training_time.EpochStart`), with its
-        pipeline as built for the stream's first epoch or a rebuilt one."""
-        p = e.payload
-        stream = int(p.get("stream", 0))
-        rebuilt = bool(p.get("rebuilt"))
-        cardinality = int(p.get("cardinality", -2))
-        self.timeline.epoch(EpochStart(stream, int(p.get("at_ns", 0)), cardinality, rebuilt))
-        if p.get("chain") is not None:
-            self.chains[stream] = chain_from_json(p.get("chain"))
+        """A new iterator over a stream, with its pipeline as built for the stream's first
+        epoch or a rebuilt one (`probes.training_time.epoch_event`)."""
+        start, chain = epoch_event(e)
+        self.timeline.epoch(start)
+        if chain is not None:
+            self.chains[start.stream] = chain
 
     def _epoch_cost(self) -> EpochCost | None:
         if self.main_stream is None:

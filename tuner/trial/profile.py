@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tftune.probes.clock import ClockEvent, StepRecord
+from tftune.probes.callsites import newest_run_dir
+from tftune.probes.clock import ClockEvent, StepRecord, percentile
+from tftune.probes.epoch_stall import PipelineStage
+from tftune.probes.training_time import Timeline, TrainingTime, epoch_event, write_clock_file
 from tftune.tuner.config import Config
 from tftune.tuner.trial.launch import (
     ChildRun,
@@ -42,6 +45,8 @@ class ProfileResult:
     stderr_tail: str
     steps: tuple[int, int] | None = None  # first and last step captured (inclusive)
     streams: tuple[StreamSeen, ...] = ()  # the datasets iterated, and their roles
+    # The step clock's figures of the run, also written beside the trace (`CLOCK_FILE`).
+    training: TrainingTime | None = None
 
 
 def profile_script(
@@ -85,6 +90,12 @@ class _ProfileWatch(Observer):
     def __init__(self, watch: StreamWatch, clock: Clock) -> None:
         self.watch, self.clock = watch, clock
         self.events: list[ClockEvent] = []
+        # The step clock's view of training (`probes.training_time`): the first training
+        # stream's steps, the other streams' passes, epoch starts and pipelines.
+        self.main: int | None = None
+        self.records: list[StepRecord] = []
+        self.timeline = Timeline()
+        self.chains: dict[int, tuple[PipelineStage, ...]] = {}
 
     def launched(self, now: float) -> None:
         self.watch.start = now
@@ -93,9 +104,41 @@ class _ProfileWatch(Observer):
         for item in items:
             if isinstance(item, ClockEvent):
                 self.events.append(item)
-                self.watch.event(item)
+                if item.kind == "epoch":
+                    start, chain = epoch_event(item)
+                    self.timeline.epoch(start)
+                    if chain is not None:
+                        self.chains[start.stream] = chain
+                stream = self.watch.event(item)
+                if stream is not None and self.main is None:
+                    self.main = stream
+                    self.timeline.forget(stream)
+                    self.records = self.watch.take_early(stream)
             elif self.watch.record(item):
                 self.watch.stepped(self.clock(), item.deliver_ns)
+                if item.stream == self.main:
+                    self.records.append(item)
+            else:
+                self.timeline.other(item)
+
+    def training_time(self) -> TrainingTime | None:
+        """What the step clock saw of training over the whole profiled run: the epoch
+        stall (however steady the profiled steps are) and the preamble."""
+        if self.main is None or len(self.records) < 2:
+            return None
+        records = self.records
+        times = self.timeline.step_times(records[0].deliver_ns, records[1:])
+        started = next((e for e in self.events if e.kind == "started"), None)
+        at = started.payload.get("at_ns") if started is not None else None
+        preamble = (records[0].request_ns - at) / 1e9 if isinstance(at, int) else None
+        return TrainingTime.of(
+            self.timeline.epoch_cost(self.main, records),
+            percentile(times, 50) / 1e9,
+            0.0,
+            preamble,
+            False,
+            self.chains.get(self.main, ()),
+        )
 
     def finished(self) -> bool:
         return any(e.kind in ("profile_done", "profile_failed") for e in self.events)
@@ -130,6 +173,17 @@ class _ProfileWatch(Observer):
         for e in events:
             if e.kind == "profile_done" and "first" in e.payload and "last" in e.payload:
                 steps = (int(e.payload["first"]), int(e.payload["last"]))
+        training = self.training_time() if done else None
+        run_dir = newest_run_dir(logdir) if training is not None else None
+        if training is not None and run_dir is not None:
+            write_clock_file(run_dir, training)
         return ProfileResult(
-            logdir, done, returncode, reason, ended.stderr_tail, steps, self.watch.streams()
+            logdir,
+            done,
+            returncode,
+            reason,
+            ended.stderr_tail,
+            steps,
+            self.watch.streams(),
+            training,
         )
