@@ -100,6 +100,10 @@ def percent(share: float, compact: bool = False) -> str:
     return f"{100 * share:.0f}%"
 
 
+# A preamble (the script's seconds before its first training step) this long is said,
+# with what it costs the tuning: every run pays it.
+PREAMBLE_SAID_S = 5.0
+
 # ---- input-bound bands ------------------------------------------------------------------
 # XProf's bands for the share of step time spent waiting for input. One set, for
 # `tftune analyze`, the reports and `tftune optimize` alike.

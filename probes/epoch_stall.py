@@ -86,6 +86,7 @@ class EpochStall:
             "summary": self.summary,
             "code": self.code,
             "sites": list(self.sites),
+            "sentence": self.sentence(),  # what reports print, said once here
         }
 
     @staticmethod

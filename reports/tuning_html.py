@@ -134,6 +134,7 @@ def _tuning_hero(m: TuningReport) -> str:
                 ("break-even", m.break_even),
                 ("stop-reason", m.stop_reason),
                 ("service-sizing", m.service_sizing),
+                *((f"training-{i}", t) for i, t in enumerate(m.training)),
             )
             if text
         )
@@ -237,6 +238,8 @@ def _winner_section(m: TuningReport, ids: Ids) -> str:
         out.append("<h3>The change to your code</h3>" + codebox(m.diff, ids, diff=True))
     if m.snippet:
         out.append("<h3>Or paste these lines</h3>" + codebox(m.snippet, ids))
+    if m.stall_fix:
+        out.append("<h3>The epoch-start stall's fix</h3>" + codebox(m.stall_fix, ids))
     out.append(
         "<details><summary>Config JSON</summary>" + codebox(m.config_json, ids) + "</details>"
     )

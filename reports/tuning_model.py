@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.vocabulary import OPTUNA_STATES, TrialState
+from tftune.core.vocabulary import OPTUNA_STATES, PREAMBLE_SAID_S, TrialState
 from tftune.probes.service_sizing import sizing_caption
 from tftune.reports._read import Reader, dump, share, top_reader
 
@@ -150,6 +150,8 @@ class TuningReport:
     break_even: str | None = None  # `break_even_sentence`
     stop_reason: str | None = None  # why the search stopped, in words
     service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
+    training: tuple[str, ...] = ()  # what was measured as training (`training_sentences`)
+    stall_fix: str | None = None  # the code of an epoch-start stall's fix
 
     @property
     def objective_label(self) -> str:
@@ -184,6 +186,49 @@ def break_even_sentence(data: Mapping[str, Any]) -> str | None:
         f"every hour of training, and has paid for itself after {_minutes(float(after))} "
         "of training."
     )
+
+
+def training_sentences(data: Mapping[str, Any]) -> tuple[str, ...]:
+    """What was measured as training, in words, from the tuning JSON's ``training``: the
+    loop, what was taken out of the windows, the preamble, and an epoch-start stall."""
+    training = data.get("training")
+    if not isinstance(training, Mapping):
+        return ()
+    out: list[str] = []
+    loop = training.get("loop")
+    raw_aw = training.get("as_written")
+    aw: Mapping[str, Any] = raw_aw if isinstance(raw_aw, Mapping) else {}
+    if isinstance(loop, Mapping) and not training.get("busiest_loop"):
+        where = f"built at {loop.get('site')}, " if loop.get("site") else ""
+        out.append(
+            f"measured: training steps of the dataset {where}iterated at {loop.get('place')}"
+            + (
+                "; validation and other datasets' passes were taken out of the windows"
+                if (aw.get("excluded_s") or 0) > 0
+                else ""
+            )
+        )
+    preamble = training.get("preamble_s")
+    if isinstance(preamble, (int, float)) and preamble >= PREAMBLE_SAID_S:
+        out.append(
+            f"the script's preamble ({preamble:.0f} s before its first training step) is "
+            "paid by every run and is not training: it is not measured"
+        )
+    for key, who in (("as_written", "as written"), ("tuned", "tuned")):
+        part = training.get(key)
+        stall = part.get("stall") if isinstance(part, Mapping) else None
+        if isinstance(stall, Mapping) and stall.get("sentence"):
+            out.append(f"{who}, {stall['sentence']}")
+    return tuple(out)
+
+
+def stall_fix(data: Mapping[str, Any]) -> str | None:
+    """The code of the as-written epoch-start stall's fix, where one is named."""
+    training = data.get("training")
+    part = training.get("as_written") if isinstance(training, Mapping) else None
+    stall = part.get("stall") if isinstance(part, Mapping) else None
+    code = stall.get("code") if isinstance(stall, Mapping) else None
+    return code if isinstance(code, str) and code else None
 
 
 def build_tuning_model(
@@ -250,6 +295,8 @@ def build_tuning_model(
         break_even=break_even_sentence(data),
         stop_reason=r.string("stop_reason") or None,
         service_sizing=sizing_caption((data.get("ceiling") or {}).get("service_sizing")),
+        training=training_sentences(data),
+        stall_fix=stall_fix(data),
     )
 
 

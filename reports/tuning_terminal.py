@@ -23,7 +23,11 @@ from rich.text import Text
 
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.probes.service_sizing import sizing_caption
-from tftune.reports.tuning_model import OPTIONAL_BASELINES, break_even_sentence
+from tftune.reports.tuning_model import (
+    OPTIONAL_BASELINES,
+    break_even_sentence,
+    training_sentences,
+)
 
 NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
@@ -140,6 +144,7 @@ def render_table(data: Mapping[str, Any]) -> Table | Group:
     if isinstance(ceiling, Mapping) and ceiling.get("ceiling_examples_per_s") is not None:
         caption.append(ceiling_sentence(data))
     caption += [s for s in (break_even_sentence(data), data.get("stop_reason")) if s]
+    caption += list(training_sentences(data))
     sizing = sizing_caption(ceiling.get("service_sizing") if isinstance(ceiling, Mapping) else None)
     caption += [sizing] if sizing else []
     if caption:

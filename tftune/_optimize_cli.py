@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tftune.core.errors import Terminated
 
 if TYPE_CHECKING:
+    from tftune.tuner.optimize import OptimizeResult
     from tftune.tuner.study import TrialRecord
 
 
@@ -191,9 +192,20 @@ def _run(
         raise
     finally:
         view.stop()
+    _summary(console, result)
+
+
+def _summary(console: Any, result: OptimizeResult) -> None:
+    """What the run found, drawn from its tuning JSON: the table, the stall's fix, the
+    winner, its diff and the command."""
+    from tftune.reports.tuning_model import stall_fix
     from tftune.reports.tuning_terminal import render_table
 
     console.print(render_table(result.report))  # the tuning JSON, as written to --json
+    fix = stall_fix(result.report)
+    if fix is not None:
+        console.print("\nthe epoch-start stall's fix:", style="bold")
+        console.print(fix, markup=False, highlight=False)
     o = result.outcome
     counts = o.counts()
     console.print(

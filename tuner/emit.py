@@ -35,6 +35,7 @@ from tftune.tuner.crashes import CrashSummary
 from tftune.tuner.service import CUT_OPS
 from tftune.tuner.space import SearchSpace, format_value
 from tftune.tuner.study import Role, StudyOutcome, TrialRecord
+from tftune.tuner.trial.discovery import Discovery
 
 SCHEMA = 1
 DEFAULT_BEST_FILE = "tftune-best.json"
@@ -423,6 +424,21 @@ def tuning_json(
         "snippet": snippet,
         "notes": list(outcome.notes),
         "platform": {"python": platform.python_version(), "cores": os.cpu_count()},
+    }
+
+
+def training_json(found: Discovery, outcome: StudyOutcome) -> dict[str, Any]:
+    """What was measured as training (the tuning JSON's ``training``): the loop, the
+    preamble every run pays, and, for the script as written and the winner, what was
+    taken out of their windows and the epoch-start stall with its cause and fix."""
+    trains = found.training
+    aw = outcome.baselines.get(Role.AS_WRITTEN)
+    return {
+        "loop": trains.to_json() if trains is not None else None,
+        "busiest_loop": found.busiest_loop,
+        "preamble_s": _round(found.preamble_s),
+        "as_written": aw.training.to_json() if aw is not None and aw.training else None,
+        "tuned": outcome.best.training.to_json() if outcome.best.training else None,
     }
 
 

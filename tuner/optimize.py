@@ -174,7 +174,7 @@ def optimize(
         outcome = _run_study(space, pool, settings, on_trial, on_start, note)
     record = _record(script, path, args, study, invocation, env_future)
     won = _emit_winner(script, path, args, found, outcome, best_file, record, note)
-    report = _tuning_report(script, won, space, ceiling, gpu, study.seed, record, started)
+    report = _tuning_report(script, won, found, space, ceiling, gpu, study.seed, record, started)
     report["screen"] = screen.to_json() if screen is not None else None
     json_path = _write_json(report, json_file)
     html_path = _write_html(report, html_file, render_html)
@@ -392,6 +392,7 @@ def _record(
 def _tuning_report(
     script: str | os.PathLike[str],
     won: _Winner,
+    found: Discovery,
     space: SearchSpace,
     ceiling: Ceiling | None,
     gpu: bool,
@@ -424,6 +425,7 @@ def _tuning_report(
         tuned.examples_per_s if won.outcome.best.role is not Role.AS_WRITTEN else None,
     ).to_json()
     report["stop_reason"] = won.outcome.stop_reason
+    report["training"] = emit.training_json(found, won.outcome)
     report["record"] = record
     report["findings"] = won.findings
     if won.advice is not None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError, ScriptError
-from tftune.core.vocabulary import TrialState
+from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
 from tftune.tuner.screen import Screen, with_screen_sizing
@@ -208,13 +208,9 @@ def discover_training(
     return found
 
 
-# A preamble this long (seconds before the first training step) is said, with its cost.
-PREAMBLE_NOTE_S = 5.0
-
-
 def preamble_note(preamble_s: float | None) -> str | None:
     """What a long preamble costs the tuning, and why tftune cannot skip it."""
-    if preamble_s is None or preamble_s < PREAMBLE_NOTE_S:
+    if preamble_s is None or preamble_s < PREAMBLE_SAID_S:
         return None
     return (
         f"the script runs {preamble_s:.0f} s before its first training step (imports, "

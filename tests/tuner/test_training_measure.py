@@ -188,8 +188,10 @@ def test_an_epoch_start_stall_is_spread_over_the_epoch(tmp_path: Path) -> None:
     assert t.stall_share is not None and t.stall_share > 0.3
     # Named with its cause: the shuffle buffer refills through the Python map.
     assert t.stall is not None and t.stall.cause == SHUFFLE_BEHIND_MAP, t.stall
-    line = script.read_text().splitlines().index(
-        "ds = tf.data.Dataset.range(400).map(slow).shuffle(400).batch(16)"
+    line = (
+        script.read_text()
+        .splitlines()
+        .index("ds = tf.data.Dataset.range(400).map(slow).shuffle(400).batch(16)")
     )
     assert t.stall.sites == (f"train.py:{line + 1}",)
     assert "Python function" in t.stall.summary and "ds.shuffle(" in (t.stall.code or "")
