@@ -26,6 +26,7 @@ from tftune.probes.service_sizing import trace_sizing_json
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
+from tftune.probes.training_time import TrainingTime, read_clock_file
 from tftune.probes.xprof_check import XprofComparison, compare_with_xprof
 
 SCHEMA = 1
@@ -53,6 +54,9 @@ class Analysis:
     notes: tuple[str, ...] = ()
     xprof: XprofComparison | None = None  # only when asked for (`analyze --xprof`)
     facts: StepFacts | None = None  # what the trace says about the step itself
+    # The step clock's figures of the whole profiled run, where `tftune profile` wrote
+    # them beside the trace: an epoch-start stall that steady profiled steps never show.
+    training: TrainingTime | None = None
 
     @property
     def input_share(self) -> float | None:
@@ -138,6 +142,7 @@ class Analysis:
             "next_moves": [_move_json(m) for m in next_moves(self)],
             "notes": notes,
         }
+        out["training"] = self.training.to_json() if self.training is not None else None
         if self.xprof is not None:
             out["xprof"] = self.xprof.to_json()
         # When one host is not enough (probes/service_sizing.py): tf.data CPU vs step time.
@@ -327,6 +332,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         tuple(notes),
         check,
         facts,
+        read_clock_file(run.path),
     )
 
 

@@ -3,7 +3,8 @@
 Every accessor names the file and the dotted field in its error, so a malformed report
 JSON fails as one line: ``analysis.json: field 'steps.mean_ms' must be a number, got "x"``.
 `top_reader` checks the schema, `detect_kind` tells an analysis JSON from a tuning JSON,
-and `timestamp_now` stamps a report (or honours $SOURCE_DATE_EPOCH).
+`timestamp_now` stamps a report (or honours $SOURCE_DATE_EPOCH), and `epoch_stall_of`
+reads a named epoch-start stall from either document's training figures.
 """
 
 from __future__ import annotations
@@ -227,3 +228,14 @@ def detect_kind(data: Mapping[str, Any], *, source: str = "report JSON") -> Kind
         f"{source}: not a tftune analysis or tuning JSON "
         "(no 'bottlenecks'/'breakdown' nor 'baselines'/'best' field)"
     )
+
+
+def epoch_stall_of(data: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    """(the sentence, the fix's code) of a named epoch-start stall in an analysis or a
+    tuning JSON's training figures, or None."""
+    training = data.get("training")
+    stall = training.get("stall") if isinstance(training, Mapping) else None
+    if not isinstance(stall, Mapping) or not isinstance(stall.get("sentence"), str):
+        return None
+    code = stall.get("code")
+    return str(stall["sentence"]), code if isinstance(code, str) and code else None

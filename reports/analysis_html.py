@@ -69,6 +69,7 @@ def render_analysis_html(
     ids = Ids()
     body = [
         _verdict_section(model),
+        _stall_section(model, ids),
         _bottleneck_section(model, ids),
         _moves_section(model, ids),
         _steps_section(model),
@@ -118,6 +119,19 @@ def _verdict_section(m: AnalysisReport) -> str:
         f'<span class="level">{esc(_title(level))}</span>'
         f'<div class="sentence">{esc(m.verdict.sentence)}</div>'
         f'<div class="stats">{"".join(stats)}</div></section>'
+    )
+
+
+def _stall_section(m: AnalysisReport, ids: Ids) -> str:
+    """An epoch-start stall the step clock named: profiled steps never show it."""
+    if m.epoch_stall is None:
+        return ""
+    sentence = m.epoch_stall[:1].upper() + m.epoch_stall[1:]
+    code = codebox(m.epoch_stall_code, ids) if m.epoch_stall_code else ""
+    return (
+        '<section id="epoch-stall"><h2>Epoch start</h2>'
+        f'<div class="warn">{esc(sentence)} (the step clock of the profiled run)</div>'
+        f"{code}</section>"
     )
 
 

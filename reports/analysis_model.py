@@ -18,7 +18,7 @@ from typing import Any
 
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES, Band, input_band
 from tftune.probes.service_sizing import sizing_caption
-from tftune.reports._read import Reader, dump, share, top_reader
+from tftune.reports._read import Reader, dump, epoch_stall_of, share, top_reader
 
 # Defensive caps: the analysis caps its timeline upstream, but a report must stay small
 # (well under 5 MB) and quick to open whatever JSON it is given.
@@ -178,6 +178,10 @@ class AnalysisReport:
     xprof: XProfCheck | None = None  # None: not cross-checked (or nothing to show)
     next_moves: tuple[NextMove, ...] = ()
     service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
+    # An epoch-start stall the step clock named (`tftune profile`'s figures beside the
+    # trace): the sentence and its fix as code.
+    epoch_stall: str | None = None
+    epoch_stall_code: str | None = None
 
 
 def build_analysis_model(
@@ -204,6 +208,7 @@ def build_analysis_model(
     all_stages = r.objects("stages")
     timeline_r = r.obj("timeline")
     timeline = _timeline(timeline_r) if timeline_r is not None else None
+    stall = epoch_stall_of(data)
     return AnalysisReport(
         source=source,
         generated_at=generated_at,
@@ -224,6 +229,8 @@ def build_analysis_model(
         xprof=_xprof(r.obj("xprof")),
         next_moves=tuple(_move(m) for m in r.objects("next_moves")[:MAX_BOTTLENECKS]),
         service_sizing=sizing_caption(data.get("service_sizing")),
+        epoch_stall=stall[0] if stall else None,
+        epoch_stall_code=stall[1] if stall else None,
     )
 
 

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from tftune.core.vocabulary import Band, category_label, percent, stage_kind, stage_short_name
 from tftune.probes.service_sizing import sizing_caption
+from tftune.reports._read import epoch_stall_of
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
 MAX_BOTTLENECKS = 5
@@ -205,6 +206,11 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
     )
     console.print(_header(data))
     console.print(_verdict(data))
+    stall = epoch_stall_of(data)
+    if stall is not None:  # the step clock's, beside a `tftune profile` trace
+        console.print(Text("Epoch start: ", style="bold yellow").append(stall[0]))
+        if stall[1]:
+            console.print(Padding(Text(stall[1], style="green"), (0, 0, 0, 4)))
     console.print(_breakdown(data))
     xprof = _xprof(data)
     if xprof is not None:

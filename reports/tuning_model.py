@@ -18,7 +18,7 @@ from typing import Any
 
 from tftune.core.vocabulary import OPTUNA_STATES, PREAMBLE_SAID_S, TrialState
 from tftune.probes.service_sizing import sizing_caption
-from tftune.reports._read import Reader, dump, share, top_reader
+from tftune.reports._read import Reader, dump, epoch_stall_of, share, top_reader
 
 MAX_TRIALS = 2000
 # A failed trial's crash lines and stderr tail (tftune stores 4 KB; a hand-made JSON may
@@ -226,9 +226,8 @@ def stall_fix(data: Mapping[str, Any]) -> str | None:
     """The code of the as-written epoch-start stall's fix, where one is named."""
     training = data.get("training")
     part = training.get("as_written") if isinstance(training, Mapping) else None
-    stall = part.get("stall") if isinstance(part, Mapping) else None
-    code = stall.get("code") if isinstance(stall, Mapping) else None
-    return code if isinstance(code, str) and code else None
+    stall = epoch_stall_of({"training": part}) if isinstance(part, Mapping) else None
+    return stall[1] if stall else None
 
 
 def build_tuning_model(

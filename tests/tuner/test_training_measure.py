@@ -198,3 +198,27 @@ def test_an_epoch_start_stall_is_spread_over_the_epoch(tmp_path: Path) -> None:
     own = _own(tmp_path)
     ratio = m.examples_per_s / (own["examples"] / own["train_s"])
     assert 0.7 <= ratio <= 1.4, (m.examples_per_s, own, m.repeats, t)
+
+
+def test_profile_and_analyze_name_the_epoch_stall_of_steady_profiled_steps(
+    tmp_path: Path,
+) -> None:
+    """Profiled steps 5-10 sit in the middle of an epoch and wait for nothing; the step
+    clock of the profiled run saw the epoch's first step, and the analysis says so with
+    the cause and the fix (`tftune-clock.json` beside the trace)."""
+    from tftune.probes.analysis import analyze
+    from tftune.probes.training_time import CLOCK_FILE
+    from tftune.reports.analysis_terminal import render
+    from tftune.tuner.trial import profile_script
+
+    script = _script(tmp_path, SHUFFLE_FILL)
+    logdir = tmp_path / "logdir"
+    prof = profile_script(script, (), 5, 10, logdir, cwd=tmp_path, timeout_s=180)
+    assert prof.captured, prof.reason
+    assert prof.training is not None and prof.training.stall is not None
+    assert list(logdir.glob(f"plugins/profile/*/{CLOCK_FILE}"))
+    data = analyze(logdir).to_json()
+    stall = data["training"]["stall"]
+    assert stall["cause"] == SHUFFLE_BEHIND_MAP and stall["share"] > 0.3
+    text = render(data, width=100)
+    assert "Epoch start: each epoch opens with a" in text and "ds.shuffle(" in text
