@@ -385,7 +385,10 @@ def _outside_the_pipeline(
     out: list[Bottleneck] = []
     if loop is not None and loop.share >= LOOP_WORK_SHARE and loop.per_step_ms >= LOOP_WORK_MIN_MS:
         out.append(_loop_bottleneck(loop, sites))
-    if facts is not None and facts.eager and (facts.dispatch_share or 0.0) >= MIN_BOTTLENECK_SHARE:
+    # Eager ops between next() and a compiled step are the loop's work (above), not an
+    # eager step.
+    eager = facts is not None and facts.eager and not out
+    if eager and facts is not None and (facts.dispatch_share or 0.0) >= MIN_BOTTLENECK_SHARE:
         r = eager_rec(facts)
         what = (f"{facts.eager_ops_per_step or 0:.0f} ops per step, dispatched from Python",)
         share = round(facts.dispatch_share or 0.0, 4)
