@@ -65,6 +65,21 @@ def test_the_verdict_never_says_only_0_percent() -> None:
     assert "only 2%" in verdict(0.02, {"host_compute": 0.9}, "CPU").sentence
 
 
+def test_every_report_reads_a_share_under_1_percent_as_under_1() -> None:
+    from tftune.reports.tuning_terminal import table_rows
+
+    data = json.loads((FIXTURES / "analysis_cpu_pyfunc.json").read_text())
+    data["breakdown"] = {**data["breakdown"], "host_compute": 0.006, "other": 0.064}
+    text = _flat(render(data, width=120))
+    assert "host compute under 1%" in text and " 0%" not in text
+    html = render_analysis_html(data, generated_at=WHEN)
+    assert "Host compute under 1%" in html
+    tuning = json.loads((FIXTURES / "tuning_latency.json").read_text())
+    tuning["baselines"]["as_written"]["utilization"] = 0.004
+    (as_written, *_) = table_rows(tuning)
+    assert as_written[2] == "under 1%"
+
+
 def _rec(kind: str, code: str, stage: str | None = None) -> Recommendation:
     return Recommendation("fix", code, 0.5, "host_compute", stage, kind=kind)
 
