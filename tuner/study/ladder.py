@@ -29,6 +29,16 @@ def _batches(space: SearchSpace, params: Mapping[str, KnobValue]) -> list[KnobVa
     return [params.get(k.name) for k in space.knobs if k.field == "batch_size"]
 
 
+def larger_batch(
+    space: SearchSpace, params: Mapping[str, KnobValue], than: Mapping[str, KnobValue]
+) -> bool:
+    """Whether `params` batches more than `than` at some batch call site."""
+    return any(
+        isinstance(a, int) and isinstance(b, int) and a > b
+        for a, b in zip(_batches(space, params), _batches(space, than), strict=True)
+    )
+
+
 def next_rung(
     records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
 ) -> tuple[int, dict[str, KnobValue]] | None:
@@ -39,11 +49,9 @@ def next_rung(
     if gain is None:
         return None
     r, before = gain
-    now, then = _batches(space, r.params), _batches(space, before.params)
-    larger = any(
-        isinstance(a, int) and isinstance(b, int) and a > b for a, b in zip(now, then, strict=True)
+    up = (
+        with_larger_batch(space, r.params) if larger_batch(space, r.params, before.params) else None
     )
-    up = with_larger_batch(space, r.params) if larger else None
     if up is None or any(dict(x.params) == up for x in records):
         return None
     return r.number, up

@@ -171,8 +171,9 @@ def prune_guard(
     to Optuna's successive-halving pruner (every role reports, so that the baselines'
     first windows are what a searched trial competes with) and says whether it would
     prune. A window that beats the best complete trial's rate (`best_eps`) is never
-    halved, nor is a batch ladder's `rung`: its larger batch has fewer, longer steps per
-    window, so its short first window says less than the others'. A reference baseline
+    halved, nor is a batch `rung` (a batch ladder's, or a screen seed that batches more
+    than the script as written): its larger batch has fewer, longer steps per window, so
+    its short first window says less than the others'. A reference baseline
     far behind the best after its first window is stopped too, as measured enough rather
     than pruned: the note goes to `cut` (`cut_short`)."""
 

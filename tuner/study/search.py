@@ -40,7 +40,7 @@ from tftune.tuner.study.contract import (
     TrialRecord,
 )
 from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
-from tftune.tuner.study.ladder import LADDER_ATTR, next_rung
+from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch, next_rung
 from tftune.tuner.study.objective import (
     cut_short,
     halving_of,
@@ -426,6 +426,12 @@ class Search:
         )
         prune_why: list[str] = []
         cut: list[str] = []
+        # A ladder's rung, or a screen seed batching more than as written: judged whole.
+        rung = trial.user_attrs.get(LADDER_ATTR) is not None or (
+            trial.user_attrs.get(SEED_ATTR) is not None
+            and aw is not None
+            and larger_batch(self.space, params, aw.params)
+        )
         on_repeat = prune_guard(
             self.settings.objective,
             role,
@@ -434,7 +440,7 @@ class Search:
             prune_why,
             halving_of(trial, self.settings.objective, (aw.spread or 0.0) if aw else 0.0),
             cut,
-            rung=trial.user_attrs.get(LADDER_ATTR) is not None,
+            rung=rung,
         )
         config = self.space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
         try:
