@@ -304,6 +304,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
     if sites_note is not None:
         notes.append(sites_note)
     facts = step_facts(host, steps, "GPU" if device == "GPU" else "CPU")
+    training = read_clock_file(run.path)
     findings = find(
         tree,
         input_wait_share=wait_share,
@@ -315,6 +316,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         sites=sites,
         loop=find_loop_work(host, steps),
         facts=facts,
+        epoch_stall=training is not None and training.stall is not None,
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
     check = compare_with_xprof(host.path, steps, bd) if xprof else None
@@ -332,7 +334,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         tuple(notes),
         check,
         facts,
-        read_clock_file(run.path),
+        training,
     )
 
 

@@ -84,11 +84,23 @@ class Bottleneck:
 NOT_THE_LIMIT = " The input pipeline is not the limit; tuning tf.data will not help much."
 
 
+# ... and one whose epochs each open with a stall (the step clock's figures beside a
+# `tftune profile` trace: `probes.epoch_stall`).
+BUT_EPOCH_STARTS = (
+    " Within an epoch the input pipeline is not the limit, but each epoch's start waits "
+    "for it (the epoch-start stall)."
+)
+
+
 def verdict(
     input_share: float | None,
     fractions: Mapping[str, float | None],
     device: str,
+    epoch_stall: bool = False,
 ) -> Verdict:
+    """The input share in its band, with what takes the rest; `epoch_stall`: the step
+    clock named an epoch-start stall, so a run that waits little within an epoch is not
+    told that tuning tf.data cannot help."""
     dev = fractions.get("device_compute")
     host = fractions.get("host_compute")
     if input_share is None:
@@ -103,7 +115,7 @@ def verdict(
     what = "device compute" if device == "GPU" else "host compute"
     tail = f"; {what} takes {percent(compute)}." if compute is not None else "."
     if band is Band.LOW:
-        tail += NOT_THE_LIMIT
+        tail += BUT_EPOCH_STARTS if epoch_stall else NOT_THE_LIMIT
     return Verdict(band.input_bound, band.value, input_share, dev, host, head + tail)
 
 
@@ -163,6 +175,7 @@ def find(
     sites: Sequence[RecordedSite] = (),
     loop: LoopWork | None = None,
     facts: StepFacts | None = None,
+    epoch_stall: bool = False,
 ) -> Findings:
     """All findings for one host: verdict, ranked bottlenecks, ranked recommendations.
     `sites`: the call sites `tftune profile` recorded beside the trace (they name the
@@ -170,8 +183,9 @@ def find(
     outside tf.data (`probes.loop_work`), a bottleneck of its own from
     `LOOP_WORK_SHARE` of step time on; `facts`: what the trace says about the step
     (`probes.next_moves.step_facts`: an eager step, a distributed input, the moves that
-    fix a compute-bound step)."""
-    v = verdict(input_share, fractions, device)
+    fix a compute-bound step); `epoch_stall`: the step clock named an epoch-start stall
+    (`verdict`)."""
+    v = verdict(input_share, fractions, device, epoch_stall)
     cores_v = tree.root_knobs.get("cpu_budget")
     cores = cores_v if isinstance(cores_v, int) else None
     distributed = facts is not None and facts.distributed

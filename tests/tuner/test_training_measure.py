@@ -220,5 +220,7 @@ def test_profile_and_analyze_name_the_epoch_stall_of_steady_profiled_steps(
     data = analyze(logdir).to_json()
     stall = data["training"]["stall"]
     assert stall["cause"] == SHUFFLE_BEHIND_MAP and stall["share"] > 0.3
+    assert "each epoch's start waits for it" in data["verdict"]["sentence"]
+    assert "will not help much" not in data["verdict"]["sentence"]
     text = render(data, width=100)
     assert "Epoch start: each epoch opens with a" in text and "ds.shuffle(" in text
