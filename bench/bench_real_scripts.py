@@ -203,19 +203,30 @@ def measured_loop(script: Script, stdout: str) -> dict[str, Any]:
 
 
 def as_written_samples(tuning: dict[str, Any]) -> tuple[list[float], list[float]]:
-    """tftune's runs of the script as written (its trial, its final-round re-measure and
-    any other complete trial with the same params), and the as-written trial's windows."""
+    """tftune's runs of the script as written, and the as-written trial's windows.
+
+    The runs: every complete trial with the as-written trial's params (the guided guess
+    and AUTOTUNE everywhere are the same config where the script already is what they
+    set), and each one's final-round re-measure; a twin (a config sampled again, whose
+    measurement is reused: the same params and the very same figure) counts once."""
     base = tuning["baselines"].get("as_written") or {}
-    runs = [base["examples_per_s"]] if base.get("examples_per_s") else []
-    confirmed = base.get("confirmed") or {}
-    if confirmed.get("examples_per_s"):
-        runs.append(confirmed["examples_per_s"])
     trials = tuning.get("trials_detail") or []
     params = next((t["params"] for t in trials if t["number"] == base.get("trial")), None)
+    confirmed = {
+        b["trial"]: b["confirmed"]["examples_per_s"]
+        for b in tuning["baselines"].values()
+        if b and b.get("confirmed") and b["confirmed"].get("examples_per_s")
+    }
+    runs: list[float] = []
+    seen: set[float] = set()
     for t in trials:
-        same = params is not None and t["params"] == params and t["number"] != base.get("trial")
-        if same and t["state"] == "complete" and t.get("examples_per_s") and t["role"] != "confirm":
-            runs.append(t["examples_per_s"])
+        rate = t.get("examples_per_s")
+        if t["params"] != params or t["state"] != "complete" or not rate or rate in seen:
+            continue
+        seen.add(rate)
+        runs.append(rate)
+        if t["number"] in confirmed:
+            runs.append(confirmed[t["number"]])
     return runs, [float(x) for x in base.get("repeats") or []]
 
 
