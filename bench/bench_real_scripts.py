@@ -351,6 +351,8 @@ COLUMNS = (
 def table(rows: list[dict[str, Any]]) -> str:
     head = " ".join(name.ljust(w) for name, w in COLUMNS)
     lines = [head, "-" * len(head)]
+    failed = [r for r in rows if "error" in r]
+    rows = [r for r in rows if "error" not in r]
     for r in rows:
         loop = r["loop"]["where"] or "(none named)"
         if r["loop"]["busiest_fallback"]:
@@ -371,6 +373,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(f"{r['script']}: loop line: {r['loop']['text'] or '-'}; best: {r['best']}")
         lines.append("  " + "; ".join(f"{name}: {verdict}" for name, verdict in r["goals"].items()))
+    for r in failed:
+        lines.append(f"{r['script']}: FAILED, every goal MISSED: {r['error'].splitlines()[0]}")
     return "\n".join(lines)
 
 
@@ -401,7 +405,13 @@ def main() -> int:
         data = make_data(work) if any(SCRIPTS[n].needs_data for n in names) else None
         rows = []
         for name in names:
-            row = bench_script(SCRIPTS[name], data, work, opts.quick)
+            try:
+                row = bench_script(SCRIPTS[name], data, work, opts.quick)
+            except (SystemExit, subprocess.TimeoutExpired) as exc:
+                # A script or tftune that fails is a result: the other scripts still run.
+                print(f"[{name}] FAILED: {exc}", flush=True)
+                rows.append({"script": name, "error": str(exc)[-4000:]})
+                continue
             row["goals"] = goals(row)
             rows.append(row)
     finally:
