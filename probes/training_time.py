@@ -147,6 +147,20 @@ class Timeline:
         # Other streams' elements, (request_ns, deliver_ns, stream), sorted by request.
         self._others: list[tuple[int, int, int]] = []
         self._starts: list[EpochStart] = []
+        self._chains: dict[int, tuple[PipelineStage, ...]] = {}  # each stream's pipeline
+        self._started_ns: int | None = None  # the script's first line (child clock)
+
+    def event(self, e: ClockEvent) -> None:
+        """Take what the child said that times training: an epoch start (with the
+        pipeline as built, for a stream's first epoch or a rebuilt one) or the script's
+        start. Other events are not this timeline's."""
+        if e.kind == "epoch":
+            start, chain = epoch_event(e)
+            self._starts.append(start)
+            if chain is not None:
+                self._chains[start.stream] = chain
+        elif e.kind == "started" and isinstance(e.payload.get("at_ns"), int):
+            self._started_ns = int(e.payload["at_ns"])
 
     def other(self, rec: StepRecord) -> None:
         """An element of a stream that is not (yet) training."""
@@ -158,6 +172,28 @@ class Timeline:
 
     def epoch(self, start: EpochStart) -> None:
         self._starts.append(start)
+
+    def training_time(
+        self,
+        stream: int,
+        records: Sequence[StepRecord],
+        typical_step_s: float,
+        excluded_s: float = 0.0,
+        dropped: bool = False,
+    ) -> TrainingTime:
+        """The run's `TrainingTime` for training `stream` (all of its `records`): the
+        preamble to the first training request, the epoch stall and its diagnosis."""
+        preamble = None
+        if self._started_ns is not None and records:
+            preamble = (records[0].request_ns - self._started_ns) / NS
+        return TrainingTime.of(
+            self.epoch_cost(stream, records),
+            typical_step_s,
+            excluded_s,
+            preamble,
+            dropped,
+            self._chains.get(stream, ()),
+        )
 
     def starts(self, stream: int) -> list[EpochStart]:
         return sorted((s for s in self._starts if s.stream == stream), key=lambda s: s.at_ns)

@@ -27,16 +27,8 @@ from dataclasses import dataclass, replace
 
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
-from tftune.probes.epoch_stall import PipelineStage
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
-from tftune.probes.training_time import (
-    EpochCost,
-    Timeline,
-    TrainingTime,
-    WindowStats,
-    epoch_event,
-    first_window_drained,
-)
+from tftune.probes.training_time import EpochCost, Timeline, WindowStats, first_window_drained
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import FailureKind, Measurement
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
@@ -160,7 +152,6 @@ class _Trial(Observer):
         self.current_start_ns = 0
         self.current_ns = 0  # the current window's training time so far
         self.timeline = Timeline()  # other passes and epoch starts (`probes.training_time`)
-        self.chains: dict[int, tuple[PipelineStage, ...]] = {}  # each stream's pipeline
         self.pruned_reason: str | None = None
         self.sampler: NvmlSampler | NotMeasured | None = None
 
@@ -201,8 +192,7 @@ class _Trial(Observer):
         for item in items:
             if isinstance(item, ClockEvent):
                 self.events.append(item)
-                if item.kind == "epoch":
-                    self._epoch(item)
+                self.timeline.event(item)
                 stream = self.watch.event(item)
                 if stream is not None:
                     self._adopt(stream)
@@ -426,23 +416,14 @@ class _Trial(Observer):
             truncated=truncated,
             gpu_memory_used_mb=mem,
             gpu_note=gpu_note,
-            training=TrainingTime.of(
-                cost,
+            training=self.timeline.training_time(
+                self.main_stream or 0,
+                self.records,
                 p50 / 1e3,
                 sum(s.excluded_s for s in stats),
-                self._preamble_s(),
                 dropped,
-                self.chains.get(self.main_stream or 0, ()),
             ),
         )
-
-    def _epoch(self, e: ClockEvent) -> None:
-        """A new iterator over a stream, with its pipeline as built for the stream's first
-        epoch or a rebuilt one (`probes.training_time.epoch_event`)."""
-        start, chain = epoch_event(e)
-        self.timeline.epoch(start)
-        if chain is not None:
-            self.chains[start.stream] = chain
 
     def _epoch_cost(self) -> EpochCost | None:
         if self.main_stream is None:
@@ -453,14 +434,6 @@ class _Trial(Observer):
         cost = cost or self._epoch_cost()
         found = (self.timeline.window(a, w, cost) for a, w in windows)
         return [s for s in found if s is not None]
-
-    def _preamble_s(self) -> float | None:
-        """From the script's first line to its first training request (child clock)."""
-        started = next((e for e in self.events if e.kind == "started"), None)
-        if started is None or not self.records:
-            return None
-        at = started.payload.get("at_ns")
-        return (self.records[0].request_ns - at) / 1e9 if isinstance(at, int) else None
 
 
 def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: int) -> list[Window]:

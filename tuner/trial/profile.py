@@ -19,8 +19,7 @@ from typing import Literal
 
 from tftune.probes.callsites import newest_run_dir
 from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.epoch_stall import PipelineStage
-from tftune.probes.training_time import Timeline, TrainingTime, epoch_event, write_clock_file
+from tftune.probes.training_time import Timeline, TrainingTime, write_clock_file
 from tftune.tuner.config import Config
 from tftune.tuner.trial.launch import (
     ChildRun,
@@ -95,7 +94,6 @@ class _ProfileWatch(Observer):
         self.main: int | None = None
         self.records: list[StepRecord] = []
         self.timeline = Timeline()
-        self.chains: dict[int, tuple[PipelineStage, ...]] = {}
 
     def launched(self, now: float) -> None:
         self.watch.start = now
@@ -104,11 +102,7 @@ class _ProfileWatch(Observer):
         for item in items:
             if isinstance(item, ClockEvent):
                 self.events.append(item)
-                if item.kind == "epoch":
-                    start, chain = epoch_event(item)
-                    self.timeline.epoch(start)
-                    if chain is not None:
-                        self.chains[start.stream] = chain
+                self.timeline.event(item)
                 stream = self.watch.event(item)
                 if stream is not None and self.main is None:
                     self.main = stream
@@ -128,17 +122,7 @@ class _ProfileWatch(Observer):
             return None
         records = self.records
         times = self.timeline.step_times(records[0].deliver_ns, records[1:])
-        started = next((e for e in self.events if e.kind == "started"), None)
-        at = started.payload.get("at_ns") if started is not None else None
-        preamble = (records[0].request_ns - at) / 1e9 if isinstance(at, int) else None
-        return TrainingTime.of(
-            self.timeline.epoch_cost(self.main, records),
-            percentile(times, 50) / 1e9,
-            0.0,
-            preamble,
-            False,
-            self.chains.get(self.main, ()),
-        )
+        return self.timeline.training_time(self.main, records, percentile(times, 50) / 1e9)
 
     def finished(self) -> bool:
         return any(e.kind in ("profile_done", "profile_failed") for e in self.events)
