@@ -3,9 +3,12 @@
 Each script is an idiom seen in Keras examples, TensorFlow tutorials and public repos:
 counting a dataset before training, peeking a batch, `repeat().take().enumerate()`,
 `TextVectorization.adapt`, validation every epoch, `predict` inside a callback, a GAN
-with two optimizers. Datasets are iterated that are not the training stream; tftune must
-clock, profile and tune the training stream only (the dataset whose elements feed the
-optimizer updates), and must never break or hang the script.
+with two optimizers, a vocabulary counted in Python for longer than 20 s before `fit`,
+`fit` with a validation pass as long as each short epoch, a shuffle buffer filled by a
+`py_function` at every epoch's start, an eager GradientTape step, MirroredStrategy over
+two logical CPUs, a Keras PyDataset. Datasets are iterated that are not the training
+stream; tftune must clock, profile and tune the training stream only (the dataset whose
+elements feed the optimizer updates), and must never break or hang the script.
 
 Per script:
   a) it runs plainly and under `tftune run` with no config, to the same end;
