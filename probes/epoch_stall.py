@@ -14,7 +14,10 @@ child walks the iterated dataset's lineage, `tuner.child.datasets.pipeline_chain
   the map, the reads, the fills): ``cache()`` after the deterministic part;
 - **an iterator rebuilt each epoch** (the dataset built anew every epoch): its functions
   are traced and its buffers filled again each time. Build it once, ``repeat()`` it and
-  keep one iterator.
+  keep one iterator;
+- **a new iterator over a tf.distribute dataset each epoch**: it starts every replica's
+  pipeline (a multi-device iterator) again. Make one iterator over a ``repeat()``-ed
+  dataset and take an epoch's steps from it.
 
 Pure data: no TensorFlow here.
 """
@@ -31,6 +34,7 @@ STALL_SHARE_NAMED = 0.05
 SHUFFLE_BEHIND_MAP = "shuffle_behind_map"
 NO_CACHE = "no_cache"
 REBUILT = "rebuilt_each_epoch"
+DISTRIBUTED_ITERATOR = "distributed_iterator_each_epoch"
 UNEXPLAINED = "unexplained"
 
 
@@ -38,7 +42,9 @@ UNEXPLAINED = "unexplained"
 class PipelineStage:
     """One transformation of the training pipeline, source first."""
 
-    kind: str  # map | shuffle | cache | batch | prefetch | repeat | interleave | source | other
+    # map | shuffle | cache | batch | prefetch | repeat | interleave | source | other, and
+    # distribute: tf.distribute splits the pipeline across replicas (the last stage).
+    kind: str
     site: str | None = None  # the user's line, where the child saw the call
     python: bool = False  # its function runs Python (py_function, numpy_function)
 
@@ -144,6 +150,17 @@ def _cause(
                 "# or, for a deterministic fn: ds.map(fn).cache().shuffle(buffer_size)",
                 _sites([*maps, chain[shuffle]]),
             )
+    if chain and chain[-1].kind == "distribute":
+        return (
+            DISTRIBUTED_ITERATOR,
+            "each epoch makes a new iterator over the tf.distribute dataset, which starts "
+            "every replica's pipeline again: make one iterator over a repeat()ed dataset "
+            "and take an epoch's steps from it",
+            "dist_ds = strategy.experimental_distribute_dataset(ds.repeat())\n"
+            "it = iter(dist_ds)\nfor epoch in range(epochs):\n"
+            "    for step in range(steps_per_epoch):\n        train_step(next(it))",
+            (),
+        )
     if rebuilt:
         return (
             REBUILT,

@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 from tftune.probes.service_sizing import (
     CpuMeter,
@@ -43,6 +43,12 @@ MODEL_ONLY = "model_only"
 MODEL_ONLY_ELEMENTS = 32
 EXIT_BOUND_UNAVAILABLE = 3
 NOT_IN_FUNCTION = "the pipeline alone cannot be measured for a dataset iterated in a tf.function"
+# tf.distribute's per-device datasets read from a multi-device iterator that is being
+# built while they are first iterated: drained alone, they would wait forever.
+DISTRIBUTED = (
+    "a dataset that tf.distribute splits across devices cannot be drained or cached on its "
+    "own: its per-device parts read from an iterator not yet running"
+)
 
 
 # The pipeline alone at least this many times the model alone: the model is the limit
@@ -152,6 +158,13 @@ def cache_for_model_only(ds: Any, iterate: Callable[[Any], Any]) -> Any:
     return tf.data.experimental.from_variant(cached._variant_tensor, cached.element_spec).repeat()
 
 
+def unavailable(reason: str) -> NoReturn:
+    """Leave a bound's run at once, with the reason as the last stderr line (the runner
+    reports it): this half of the script cannot be measured."""
+    print(f"tftune: {reason}", file=sys.stderr, flush=True)
+    os._exit(EXIT_BOUND_UNAVAILABLE)
+
+
 def drain_pipeline_only(
     ds: Any,
     stream: int | None,
@@ -166,10 +179,8 @@ def drain_pipeline_only(
 
     if tf.inside_function():
         # The dataset lives in the function's graph; it cannot be drained from here. An
-        # exception would be wrapped by autograph into an unreadable StagingError, so
-        # leave with the reason as the last stderr line (the runner reports it).
-        print(f"tftune: {NOT_IN_FUNCTION}", file=sys.stderr, flush=True)
-        os._exit(EXIT_BOUND_UNAVAILABLE)
+        # exception would be wrapped by autograph into an unreadable StagingError.
+        unavailable(NOT_IN_FUNCTION)
     iterator = iterate(ds)
     if stream is not None:
         iterator._tftune_stream = stream  # the patched __next__ times this iterator

@@ -430,7 +430,8 @@ def tuning_json(
 def training_json(found: Discovery, outcome: StudyOutcome) -> dict[str, Any]:
     """What was measured as training (the tuning JSON's ``training``): the loop, the
     preamble every run pays, and, for the script as written and the winner, what was
-    taken out of their windows and the epoch-start stall with its cause and fix."""
+    taken out of their windows and the epoch-start stall with its cause and fix (the
+    winner's only where it is not the script as written)."""
     trains = found.training
     aw = outcome.baselines.get(Role.AS_WRITTEN)
     return {
@@ -438,7 +439,11 @@ def training_json(found: Discovery, outcome: StudyOutcome) -> dict[str, Any]:
         "busiest_loop": found.busiest_loop,
         "preamble_s": _round(found.preamble_s),
         "as_written": aw.training.to_json() if aw is not None and aw.training else None,
-        "tuned": outcome.best.training.to_json() if outcome.best.training else None,
+        "tuned": (
+            outcome.best.training.to_json()
+            if outcome.best.training and outcome.best.role is not Role.AS_WRITTEN
+            else None
+        ),
     }
 
 

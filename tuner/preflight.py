@@ -144,8 +144,10 @@ def measure_ceiling(
         p, pn = _value(pipe)
         c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, mo))
     if on_note is not None:
+        drained = c.pipeline_only_examples_per_s
         on_note(
-            f"bound analysis: pipeline alone {c.pipeline_only_examples_per_s or 0:,.1f} ex/s"
+            "bound analysis: pipeline alone "
+            + (f"{drained:,.1f} ex/s" if drained else str(c.pipeline_note or "not measured"))
             + (" (the screen's, as written)" if written is not None else "")
             + (f", model alone {mo:,.1f} ex/s" if mo is not None else f", model alone {mn}")
         )
@@ -401,6 +403,7 @@ def build_search_space(
         batch=bound,
         data_service=data_service,
         job_name=f"tftune-{path.stem}" if data_service else None,
+        training_sites=found.training_sites(),
     )
     if space_file is not None:
         space = apply_space_file(space, space_file, found.site_keys())

@@ -351,8 +351,11 @@ def build_space(
     batch: BatchBound | None = None,
     data_service: str | None = None,
     job_name: str | None = None,
+    training_sites: frozenset[str] | None = None,
 ) -> SearchSpace:
-    """The default search space for the discovered call sites on this machine."""
+    """The default search space for the discovered call sites on this machine.
+    `training_sites`: the sites the training dataset was built through (None: unknown);
+    a batch call outside them batches a validation or test set, and is not searched."""
     knobs: list[Knob] = []
     fixed: dict[str, KnobValue] = {}
     left: list[LeftOut] = []
@@ -361,7 +364,9 @@ def build_space(
     sites = list({(s.site, s.op): s for s in sites}.values())
     for s in sites:
         knobs += _site_knobs(s)
-        if s.op in BATCH_OPS:
+        if s.op in BATCH_OPS and training_sites is not None and s.site not in training_sites:
+            left.append(LeftOut(site_knob_name(s.site, "batch_size"), NOT_TRAINING_BATCH))
+        elif s.op in BATCH_OPS:
             knobs += _batch_knob(s, batch, fixed, left, warnings)
     knobs += _global_knobs(sites, cores, left)
     if data_service is not None:
@@ -385,6 +390,12 @@ def build_space(
     for k in knobs:
         unique.setdefault(k.name, k)
     return SearchSpace(tuple(unique.values()), fixed, tuple(left), tuple(warnings), cores)
+
+
+NOT_TRAINING_BATCH = (
+    "it batches a dataset that does not feed training (validation, a test set): its "
+    "batch is not searched"
+)
 
 
 def _site_knobs(s: DiscoveredSite) -> list[Knob]:

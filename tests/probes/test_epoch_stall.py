@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tftune.probes.epoch_stall import (
+    DISTRIBUTED_ITERATOR,
     NO_CACHE,
     REBUILT,
     SHUFFLE_BEHIND_MAP,
@@ -65,3 +66,9 @@ def test_round_trips() -> None:
     chain = (SOURCE, MAP, SHUFFLE)
     assert chain_from_json([s.to_json() for s in chain]) == chain
     assert chain_from_json([{"site": "x"}, "junk", None]) == ()
+
+
+def test_a_new_iterator_over_a_distributed_dataset_each_epoch() -> None:
+    stall = diagnose(1.0, 32, 0.3, (SOURCE, BATCH, PipelineStage("distribute")))
+    assert stall is not None and stall.cause == DISTRIBUTED_ITERATOR
+    assert stall.code is not None and "experimental_distribute_dataset(ds.repeat())" in stall.code

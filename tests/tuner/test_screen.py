@@ -191,6 +191,51 @@ def test_a_dataset_iterated_in_a_tf_function_is_not_screened(tmp_path: Path) -> 
     assert all(e.error == why for e in screen.entries)
 
 
+DISTRIBUTED = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+ds = tf.data.Dataset.range(10**9).map(lambda x: tf.cast(x % 7, tf.float32)).batch(64)
+with strategy.scope():
+    w = tf.Variable(1.0)
+
+def fn(x):
+    w.assign_sub(1e-6 * tf.reduce_mean(x))
+
+for element in strategy.experimental_distribute_dataset(ds):
+    strategy.run(fn, args=(element,))
+"""
+
+
+@pytest.mark.slow
+def test_a_dataset_split_by_tf_distribute_is_not_screened_and_nothing_waits(
+    tmp_path: Path,
+) -> None:
+    """Its per-device parts read from a multi-device iterator not yet running: drained
+    alone they waited forever (the screen, then the bound analysis, each until its
+    deadline). Both say why at once; the test set's batch is not searched."""
+    from tftune.tuner.bounds import DISTRIBUTED as WHY
+    from tftune.tuner.study import Mode
+    from tftune.tuner.study.script_runner import ScriptRunner
+    from tftune.tuner.trial import MeasureSpec
+
+    script = tmp_path / "train.py"
+    script.write_text(DISTRIBUTED)
+    found = discover(script)
+    trains = found.training
+    assert trains is not None and trains.site == "train.py:6", found.streams
+    assert found.training_sites() == frozenset({"train.py:6"})
+    space = build_space(found.sites, cores=2)
+    screen = run_screen(script, [], space, (trains.site, trains.place), seconds=0.2)
+    assert screen.reason == f"no candidate could be screened: {WHY}"
+    spec = MeasureSpec(training_at=(trains.site, trains.place), step_timeout_s=60)
+    runner = ScriptRunner(script, (), spec=spec)
+    for mode in (Mode.PIPELINE_ONLY, Mode.MODEL_ONLY):
+        m = runner.measure(space.config({}), mode=mode)
+        assert m.examples_per_s is None and WHY in (m.reason or "") + m.stderr_tail, m
+
+
 def test_one_host_sizing_uses_the_pipeline_at_its_best_screened_config() -> None:
     from tftune.probes.service_sizing import host_cores
     from tftune.tuner.bounds import Ceiling

@@ -273,3 +273,24 @@ def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
     (tmp_path / "models" / "net.py").write_text("from tensorflow import keras\n")
     (tmp_path / "train.py").write_text("import tensorflow as tf\nfrom models.net import build\n")
     assert mentions_keras(tmp_path / "train.py")
+
+
+def test_a_batch_outside_the_training_pipeline_is_not_searched() -> None:
+    """A test set's own batch call (a validation pipeline) is no knob of training: its
+    batch size is left out, with the reason; the training pipeline's is searched."""
+    from tftune.tuner.space import NOT_TRAINING_BATCH
+
+    train, test = (
+        site("train.py:20", "batch", batch_size=64),
+        site("train.py:21", "batch", batch_size=64),
+    )
+    space = build_space(
+        [MAP, train, test], cores=2, training_sites=frozenset({MAP.site, train.site})
+    )
+    names = {k.name for k in space.knobs}
+    assert "train.py:20/batch_size" in names and "train.py:21/batch_size" not in names
+    assert ("train.py:21/batch_size", NOT_TRAINING_BATCH) in {
+        (lo.name, lo.reason) for lo in space.left_out
+    }
+    unknown = build_space([MAP, train, test], cores=2)  # no lineage known: both searched
+    assert {"train.py:20/batch_size", "train.py:21/batch_size"} <= {k.name for k in unknown.knobs}

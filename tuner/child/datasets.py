@@ -291,11 +291,20 @@ def _unwrap_options(ds: Any) -> Any:
     return ds
 
 
-# Datasets whose lineage cannot be walked: one passed into a tf.function as an argument,
-# and tf.distribute's per-replica datasets (fed by a multi-device iterator).
-_OPAQUE_DATASETS = frozenset(
-    {"_VariantDataset", "_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"}
-)
+# tf.distribute's per-replica datasets (fed by a multi-device iterator), and a dataset
+# passed into a tf.function as an argument: their lineage cannot be walked.
+_PER_DEVICE_DATASETS = frozenset({"_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"})
+_OPAQUE_DATASETS = _PER_DEVICE_DATASETS | {"_VariantDataset"}
+
+
+def is_per_device(ds: Any, depth: int = 0) -> bool:
+    """A tf.distribute per-device dataset: its lineage reads from a multi-device iterator
+    (`_create_device_dataset` puts a prefetch and options over the generator)."""
+    if type(ds).__name__ in _PER_DEVICE_DATASETS:
+        return True
+    return depth < 16 and any(is_per_device(i, depth + 1) for i in _inputs(ds))
+
+
 # Stages whose elements come from datasets a function builds (not walkable): a flat_map or
 # interleave before any batch, such as `from_generator` (Keras' PyDataset adapter).
 _ELEMENTS_FROM_A_FUNCTION = ("FlatMap", "Interleave")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tftune.tuner.child.datasets import describe
 from tftune.tuner.child.streams import Streams
 
 
@@ -34,10 +35,14 @@ class DistributePatches(Streams):
             def make_iter(original: Callable[[Any], Any]) -> Callable[[Any], Any]:
                 @functools.wraps(original)
                 def __iter__(dataset: Any) -> Any:
+                    source = getattr(dataset, "_original_dataset", None)
+                    site = describe(source).site if source is not None else None
+                    patcher.undrainable_here(site)
                     made_ns = time.time_ns()
                     iterator = original(dataset)
                     if patcher.instrument_clock:
-                        stream = patcher._new_stream(dataset)
+                        stream = patcher._new_stream(dataset, site)
+                        patcher.distributed_made(stream, source)
                         patcher._batched[stream] = True
                         patcher.last_distributed_stream = stream
                         with contextlib.suppress(AttributeError):

@@ -28,7 +28,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from tftune.core.userfiles import write_text_atomic
 from tftune.tuner.child.clock import examples_of
@@ -211,6 +211,12 @@ def screen_spec(config: Config) -> ScreenSpec | None:
     return ScreenSpec.from_meta(meta) if isinstance(meta, Mapping) else None
 
 
+def unscreenable(spec: ScreenSpec, why: str) -> NoReturn:
+    """No candidate can be drained here: each gets `why`, and the child leaves."""
+    write_results(spec.out, [{"index": i, "error": why} for i in range(len(spec.candidates))])
+    os._exit(0)
+
+
 def run_screen(
     patcher: Any,
     ds: Any,
@@ -228,9 +234,7 @@ def run_screen(
 
     rows: list[dict[str, Any]] = []
     if tf.inside_function():  # the dataset lives in a graph: it cannot be drained from here
-        why = "the training dataset is iterated inside a tf.function"
-        write_results(spec.out, [{"index": i, "error": why} for i in range(len(spec.candidates))])
-        os._exit(0)
+        unscreenable(spec, "the training dataset is iterated inside a tf.function")
     original, hooks = patcher.config, patcher.hooks
     patcher.hooks = Hooks()  # the replayed calls are not new call sites to report
 

@@ -46,6 +46,7 @@ class IterationInfo:
     threadpool_size: int | None
     deterministic: bool | None
     stream: int | None = None  # the clock's stream number (when streams are followed)
+    lineage: tuple[str, ...] = ()  # the user's call sites the dataset was built through
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
+from tftune.probes.epoch_stall import PipelineStage
 from tftune.tuner import bounds
 from tftune.tuner.child.clock import StepClock
 from tftune.tuner.child.datasets import (
@@ -28,9 +29,10 @@ from tftune.tuner.child.datasets import (
     _tag,
     apply_globals,
     describe,
+    is_per_device,
     pipeline_chain,
 )
-from tftune.tuner.child.screen import run_screen, screen_spec
+from tftune.tuner.child.screen import lineage_sites, run_screen, screen_spec, unscreenable
 from tftune.tuner.child.service import distribute_at_cut
 from tftune.tuner.child.state import EpochMade
 
@@ -62,7 +64,12 @@ class Streams(DatasetOps, StepClock):
         self._warn_unknown_sites()
         info = describe(ds, batched_default=self.batch_seen)
         stream: int | None = None
-        if self.instrument_clock:
+        # tf.distribute's per-device parts read from a multi-device iterator still being
+        # built: drained alone (the screen, the pipeline alone) they would wait forever,
+        # and their fetches are the distributed step's own: no stream, no screen, no bound
+        # (`distributed_made` speaks for the distributed dataset).
+        per_device = is_per_device(ds)
+        if self.instrument_clock and not per_device:
             stream = getattr(ds, "_tftune_stream_no", None)
             if stream is None:
                 stream = self._new_stream(ds, info.site)
@@ -76,18 +83,19 @@ class Streams(DatasetOps, StepClock):
                 self._note_source(stream, ds)
             info = replace(info, stream=stream)
         if self.hooks.on_iterate is not None:
-            self.hooks.on_iterate(info)
+            self.hooks.on_iterate(replace(info, lineage=tuple(sorted(lineage_sites(ds)))))
         screen = screen_spec(self.config)
-        if screen is not None and self._is_training_at(info.site):
+        training_here = self._is_training_at(info.site) and not per_device
+        if screen is not None and training_here:
             # tftune optimize's pipeline screen (tuner/child/screen.py): rank configs.
             run_screen(self, ds, info, screen, _original_iter(), apply_globals)
         src = ds
-        if self.config.data_service is not None and self._is_training_at(info.site):
+        if self.config.data_service is not None and training_here:
             # tftune optimize --data-service (tuner/child/service.py): read from the service.
             src = distribute_at_cut(ds, self.config.data_service, trial=self.instrument_clock)
         out = apply_globals(src, self.config, info)
         # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
-        bound = bounds.bound_mode(self.config) if self._is_training_at(info.site) else None
+        bound = bounds.bound_mode(self.config) if training_here else None
         if bound == bounds.PIPELINE_ONLY and stream is not None:
             # No model, no update: the drained dataset is what is measured.
             self.roles.declare(stream, "the pipeline alone (bound analysis)")
@@ -127,6 +135,30 @@ class Streams(DatasetOps, StepClock):
         self._epochs_seen.add(stream)
         chain = self._chains.get(stream) if first or rebuilt else None
         on_epoch(EpochMade(stream, made_ns, _cardinality(dataset), rebuilt, chain))
+
+    def distributed_made(self, stream: int, source: Any) -> None:
+        """An iterator over a tf.distribute dataset (stream `stream`) built from the
+        user's `source` dataset: reported as iterated, with its lineage; its pipeline, then
+        the split (`distribute`), for the epoch-start diagnosis."""
+        info = describe(source, batched_default=True) if source is not None else None
+        if info is not None and self.hooks.on_iterate is not None:
+            lineage = tuple(sorted(lineage_sites(source)))
+            self.hooks.on_iterate(replace(info, batched=True, stream=stream, lineage=lineage))
+        if self.hooks.on_epoch is not None and stream not in self._chains:
+            built = pipeline_chain(source) if source is not None else ()
+            self._chains[stream] = (*built, PipelineStage("distribute"))
+
+    def undrainable_here(self, site: str | None) -> None:
+        """The training dataset, built at `site`, is iterated here through tf.distribute,
+        whose per-device parts cannot be drained alone: a pipeline screen or a bound
+        analysis run leaves at once, saying so."""
+        if not self._is_training_at(site):
+            return
+        screen = screen_spec(self.config)
+        if screen is not None:
+            unscreenable(screen, bounds.DISTRIBUTED)
+        if bounds.bound_mode(self.config) is not None:
+            bounds.unavailable(bounds.DISTRIBUTED)
 
     def _note_source(self, stream: int, ds: Any) -> None:
         """The user's dataset `stream` iterates now: its pipeline, and whether it is

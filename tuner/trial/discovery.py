@@ -60,6 +60,7 @@ class IteratedPipeline:
     threadpool_size: int | None
     deterministic: bool | None
     stream: int | None = None
+    lineage: tuple[str, ...] = ()  # the user's call sites the dataset was built through
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +124,15 @@ class Discovery:
         why = f"the script {ended} before any dataset fed an optimizer update; {seen}"
         tail = "\n".join(f"  {line}" for line in self.stderr_tail.splitlines()[-12:])
         return f"{why}\nits stderr ends with:\n{tail}" if tail.strip() else why
+
+    def training_sites(self) -> frozenset[str] | None:
+        """The call sites the training dataset was built through (its lineage), or None
+        where no iterated pipeline of the training stream says."""
+        trains = self.training
+        if trains is None:
+            return None
+        found = {s for p in self.pipelines if p.stream == trains.stream for s in p.lineage}
+        return frozenset(found) or None
 
     def site_keys(self) -> frozenset[str]:
         return frozenset(s.site for s in self.sites)
@@ -234,6 +244,7 @@ def _pipeline(row: dict[str, Any]) -> IteratedPipeline:
         threadpool_size=row.get("threadpool_size"),
         deterministic=row.get("deterministic"),
         stream=row.get("stream"),
+        lineage=tuple(str(x) for x in row.get("lineage") or ()),
     )
 
 
