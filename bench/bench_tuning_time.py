@@ -4,7 +4,9 @@ a change, and what its winner is worth against a grid measured in the same run.
     python bench/bench_tuning_time.py --before /tmp/venv_before/bin/tftune \
         --cases latency_io,cpu_heavy_map,compute_bound --out results.json
 
-Per case (`bench/cases/*.py`, run unmodified with ``--steps 100000000``):
+Per case (`bench/cases/*.py`, run unmodified with ``--steps 100000000``; or a user-style
+script of `tests/realscripts/` by its name, with the data `makedata.py` writes and
+``--epochs 100000``: ``--cases image_folders``):
 
 1. ``tftune optimize CASE`` with the default options, once with the `--before` install
    (say, a venv of today's main) and once with this checkout's, alternating which goes
@@ -41,6 +43,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 FOREVER = ["--steps", "100000000"]
+REALSCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "realscripts"
+# Where the user-style scripts' data is written once (without --keep).
+DATA_HOME = os.path.join(tempfile.gettempdir(), "tftune-bench-realscripts")
 AFTER = [sys.executable, "-m", "tftune"]
 AS_WRITTEN = "as written"
 # The grid's parallelism values (`focused_grid`); "cores" is os.cpu_count().
@@ -53,10 +58,26 @@ GRID_SHARE = 0.95  # the after winner, of the grid's best
 GUIDED_SHARE = 0.8  # the guided trial, of the grid's best
 
 
-def tune(cmd: list[str], case: Path, out: Path) -> tuple[float, dict[str, Any]]:
+def target(name: str, work: Path) -> tuple[Path, list[str]]:
+    """A case's script and the arguments that keep it running until tftune stops it."""
+    case = CASES_DIR / f"{name}.py"
+    if case.exists():
+        return case, FOREVER
+    script = REALSCRIPTS / f"{name}.py"
+    if not script.exists():
+        raise SystemExit(f"{name}: no such case in bench/cases or tests/realscripts")
+    data = work / "data"
+    if not (data / "speech").is_dir():
+        subprocess.run([sys.executable, str(REALSCRIPTS / "makedata.py"), str(data)], check=True)
+    return script, ["--data", str(data), "--epochs", "100000"]
+
+
+def tune(
+    cmd: list[str], case: Path, out: Path, args: list[str] = FOREVER
+) -> tuple[float, dict[str, Any]]:
     """One default `tftune optimize` of `case`: its wall time and its tuning JSON."""
     out.mkdir(parents=True, exist_ok=True)
-    argv = [*cmd, "optimize", str(case), "--json", "t.json", "--", *FOREVER]
+    argv = [*cmd, "optimize", str(case), "--json", "t.json", "--", *args]
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=out, capture_output=True, text=True, timeout=3600)
     wall = time.monotonic() - t0
@@ -218,14 +239,14 @@ def below(samples: dict[str, list[float]], a: str, b: str, factor: float = 1.0) 
 # --- one case -------------------------------------------------------------------------------
 
 
-def setup(case: Path) -> tuple[Any, Any, Any]:
+def setup(case: Path, args: list[str] = FOREVER) -> tuple[Any, Any, Any]:
     """Discovery, the space as `tftune optimize` builds it (`preflight.build_search_space`:
     platform flags, Keras, batch) and the runner with the spec its trials use."""
     from tftune.tuner.preflight import build_search_space, gpu_visible
     from tftune.tuner.study import ScriptRunner
     from tftune.tuner.trial import MeasureSpec, discover
 
-    found = discover(case, FOREVER)
+    found = discover(case, args)
     gpu = gpu_visible()
     space = build_search_space(case, case, found, gpu, None, None, lambda _s: None)
     # As `tftune optimize` measures: the training loop discovery found, or the busiest
@@ -235,24 +256,24 @@ def setup(case: Path) -> tuple[Any, Any, Any]:
         busiest_loop=found.busiest_loop,
         training_at=(trains.site, trains.place) if trains is not None else None,
     )
-    return space, ScriptRunner(case, FOREVER, spec=spec, gpu_visible=gpu), found
+    return space, ScriptRunner(case, args, spec=spec, gpu_visible=gpu), found
 
 
 def run_case(name: str, before_cmd: list[str], index: int, args: argparse.Namespace) -> Any:
     from tftune.tuner.config import Config, config_from_json
     from tftune.tuner.study import Role, baseline_params
 
-    case = CASES_DIR / f"{name}.py"
     print(f"\n== {name}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
+        case, script_args = target(name, args.keep or Path(DATA_HOME))
         order = [("before", before_cmd), ("after", AFTER)]
         if index % 2:
             order.reverse()
         where = args.keep / name if args.keep is not None else Path(tmp)
-        runs = {who: tune(cmd, case, where / who) for who, cmd in order}
+        runs = {who: tune(cmd, case, where / who, script_args) for who, cmd in order}
     (wall_b, before), (wall_a, after) = runs["before"], runs["after"]
     print(f"   tuning: before {wall_b:.0f} s, after {wall_a:.0f} s", flush=True)
-    space, runner, _found = setup(case)
+    space, runner, _found = setup(case, script_args)
     configs = {
         "as_written": Config(),
         "autotune": space.config(baseline_params(space, Role.AUTOTUNE, space.cores)),
