@@ -24,7 +24,7 @@ SPEC = MeasureSpec(warmup_steps=3, warmup_s=0.5, window_s=2.0, repeats=2, stall_
 
 def _script(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "train.py"
-    path.write_text(textwrap.dedent(body))
+    path.write_text(textwrap.dedent(body.replace("SGD_STEP", SGD_STEP)))
     return path
 
 
@@ -56,6 +56,15 @@ OWN_COUNTER = """
     own = Own()
 """
 
+# A one-variable model's compiled SGD step (placed where a script says SGD_STEP).
+SGD_STEP = """w = tf.Variable(1.0)
+    opt = tf.keras.optimizers.SGD(1e-6)
+    @tf.function
+    def train_step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.cast(x, tf.float32) * w))
+        opt.apply_gradients([(tape.gradient(loss, w), w)])"""
+
 PREAMBLE = (
     OWN_COUNTER
     + """
@@ -66,13 +75,7 @@ PREAMBLE = (
     while time.perf_counter() - start < FALLBACK_S + 4:
         for batch in ds.take(50):
             counted += int(batch.shape[0])
-    w = tf.Variable(1.0)
-    opt = tf.keras.optimizers.SGD(1e-6)
-    @tf.function
-    def train_step(x):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(tf.cast(x, tf.float32) * w))
-        opt.apply_gradients([(tape.gradient(loss, w), w)])
+    SGD_STEP
     train = tf.data.Dataset.range(10**9).map(lambda x: x % 7).batch(32).prefetch(2)
     own.begin()
     for x in train:
@@ -159,13 +162,7 @@ SHUFFLE_FILL = (
     # 400 elements of 2 ms behind a 400-element shuffle: each epoch opens with ~0.8 s of
     # filling, then 25 steps of ~10 ms.
     ds = tf.data.Dataset.range(400).map(slow).shuffle(400).batch(16)
-    w = tf.Variable(1.0)
-    opt = tf.keras.optimizers.SGD(1e-6)
-    @tf.function
-    def train_step(x):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(tf.cast(x, tf.float32) * w))
-        opt.apply_gradients([(tape.gradient(loss, w), w)])
+    SGD_STEP
     for epoch in range(10**6):
         own.begin()
         for x in ds:

@@ -30,31 +30,6 @@ from pathlib import Path
 
 from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S
 
-# Names that train, or call what trains, in the TF/Keras ecosystem and in users' own
-# helpers. A false "may train" costs the long wait; a false "cannot" ends discovery
-# after `KNOWN_BUSIEST_S` on a counting loop: this list errs towards "may train".
-TRAINING_NAMES = frozenset(
-    {
-        "fit",
-        "fit_generator",
-        "train_on_batch",
-        "apply_gradients",
-        "minimize",
-        "GradientTape",
-        "gradients",
-        "optimizer",
-        "optimizers",
-        "Optimizer",
-        "assign_add",
-        "assign_sub",
-        "compile",
-        "Estimator",
-        "estimator",
-        "train_and_evaluate",
-        "Trainer",
-        "Checkpoint",
-    }
-)
 # Names whose call trains: a script that uses one trains for sure.
 SHOWN_TRAINING = frozenset(
     {
@@ -69,6 +44,20 @@ SHOWN_TRAINING = frozenset(
         "train_and_evaluate",
     }
 )
+# Names that train, or call what trains, in the TF/Keras ecosystem and in users' own
+# helpers. A false "may train" costs the long wait; a false "cannot" ends discovery
+# after `KNOWN_BUSIEST_S` on a counting loop: this list errs towards "may train".
+TRAINING_NAMES = SHOWN_TRAINING | {
+    "gradients",
+    "optimizer",
+    "assign_add",
+    "assign_sub",
+    "compile",
+    "Estimator",
+    "estimator",
+    "Trainer",
+    "Checkpoint",
+}
 # Any name containing one of these (``train``, ``train_step``, ``run_training``).
 TRAINING_PARTS = ("train", "optimi", "backward", "grad")
 MAX_MODULES = 50  # the local modules read, at most; more: assume it may train
