@@ -113,12 +113,18 @@ class EpochCost:
             return 0.0
         return self.stall_s / self.steps_per_epoch
 
+    def period_s(self, typical_step_s: float) -> float | None:
+        """An epoch's training time: its steps and its stall (None: length unknown)."""
+        if not self.steps_per_epoch:
+            return None
+        return typical_step_s * self.steps_per_epoch + self.stall_s
+
     def share(self, typical_step_s: float) -> float:
         """The stall's share of an epoch's training time."""
-        if not self.steps_per_epoch or typical_step_s <= 0:
+        epoch_s = self.period_s(typical_step_s)
+        if not epoch_s or typical_step_s <= 0:
             return 0.0
-        epoch_s = typical_step_s * self.steps_per_epoch + self.stall_s
-        return self.stall_s / epoch_s if epoch_s > 0 else 0.0
+        return self.stall_s / epoch_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,40 +264,65 @@ class Timeline:
         self, start_ns: int, records: Sequence[StepRecord], cost: EpochCost | None = None
     ) -> WindowStats | None:
         """The training figures of the steps delivered after `start_ns` (module
-        docstring): other passes out, a drained prefix trimmed, epoch stalls spread."""
+        docstring): other passes out; over the whole epochs the window holds where it
+        holds one, else with a drained prefix trimmed and the epoch stall spread."""
         if not records:
             return None
         times = self.step_times(start_ns, records)
+        firsts = cost.first_steps if cost is not None and cost.spread else frozenset()
+        starts = [i for i, r in enumerate(records) if r.deliver_ns in firsts]
+        if len(starts) >= 2:  # whole epochs, start to start: nothing to trim or spread
+            a, b = starts[0], starts[-1]
+            before = records[a - 1].deliver_ns if a else start_ns
+            return _figures(before, records[a:b], times[a:b], times[a:b], 0.0, 0)
         dry = dry_steps(records, times)
         drained = drained_prefix(dry)
         if drained:
             start_ns, records = records[drained - 1].deliver_ns, records[drained:]
-            times, dry = times[drained:], dry[drained:]
-        firsts = cost.first_steps if cost is not None and cost.spread else frozenset()
+            times = times[drained:]
         steady = [t for r, t in zip(records, times, strict=True) if r.deliver_ns not in firsts]
         typical = percentile(steady, 50) if steady else 0.0
-        own, wait = 0.0, 0.0
-        for r, t in zip(records, times, strict=True):
-            step = typical if r.deliver_ns in firsts else t
-            own += step
-            wait += min(r.wait_ns, step)
+        counted = [
+            typical if r.deliver_ns in firsts else t for r, t in zip(records, times, strict=True)
+        ]
         spread_s = cost.per_step_s() * len(records) if cost is not None else 0.0
-        duration = own / NS + spread_s
-        if duration <= 0:
-            return None
-        raw = (records[-1].deliver_ns - start_ns) / NS
-        examples = sum(r.examples for r in records)
-        return WindowStats(
-            steps=len(records),
-            examples=examples,
-            duration_s=duration,
-            examples_per_s=examples / duration,
-            steps_per_s=len(records) / duration,
-            input_wait_s=wait / NS + spread_s,
-            excluded_s=max(0.0, raw - sum(times) / NS),
-            drained_steps=drained,
-            dry_share=sum(dry) / len(dry),
-        )
+        return _figures(start_ns, records, times, counted, spread_s, drained)
+
+    def epoch_starts_at(self, stream: int, before: StepRecord | None, rec: StepRecord) -> bool:
+        """Whether `rec` is the first step of an epoch of `stream` (an iterator was made
+        after the request before it and before its own)."""
+        lo = before.request_ns if before is not None else -1
+        return any(lo < s.at_ns <= rec.request_ns for s in self.starts(stream))
+
+
+def _figures(
+    start_ns: int,
+    records: Sequence[StepRecord],
+    times: Sequence[int],
+    counted: Sequence[float],
+    spread_s: float,
+    drained: int,
+) -> WindowStats | None:
+    """A window's `WindowStats`: `counted` are the steps' times as the figure takes them
+    (an epoch's first step as a typical one where the stall is spread, `spread_s`)."""
+    duration = sum(counted) / NS + spread_s
+    if not records or duration <= 0:
+        return None
+    wait = sum(min(r.wait_ns, c) for r, c in zip(records, counted, strict=True)) / NS
+    raw = (records[-1].deliver_ns - start_ns) / NS
+    examples = sum(r.examples for r in records)
+    dry = dry_steps(records, times)
+    return WindowStats(
+        steps=len(records),
+        examples=examples,
+        duration_s=duration,
+        examples_per_s=examples / duration,
+        steps_per_s=len(records) / duration,
+        input_wait_s=wait + spread_s,
+        excluded_s=max(0.0, raw - sum(times) / NS),
+        drained_steps=drained,
+        dry_share=sum(dry) / len(dry),
+    )
 
 
 def dry_steps(records: Sequence[StepRecord], times: Sequence[int]) -> list[bool]:

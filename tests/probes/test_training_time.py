@@ -184,3 +184,28 @@ def test_training_time_round_trips_through_json() -> None:
     assert back.to_json() == t.to_json()
     assert TrainingTime.from_json(None) is None
     assert TrainingTime.of(None, 0.01, 0.0, None, True).first_window_dropped
+
+
+def test_a_window_over_whole_epochs_reads_them_start_to_start() -> None:
+    """Where a window holds an epoch's first step and the next one's, its figure is the
+    whole epochs between them: however uneven the steps within an epoch (a buffer that
+    fills slowly, then drains fast), nothing is trimmed nor spread."""
+    timeline, records = Timeline(), []
+    t = 0
+    for _ in range(4):
+        timeline.epoch(EpochStart(1, t, 10))
+        for i in range(10):
+            step_ms, wait_ms = (100, 95) if i == 0 else (20, 15) if i < 5 else (2, 0.01)
+            deliver = t + step_ms * MS
+            records.append(StepRecord(1, deliver - int(wait_ms * MS), deliver, 8))
+            t = deliver
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and cost.steps_per_epoch == 10
+    # A window from the middle of epoch 1 to the start of epoch 3: epochs 2 whole.
+    stats = timeline.window(records[6].deliver_ns, records[7:31], cost)
+    assert stats is not None and stats.steps == 20 and stats.drained_steps == 0
+    epoch_s = (100 + 4 * 20 + 5 * 2) / 1000
+    assert stats.duration_s == pytest.approx(2 * epoch_s)
+    assert stats.examples_per_s == pytest.approx(80 / epoch_s)
+    assert timeline.epoch_starts_at(1, records[19], records[20])
+    assert not timeline.epoch_starts_at(1, records[20], records[21])

@@ -1,34 +1,30 @@
 """One measured trial: the script under one config, warm-up → repeat windows → stop.
 
 `run_trial(script, args, config, spec)` → `Measurement`. The child writes a step record
-for every element a stream delivers and events (a stream found training, a NaN loss, an
-exception, the end); `_Trial` follows them as an `Observer` of the one launch loop
-(`trial.launch.ChildRun`):
-
-1. warm-up: the first `warmup_steps` training steps, and at least `warmup_s` after the
-   first (tracing, the first epoch's fill);
-2. `repeats` consecutive windows, each at least `window_s` long (the first of several
-   half that: `FIRST_WINDOW_SHARE`) and `window_steps` steps; after each,
-   `on_report(index, examples/s so far)`, whose True prunes;
-3. stop: the child's whole group is stopped once the windows are measured.
+for every element a stream delivers and events (a stream found training, an epoch
+started, a NaN loss, an exception, the end); `_Trial` follows them as an `Observer` of
+the one launch loop (`trial.launch.ChildRun`), hands the training stream's steps to its
+`trial.windows.Windows` (warm-up, then the measured windows, with their pruning
+reports), and stops the child's whole group once the windows are measured.
 
 Failures (exception, non-zero exit, OOM, stall, NaN loss, timeout, no steps) are
 results, never raised: `ScriptError` only for a script that is missing or invalid. A
 script that ends before the windows are full is measured over what it ran (`truncated`).
 Only training streams' steps count (`trial.watch`): a counting loop, a peek, `adapt`,
-validation and `predict` are seen, never measured.
+validation and `predict` are seen, never measured; their passes between training steps
+are taken out of the windows (`probes.training_time`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
-from tftune.probes.training_time import EpochCost, Timeline, WindowStats, first_window_drained
+from tftune.probes.training_time import Timeline, first_window_drained
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import FailureKind, Measurement
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
@@ -43,58 +39,8 @@ from tftune.tuner.trial.launch import (
     workdir,
 )
 from tftune.tuner.trial.spare import SETTLE_LIMIT_S
-from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S, StreamWatch, describe_streams
-
-# A window of fewer steps than this says little about the noise: with 0.05-2 s steps
-# (real models on a GPU) a window runs until it holds this many, whatever window_s is.
-MIN_WINDOW_STEPS = 10
-# The first window of a run that measures several is half as long: a run the pruner stops
-# there, or a reference baseline cut short (`study.objective`), costs 1.5 s less, and
-# only the survivors pay full windows (successive halving's short first rung). Measured
-# here: one config's run-to-run noise (5-12%) is well above what a 1.5 s window adds.
-FIRST_WINDOW_SHARE = 0.5
-
-# Called after each repeat window with (repeat index, examples/s so far); True prunes.
-ReportFn = Callable[[int, float], bool]
-Window = tuple[int, list[StepRecord]]  # (start ns, the steps delivered in it)
-
-
-@dataclass(frozen=True, slots=True)
-class MeasureSpec:
-    """How a trial is measured. All times in seconds."""
-
-    warmup_steps: int = 5  # steps skipped (tracing, first-epoch fill) ...
-    warmup_s: float = 1.0  # ... and at least this long after the first step
-    window_s: float = 3.0  # length of one repeat window ...
-    window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
-    # The first of several windows is this share of `window_s`: the pruner and a
-    # reference baseline's cut decide on it, and only survivors pay the full windows.
-    first_window_share: float = FIRST_WINDOW_SHARE
-    # Consecutive windows; their spread is the noise. Two: one config's run-to-run noise
-    # on a host (5-12%) is more than a run's windows show (1-4%), so a third window
-    # bought little but 3 s a run; the final round re-measures what decides.
-    repeats: int = 2
-    # The next training step is due within max(stall_s, 20 x the slowest step so far)
-    # (`trial.watch`); the first within startup_timeout_s; step_timeout_s sets both.
-    stall_s: float = STALL_FLOOR_S
-    startup_timeout_s: float = FIRST_STEP_S
-    step_timeout_s: float | None = None
-    # The script updates nothing (discovery said so: `Discovery.busiest_loop`): measure
-    # the stream that delivers the most, not the one that feeds updates.
-    busiest_loop: bool = False
-    # Where the training dataset is built and iterated (discovery's `training`: site,
-    # place). The bound analysis caches or drains that dataset only, never a counting
-    # loop or a validation set before it; None: every dataset iterated.
-    training_at: tuple[str | None, str | None] | None = None
-    max_wall_s: float | None = None  # hard cap on the whole trial
-    term_grace_s: float = 3.0  # between SIGTERM and SIGKILL
-    nvml_interval_s: float = 0.2
-
-    def window_length(self, index: int) -> float:
-        """Seconds window `index` lasts at least (module docstring)."""
-        if index == 0 and self.repeats > 1:
-            return self.window_s * self.first_window_share
-        return self.window_s
+from tftune.tuner.trial.watch import StreamWatch, describe_streams
+from tftune.tuner.trial.windows import MeasureSpec, ReportFn, Windows
 
 
 def run_trial(
@@ -133,8 +79,7 @@ class _Trial(Observer):
     def __init__(
         self, deps: RunnerDeps, spec: MeasureSpec, config: Config, on_report: ReportFn | None
     ) -> None:
-        self.deps, self.spec, self.config, self.on_report = deps, spec, config, on_report
-        self.records: list[StepRecord] = []
+        self.deps, self.spec, self.config = deps, spec, config
         self.main_stream: int | None = None  # the first training stream: its steps count
         self.pending_examples = 0  # another training stream's, added to the next step
         self.notes_seen: list[str] = []
@@ -146,14 +91,25 @@ class _Trial(Observer):
             step_timeout_s=spec.step_timeout_s,
         )
         self.events: list[ClockEvent] = []
-        self.window_start_ns: int | None = None
-        self.windows: list[Window] = []
-        self.current: list[StepRecord] = []
-        self.current_start_ns = 0
-        self.current_ns = 0  # the current window's training time so far
         self.timeline = Timeline()  # other passes and epoch starts (`probes.training_time`)
-        self.pruned_reason: str | None = None
+        self.win = Windows(spec, self.timeline, on_report, self._settled, self._opened)
         self.sampler: NvmlSampler | NotMeasured | None = None
+
+    @property
+    def records(self) -> list[StepRecord]:
+        """The training stream's steps so far."""
+        return self.win.records
+
+    def _settled(self, warm_s: float) -> bool:
+        """No warm spare is importing beside this run (`trial.spare`), or it has warmed
+        up `SETTLE_LIMIT_S` already: the windows measure the run alone."""
+        spares = self.deps.spares
+        return spares is None or spares.settled() or warm_s >= SETTLE_LIMIT_S
+
+    def _opened(self) -> None:
+        """The first window opened: GPU utilization is sampled from here."""
+        if isinstance(self.sampler, NvmlSampler):
+            self.sampler.start()
 
     # -- the launch loop's questions (`trial.launch.Observer`)
     def launched(self, now: float) -> None:
@@ -163,7 +119,7 @@ class _Trial(Observer):
         self._consume(items)
 
     def finished(self) -> bool:
-        return self._event_failure() is not None or self._done()
+        return self._event_failure() is not None or self.win.done()
 
     def said_done(self) -> bool:
         """The script raised or finished: the process is on its way out."""
@@ -181,7 +137,7 @@ class _Trial(Observer):
     def close_nvml(self) -> GpuFigures | NotMeasured:
         sampler = self.sampler
         if isinstance(sampler, NvmlSampler):
-            if self.window_start_ns is None:
+            if self.win.window_start_ns is None:
                 sampler.stop()
                 return NotMeasured("no steady-state window")
             return sampler.stop()
@@ -206,7 +162,7 @@ class _Trial(Observer):
     def _take_busiest(self, rec: StepRecord) -> None:
         """Until the window starts, the stream that delivers the most is measured: not
         one peeked at once nor a short validation pass. The warm-up restarts on it."""
-        if self.window_start_ns is None and rec.stream != self.main_stream:
+        if self.win.window_start_ns is None and rec.stream != self.main_stream:
             seen = self.busiest.setdefault(rec.stream, [])
             seen.append(rec)
             if len(seen) <= len(self.records):
@@ -215,13 +171,12 @@ class _Trial(Observer):
                 self.busiest[self.main_stream] = self.records
                 for r in self.records:
                     self.timeline.other(r)
-            self.main_stream = rec.stream
+            self.main_stream = self.win.stream = rec.stream
             self.timeline.forget(rec.stream)
-            self.records = self.busiest.pop(rec.stream)[:-1]
+            self.win.records = self.busiest.pop(rec.stream)[:-1]
         if rec.stream == self.main_stream:
-            self.records.append(rec)
             self.watch.stepped(self.deps.clock(), rec.deliver_ns)
-            self._advance(rec)
+            self.win.add(rec)
         else:
             self.timeline.other(rec)
 
@@ -231,7 +186,7 @@ class _Trial(Observer):
         early = self.watch.take_early(stream)
         self.timeline.forget(stream)
         if self.main_stream is None:
-            self.main_stream = stream
+            self.main_stream = self.win.stream = stream
             for rec in early:
                 self._take(rec)
             return
@@ -248,53 +203,8 @@ class _Trial(Observer):
         if self.pending_examples:
             rec = replace(rec, examples=rec.examples + self.pending_examples)
             self.pending_examples = 0
-        self.records.append(rec)
         self.watch.stepped(self.deps.clock(), rec.deliver_ns)
-        self._advance(rec)
-
-    def _advance(self, rec: StepRecord) -> None:
-        spec = self.spec
-        if self.window_start_ns is None:
-            first = self.records[0].deliver_ns
-            if (
-                len(self.records) > spec.warmup_steps
-                and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s
-                and self._settled((rec.deliver_ns - first) / 1e9)
-            ):
-                self.window_start_ns = rec.deliver_ns
-                self.current_start_ns = rec.deliver_ns
-                if isinstance(self.sampler, NvmlSampler):
-                    self.sampler.start()
-            return
-        if self._done():
-            return
-        before = self.current[-1].deliver_ns if self.current else self.current_start_ns
-        self.current.append(rec)
-        # Training time, not wall time: a validation pass does not fill a window.
-        self.current_ns += self.timeline.step_ns(before, rec)
-        long_enough = self.current_ns / 1e9 >= spec.window_length(len(self.windows))
-        if long_enough and len(self.current) >= spec.window_steps:
-            self._close_window(rec)
-
-    def _settled(self, warm_s: float) -> bool:
-        """No warm spare is importing beside this run (`trial.spare`), or it has warmed
-        up `SETTLE_LIMIT_S` already: the windows measure the run alone."""
-        spares = self.deps.spares
-        return spares is None or spares.settled() or warm_s >= SETTLE_LIMIT_S
-
-    def _close_window(self, rec: StepRecord) -> None:
-        self.windows.append((self.current_start_ns, self.current))
-        stats = self._stats(self.windows)
-        self.current_start_ns = rec.deliver_ns
-        self.current = []
-        self.current_ns = 0
-        if stats and self.on_report is not None and self.pruned_reason is None:
-            rates = [s.examples_per_s for s in stats]
-            if self.on_report(len(self.windows) - 1, percentile(rates, 50)):
-                self.pruned_reason = f"pruned after {len(self.windows)} window(s)"
-
-    def _done(self) -> bool:
-        return self.pruned_reason is not None or len(self.windows) >= self.spec.repeats
+        self.win.add(rec)
 
     def _event_failure(self) -> tuple[FailureKind, str] | None:
         for e in self.events:
@@ -324,14 +234,14 @@ class _Trial(Observer):
             failure = classify_exit(said if said is not None else 1, exc, ended.stderr_tail)
         measured = None
         if failure is None:
-            measured = self._measured(gpu, truncated=not alive and not self._done())
+            measured = self._measured(gpu, truncated=not alive and not self.win.done())
             if measured is None:
                 failure = (FailureKind.NO_STEPS, self._no_steps_reason())
         state, reason = TrialState.COMPLETE, None
         if failure is not None:
             state, reason = TrialState.FAILED, failure[1]
-        elif self.pruned_reason is not None:
-            state, reason = TrialState.PRUNED, self.pruned_reason
+        elif self.win.pruned_reason is not None:
+            state, reason = TrialState.PRUNED, self.win.pruned_reason
         return replace(
             measured or Measurement(state),
             state=state,
@@ -373,11 +283,9 @@ class _Trial(Observer):
         """The windows' figures (a complete Measurement, to be finished by `result`), or
         None when no window holds a step. A first window that drained a buffer filled
         during warm-up is left out (`probes.training_time`)."""
-        windows = self.windows
-        if truncated:
-            windows = _what_ran(self.records, self.window_start_ns, self.spec.repeats)
-        cost = self._epoch_cost()
-        stats = self._stats(windows, cost)
+        windows = self.win.what_ran() if truncated else self.win.windows
+        cost = self.win.epoch_cost()
+        stats = self.win.stats(windows, cost)
         dropped = first_window_drained(stats)
         if dropped:
             stats, windows = stats[1:], windows[1:]
@@ -424,34 +332,3 @@ class _Trial(Observer):
                 dropped,
             ),
         )
-
-    def _epoch_cost(self) -> EpochCost | None:
-        if self.main_stream is None:
-            return None
-        return self.timeline.epoch_cost(self.main_stream, self.records)
-
-    def _stats(self, windows: list[Window], cost: EpochCost | None = None) -> list[WindowStats]:
-        cost = cost or self._epoch_cost()
-        found = (self.timeline.window(a, w, cost) for a, w in windows)
-        return [s for s in found if s is not None]
-
-
-def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: int) -> list[Window]:
-    """The script ended before the full window: up to `repeats` windows over what it ran."""
-    steady = [r for r in records if window_start_ns is not None and r.deliver_ns > window_start_ns]
-    if window_start_ns is not None and steady:
-        start = window_start_ns
-    else:
-        # Never reached the end of warm-up: use everything after the first step.
-        if len(records) < 2:
-            return []
-        start, steady = records[0].deliver_ns, records[1:]
-    repeats = max(1, min(repeats, len(steady) // 2 or 1))
-    size = len(steady) // repeats
-    out: list[Window] = []
-    for i in range(repeats):
-        chunk = steady[i * size : (i + 1) * size] if i < repeats - 1 else steady[i * size :]
-        if chunk:
-            out.append((start, chunk))
-            start = chunk[-1].deliver_ns
-    return out
