@@ -1,7 +1,7 @@
 """One run's analysis: locate → load → steps → breakdown → stages → findings → `Analysis`.
 
 `Analysis` is frozen; `Analysis.to_json()` is the analysis JSON contract (schema 1, see
-docs/ARCHITECTURE.md). With `xprof=True`, XProf's own step time and input share of the
+docs/json.md). With `xprof=True`, XProf's own step time and input share of the
 analyzed host's file sit beside tftune's (`probes.xprof_check`, the JSON's optional
 `xprof` object; absent otherwise). Nothing here imports TensorFlow.
 """

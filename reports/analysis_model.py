@@ -187,7 +187,7 @@ class AnalysisReport:
 def build_analysis_model(
     data: Mapping[str, Any], *, generated_at: str, source: str = "analysis JSON"
 ) -> AnalysisReport:
-    """Validate an analysis JSON (ARCHITECTURE.md, schema 1) into an `AnalysisReport`."""
+    """Validate an analysis JSON (docs/json.md, schema 1) into an `AnalysisReport`."""
     r = top_reader(data, source=source)
     steps_r = r.required_obj("steps")
     steps = StepSummary(

@@ -233,7 +233,7 @@ def stall_fix(data: Mapping[str, Any]) -> str | None:
 def build_tuning_model(
     data: Mapping[str, Any], *, generated_at: str, source: str = "tuning JSON"
 ) -> TuningReport:
-    """Validate a tuning JSON (ARCHITECTURE.md, schema 1) into a `TuningReport`."""
+    """Validate a tuning JSON (docs/json.md, schema 1) into a `TuningReport`."""
     r = top_reader(data, source=source)
     objective = r.required_string("objective")
     if objective not in OBJECTIVES:

@@ -5,8 +5,10 @@
   crashes on its own, that warning below it; `table_rows` is the table as text.
 - `trial_line`: one status line per trial, from one `trials_detail` row (a failed trial's
   crash in a few lines).
+- `render`: a saved tuning JSON as text: every trial's line (the winner starred), then the
+  table, as `tftune optimize` prints them.
 
-They read only the JSON contract (docs/ARCHITECTURE.md: mappings as `tftune optimize`
+They read only the JSON contract (docs/json.md: mappings as `tftune optimize`
 writes them), never the tuner's objects: a saved tuning JSON renders as a fresh one. Each
 row's figure is the honest one: the final round's, measured side by side with the winner's,
 where there is one. ``null`` is "not measured", never 0.
@@ -14,6 +16,7 @@ where there is one. ``null`` is "not measured", never 0.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +26,7 @@ from rich.text import Text
 
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.probes.service_sizing import sizing_caption
+from tftune.reports.analysis_terminal import text_console
 from tftune.reports.tuning_model import (
     OPTIONAL_BASELINES,
     break_even_sentence,
@@ -272,3 +276,16 @@ def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
     shown = [k for k in crash.get("key_lines") or () if k not in (reason or "")]
     limit = TRIAL_CRASH_LINES if crash.get("kind") == NATIVE_CRASH else TRIAL_EXCEPTION_LINES
     return "\n".join([line, *(f"    {k}" for k in shown[:limit])])
+
+
+def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
+    """The tuning JSON as text (ANSI-styled when `color`): each trial's status line, the
+    winner starred, then the table with its caption."""
+    buf = io.StringIO()
+    console = text_console(buf, width, color)
+    best = (data.get("best") or {}).get("trial")
+    for record in data.get("trials_detail") or ():
+        line = trial_line(record, best if isinstance(best, int) else None)
+        console.print(line, markup=False, highlight=False)
+    console.print(render_table(data))
+    return buf.getvalue()

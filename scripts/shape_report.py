@@ -1,6 +1,6 @@
 """The shape of the package: module sizes, the longest functions and the import graph.
 
-    python scripts/shape_report.py            # a Markdown table, for docs/ARCHITECTURE.md
+    python scripts/shape_report.py            # a Markdown table of the package's shape
     python scripts/shape_report.py --check    # exit 1 if a limit is broken (tests do this)
 
 Limits (GUIDE.md): a module at most 500 lines, a function at most 80 (data tables are

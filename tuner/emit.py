@@ -5,7 +5,7 @@
 - `source_diff`: a unified diff against the user's own lines for the call-site knobs, and
   a code snippet for the global ones (thread pool, final prefetch, mixed precision).
 - `run_command`: the exact ``tftune run --config ...`` line.
-- `tuning_json`: the tuning JSON (docs/ARCHITECTURE.md), and `write_json_atomic`;
+- `tuning_json`: the tuning JSON (docs/json.md), and `write_json_atomic`;
   `record_json`: one trial as the JSON's ``trials_detail`` holds it.
 
 Rendering them is the reports' job: `tftune.reports.tuning_terminal` draws the table and

@@ -400,7 +400,7 @@ def _tuning_report(
     record: dict[str, Any],
     started: float,
 ) -> dict[str, Any]:
-    """The tuning JSON (schema 1, docs/ARCHITECTURE.md), with the run's wall time, its
+    """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
     record and the precision findings."""
     from tftune.tuner import emit
 
