@@ -1,7 +1,8 @@
 """Shared test fixtures.
 
-Traces are recorded with real TensorFlow, once per test session, by `tests/_record.py`
-helpers; tests that need TensorFlow skip cleanly where it is not installed.
+Traces are recorded with real TensorFlow, once per test session, by the cases of
+`tests/tracegen.py` (`trace_case`); tests that need TensorFlow skip cleanly where it is not
+installed.
 """
 
 from __future__ import annotations

@@ -12,9 +12,10 @@ The lower of the two is the ceiling of the script as written; the report sets th
 as-written and tuned rates against it, so the user sees whether the remaining gap is in
 the pipeline or in the model.
 
-The child side (`transform_iterated`) runs inside the trial's bootstrap, at the point
-where the script's dataset is about to be iterated; the mode travels in the config's
-``meta`` so the trial runner needs no second code path.
+The child side (`tuner/child/streams.py`, with `bound_mode`, `drain_pipeline_only` and
+`cache_for_model_only` from here) runs inside the trial's bootstrap, at the point where
+the script's dataset is about to be iterated; the mode travels in the config's ``meta``
+so the trial runner needs no second code path.
 """
 
 from __future__ import annotations
