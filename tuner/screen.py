@@ -54,7 +54,7 @@ def candidates(space: SearchSpace) -> list[dict[str, KnobValue]]:
     out.append({**space.params_for({**auto, **buffers}), **fixed})
     cores = space.cores
     # AUTOTUNE never goes past the thread pool: with the largest one it finds its own level
-    # (the grid's best on latency_io and bursty_source, measured).
+    # (a latency-bound map's best config in an exhaustive grid).
     widest = {**auto, **buffers, "threadpool_size": max(SCREEN_PARALLELISM)}
     out.append({**space.params_for(widest), **fixed})
     for par in sorted({cores, *SCREEN_PARALLELISM}):

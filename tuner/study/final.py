@@ -223,9 +223,9 @@ def decide_close_call(
 # advice) is still recommended when it was not behind the script as written in either of
 # its runs and gains `MIN_GAIN` on the mean of both: the two are baselines, measured by
 # design in the search and again in the round, so their search figures are fair samples
-# (not the top of many), and two runs each tell more than one. Measured: gil_tokenizer,
-# AUTOTUNE +14% in the search, +2.6% in the round (+8% on the means); the bench's round put
-# it 11% ahead on every sample, while keeping the script left the user below AUTOTUNE.
+# (not the top of many), and two runs each tell more than one. Without this rule a
+# GIL-bound script whose AUTOTUNE run led by a few percent in each round, inside the noise,
+# kept the script as written and left the user below tf.data's own advice.
 AUTOTUNE_KEPT = (
     "AUTOTUNE everywhere, tf.data's own advice, was ahead of it in both of its runs and "
     "by {gain:+.1%} on their mean: recommending it"

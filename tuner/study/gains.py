@@ -16,9 +16,9 @@ MIN_GAIN = 0.03
 # much (`search_gain`): one config's run-to-run noise on a host, 5-12% measured here (the
 # script as written's runs in the final round), is more than one run's windows show, and
 # a new best is the top of many noisy figures: re-measured in the final round, the
-# search's leaders came out 6-18% lower (cpu_heavy_map, latency_io). A "gain" within
-# that restarts the search's patience for nothing (cpu_heavy_map: 3 more trials on a
-# +6.6% that re-measured 10% lower). 8%: the middle of the run-to-run range.
+# search's leaders come out 6-18% lower. A "gain" within that restarts the search's
+# patience for nothing (three more trials on a +6.6% that re-measured 10% lower). 8%: the
+# middle of the run-to-run range.
 SEARCH_GAIN = 0.08
 
 
