@@ -192,11 +192,12 @@ def _stages(d: Mapping[str, Any]) -> Table | Text:
     return table
 
 
-def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
-    """The summary as text (ANSI-styled when `color`)."""
-    buf = io.StringIO()
-    console = Console(
-        file=buf,
+def text_console(file: io.StringIO, width: int, color: bool) -> Console:
+    """A console that writes to `file` at a fixed `width`: ANSI styles only when `color`
+    (what the CLI passes for a terminal), never a width or colour read from the
+    environment, so the same JSON gives the same text (tests/golden/)."""
+    return Console(
+        file=file,
         width=width,
         force_terminal=color,
         no_color=not color,
@@ -204,6 +205,12 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
         highlight=False,
         emoji=False,
     )
+
+
+def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
+    """The summary as text (ANSI-styled when `color`)."""
+    buf = io.StringIO()
+    console = text_console(buf, width, color)
     console.print(_header(data))
     console.print(_verdict(data))
     stall = epoch_stall_of(data)
