@@ -115,7 +115,7 @@ def _verdict_section(m: AnalysisReport) -> str:
             )
         )
     return (
-        f'<section class="verdict {esc(level.value)}" id="verdict">'
+        f'<section class="verdict {esc(level.value if level else "unmeasured")}" id="verdict">'
         f'<span class="level">{esc(_title(level))}</span>'
         f'<div class="sentence">{esc(m.verdict.sentence)}</div>'
         f'<div class="stats">{"".join(stats)}</div></section>'
@@ -135,8 +135,10 @@ def _stall_section(m: AnalysisReport, ids: Ids) -> str:
     )
 
 
-def _title(level: Band) -> str:
+def _title(level: Band | None) -> str:
     """The verdict's badge: "Highly input-bound", as the bands call it."""
+    if level is None:
+        return "Input wait not measured"
     return level.words[:1].upper() + level.words[1:]
 
 

@@ -130,7 +130,7 @@ class StepSummary:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    level: Band
+    level: Band | None  # None: no step was found, so input wait was not measured
     sentence: str
 
 
@@ -281,7 +281,10 @@ def _verdict(r: Reader, input_bound: bool | None, input_share: float | None) -> 
     verdict_r = r.obj("verdict")
     if verdict_r is None:
         return _derived_verdict(input_bound, input_share)
-    level = verdict_r.required_string("level")
+    verdict_r.raw("level", required=True)  # present; null where no step was found
+    level = verdict_r.string("level")
+    if level is None:
+        return Verdict(level=None, sentence=verdict_r.required_string("sentence"))
     if level not in {b.value for b in Band}:
         raise verdict_r.error("level", f"must be one of {', '.join(b.value for b in Band)}")
     return Verdict(level=Band(level), sentence=verdict_r.required_string("sentence"))

@@ -162,3 +162,29 @@ def test_installed_command_renders_without_importing_tensorflow(
     assert missing.returncode == 1
     assert missing.stderr.strip() == f"Error: {tmp_path / 'nope.json'}: no such file"
     assert "Traceback" not in missing.stderr
+
+
+def test_a_trace_without_steps_gets_its_report(tmp_path: Path) -> None:
+    """A trace where no training step was found (a pipeline that ran with no consumer in
+    the profiled window) has no verdict level: analyze still writes the report, and says
+    input wait was not measured, as `tftune report` does from its JSON."""
+    from gputrace import MS, XSpaceBuilder
+
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    for i in range(5):
+        t = i * 10 * MS
+        r = "tf_data_iterator_resource/9"
+        host.event(r, "Iterator::Root::Prefetch::Map", t, 8 * MS, id=3)
+        host.event(r, "Iterator::Root::Prefetch::Map::Range", t + MS, MS, id=4, parent_id=3)
+    logdir = tmp_path / "logdir"
+    b.write(logdir / "plugins" / "profile" / "run1", host="vm")
+    page, saved = tmp_path / "report.html", tmp_path / "analysis.json"
+    code, output = invoke("analyze", str(logdir), "-o", str(page), "--json", str(saved))
+    assert code == 0, output
+    assert json.loads(saved.read_text())["verdict"]["level"] is None
+    assert "Input wait not measured" in page.read_text()
+    again = tmp_path / "again.html"
+    code, output = invoke("report", str(saved), "-o", str(again))
+    assert code == 0, output
+    assert "Input wait not measured" in again.read_text()
