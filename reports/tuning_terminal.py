@@ -264,7 +264,10 @@ def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
         # TPE came back to a measured config (`tuner.study.stopping.twin_of`): not run again.
         body += "".join(f"; {n}" for n in record.get("notes") or () if "is reused" in str(n))
     elif state == TrialState.PRUNED.value:
-        body = f"pruned: {reason or ''} ({_fmt_eps(record.get('examples_per_s'))} ex/s so far)"
+        so_far = record.get("examples_per_s")
+        body = f"pruned: {reason or ''}"
+        if so_far is not None:
+            body += f" ({_fmt_eps(so_far)} ex/s so far)"
     else:
         body = f"failed: {reason or 'unknown reason'}"
     star = " *best*" if best is not None and best == record.get("number") else ""
