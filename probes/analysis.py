@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tftune.core.units import NS_PER_MS, PS_PER_MS
 from tftune.core.vocabulary import TRAINING_LOOP
 from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
 from tftune.probes.callsites import read_sites
@@ -30,7 +31,6 @@ from tftune.probes.training_time import TrainingTime, read_clock_file
 from tftune.probes.xprof_check import XprofComparison, compare_with_xprof
 
 SCHEMA = 1
-PS_PER_MS = 1e9
 
 
 def _ms(ps: int | None) -> float | None:
@@ -76,7 +76,7 @@ class Analysis:
         env = self.host.task_environment
         start, stop = env.get("profile_start_time"), env.get("profile_stop_time")
         if isinstance(start, int) and isinstance(stop, int) and stop > start:
-            duration_ms: float | None = round((stop - start) / 1e6, 3)
+            duration_ms: float | None = round((stop - start) / NS_PER_MS, 3)
         else:
             lo, hi = self.host.span_ps
             duration_ms = _ms(hi - lo)

@@ -37,14 +37,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
+from tftune.probes.intervals import covered_in, merge
 from tftune.probes.steps import XPROF_MARKER_PREFIXES, Steps
 from tftune.probes.trace import HostTrace, Line, Plane
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-PS_PER_MS = 1e9
 
 # Internal kinds, highest priority first (XProf EventType values in comments).
 DEVICE_COMPUTE = "device_compute"  # DEVICE_COMPUTE_16/32 = 150/140
@@ -190,38 +191,6 @@ def _kinds(plane: Plane, line: Line, classify: Callable[[str], str]) -> npt.NDAr
     return codes[inverse.reshape(-1)]
 
 
-def _union(starts: I64, ends: I64) -> tuple[I64, I64]:
-    """Disjoint sorted intervals covering the same instants as [starts, ends)."""
-    keep = ends > starts
-    s, e = starts[keep], ends[keep]
-    if not s.size:
-        return s, e
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, s.size - 1]
-    return s[first], reach[last]
-
-
-def _covered_before(s: I64, e: I64, t: I64) -> I64:
-    """For each time in `t`, how many ps of the disjoint intervals (s, e) lie before it."""
-    if not s.size:
-        return np.zeros(t.shape, dtype=np.int64)
-    cum = np.concatenate(([0], np.cumsum(e - s)))
-    j = np.searchsorted(s, t, side="right")  # intervals starting at or before t
-    prev = np.maximum(j - 1, 0)
-    partial = np.clip(t - s[prev], 0, e[prev] - s[prev])
-    return np.where(j > 0, cum[prev] + partial, 0).astype(np.int64)
-
-
-def _overlap(s: I64, e: I64, a: I64, b: I64) -> I64:
-    return _covered_before(s, e, b) - _covered_before(s, e, a)
-
-
 def _memcpy_bytes(plane: Plane, line: Line, index: int) -> int:
     for key, value in plane.event_stats(line, index).items():
         if key == "memcpy_details" and isinstance(value, str):
@@ -289,8 +258,8 @@ def compute_breakdown(host: HostTrace, steps: Steps) -> Breakdown:
             continue
         s = np.concatenate([claimed_s, *(p[0] for p in per_kind[k])])
         e = np.concatenate([claimed_e, *(p[1] for p in per_kind[k])])
-        claimed_s, claimed_e = _union(s, e)
-        now = _overlap(claimed_s, claimed_e, a, b)
+        claimed_s, claimed_e = merge(s, e)
+        now = covered_in((claimed_s, claimed_e), a, b)
         ps[kind] = now - before
         before = now
     ps["other"] = steps.duration_ps - before

@@ -16,7 +16,7 @@ Line format (text, one record per line)::
 Timestamps are nanoseconds of the child's wall clock (``time.time_ns()`` eagerly,
 ``tf.timestamp()`` in graphs); only differences between them are used. Parent side
 (`ClockReader`): incremental parsing; what a window of steps says is
-`probes.training_time`'s. Pure Python: no TensorFlow here.
+`probes.training_time`'s. No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-NS = 1_000_000_000
+import numpy as np
+
 CLOCK_BUFFER_STEPS = 64  # steps buffered in-graph before Python is called ...
 CLOCK_FLUSH_S = 0.1  # ... or this long after the last hand-over, whichever comes first
 
@@ -124,14 +125,9 @@ class ClockReader:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile, q in [0, 100]; values must be non-empty."""
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+    """`numpy.percentile` (linear interpolation), q in [0, 100], as a Python float;
+    values must be non-empty."""
+    return float(np.percentile(values, q))
 
 
 def spread(values: Sequence[float]) -> float:

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tftune.core.units import PS_PER_MS
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
 
@@ -39,7 +40,6 @@ from tftune.probes.stages import Stage, StageTree
 LATENCY_CONCURRENCY_OVER_CORES = 1.25
 # Fraction of a UDF's time in blocking calls (Python tracer) that makes it io.
 LATENCY_BLOCKED_FRACTION = 0.5
-PS_PER_MS = 1e9
 
 
 def ms(ps: int) -> float:

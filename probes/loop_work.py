@@ -35,13 +35,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
+from tftune.core.units import PS_PER_MS
+from tftune.probes.intervals import covered_in, merge
 from tftune.probes.stage_events import I64, PY_EVENT_RE
-from tftune.probes.stage_scan import union_of
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps
-from tftune.probes.trace import HostTrace, Line
+from tftune.probes.trace import HostTrace, Line, Plane
 
-PS_PER_MS = 1e9
 # The loop's own work is a finding from this share of step time on, and from this many
 # milliseconds per step (less is the Python of any loop: next(), the marker, the call).
 LOOP_WORK_SHARE = 0.10
@@ -93,11 +94,6 @@ def distributed_input(host: HostTrace) -> bool:
     return any(_DISTRIBUTED_EVENT_RE.match(n) for n in plane.event_names.values())
 
 
-def _clipped_union(s: I64, e: I64, lo: int, hi: int) -> int:
-    keep = (e > lo) & (s < hi)
-    return union_of([(np.maximum(s[keep], lo), np.minimum(e[keep], hi))])
-
-
 def _what(name: str, distributed: bool = False) -> str | None:
     """How the loop's work reads in the finding, or None for containers."""
     if _CONVERSION_RE.match(name):
@@ -123,6 +119,82 @@ def _consumer_line(host: HostTrace, steps: Steps) -> Line | None:
     )
 
 
+def _by_name(line: Line, plane: Plane) -> tuple[I64, list[str], I64]:
+    """The line's distinct metadata ids in order of their first event, their names, and
+    per event the position of its id among them: names are matched once per id."""
+    ids, first, inverse = np.unique(line.metadata_id, return_index=True, return_inverse=True)
+    if any(m not in plane.event_names for m in ids.tolist()):
+        # Unnamed events: fail exactly as a per-event lookup does, at the first of them.
+        for m in line.metadata_id.tolist():
+            plane.event_names[m]
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    names = [plane.event_names[m] for m in ids[order].tolist()]
+    return ids[order], names, rank[inverse.reshape(-1)]
+
+
+def _step_function(
+    line: Line, names: list[str], of: I64
+) -> tuple[str, npt.NDArray[np.bool_]] | None:
+    """The tf.function the loop calls most (by time), and which names are the iterator's
+    or a function call's (not the loop's work); None when it calls none."""
+    durs = line.duration_ps
+    if len(line) and int(durs.max()) * len(line) < 2**62:
+        per_id = np.zeros(len(names), dtype=np.int64)
+        np.add.at(per_id, of, durs)
+        id_ps = per_id.tolist()
+    else:  # sums that int64 might not hold: Python integers
+        id_ps = [0] * len(names)
+        for j, d in zip(of.tolist(), durs.tolist(), strict=True):
+            id_ps[j] += d
+    fn_time: dict[str, int] = defaultdict(int)
+    excluded = np.zeros(len(names), dtype=bool)
+    for j, name in enumerate(names):  # in order of first event, as the dict's keys go
+        m = FUNCTION_CALL_RE.match(name)
+        if m:
+            fn_time[m.group(1)] += id_ps[j]
+            excluded[j] = True
+        elif ITERATOR_RE.match(name):
+            excluded[j] = True
+    if not fn_time:
+        return None
+    step_fn = max(fn_time, key=lambda k: fn_time[k])
+    # The tf.function's Python call (argument binding, dispatch) is the step's overhead,
+    # not the loop's work: its event carries the function's own name.
+    excluded |= np.array([name == step_fn for name in names], dtype=bool)
+    return step_fn, excluded
+
+
+def _outside_ps(runs: tuple[I64, I64], steps: Steps) -> list[int]:
+    """Per step, its time the runs do not cover."""
+    lo, hi = steps.start_ps, steps.end_ps
+    return ((hi - lo) - covered_in(runs, lo, hi)).tolist()  # type: ignore[no-any-return]
+
+
+def _seen_in_steps(
+    starts: I64, ends: I64, seen: npt.NDArray[np.bool_], steps: Steps
+) -> list[tuple[int, int]]:
+    """(event, ps inside its step) of each seen event that starts inside a step, step by
+    step and in line order within a step; an event counts up to its step's end."""
+    lo, hi = steps.start_ps, steps.end_ps
+    if lo.size > 1 and not (lo[1:] >= hi[:-1]).all():  # overlapping steps: each in turn
+        out: list[tuple[int, int]] = []
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            inside = np.flatnonzero(seen & (starts >= a) & (starts < b))
+            out += [(i, int(min(ends[i], b) - starts[i])) for i in inside.tolist()]
+        return out
+    idx = np.flatnonzero(seen)
+    k = np.searchsorted(lo, starts[idx], side="right") - 1
+    ok = k >= 0
+    ok[ok] = starts[idx[ok]] < hi[k[ok]]
+    idx, k = idx[ok], k[ok]
+    order = np.lexsort((idx, k))
+    idx, k = idx[order], k[order]
+    ps = np.minimum(ends[idx], hi[k]) - starts[idx]
+    return list(zip(idx.tolist(), ps.tolist(), strict=True))
+
+
 def find_loop_work(host: HostTrace, steps: Steps) -> LoopWork | None:
     """The work the training loop does outside tf.data and the step function (see the
     module docstring); None when there is none to tell apart."""
@@ -130,41 +202,24 @@ def find_loop_work(host: HostTrace, steps: Steps) -> LoopWork | None:
     plane = host.host_plane
     if line is None or plane is None or not len(line):
         return None
-    names = [plane.event_names[m] for m in line.metadata_id.tolist()]
+    _, names, of = _by_name(line, plane)
+    found = _step_function(line, names, of)
+    if found is None or found[0] in KERAS_STEP_FUNCTIONS:
+        return None
+    step_fn, excluded_id = found
     starts, ends = line.start_ps, line.end_ps
-    fn_time: dict[str, int] = defaultdict(int)
-    excluded = np.zeros(len(names), dtype=bool)
-    for i, name in enumerate(names):
-        m = FUNCTION_CALL_RE.match(name)
-        if m:
-            fn_time[m.group(1)] += int(line.duration_ps[i])
-            excluded[i] = True
-        elif ITERATOR_RE.match(name):
-            excluded[i] = True
-    if not fn_time:
-        return None
-    step_fn = max(fn_time, key=lambda k: fn_time[k])
-    if step_fn in KERAS_STEP_FUNCTIONS:
-        return None
-    # The tf.function's Python call (argument binding, dispatch) is the step's overhead,
-    # not the loop's work: its event carries the function's own name.
-    excluded |= np.array([name == step_fn for name in names], dtype=bool)
+    excluded = excluded_id[of]
     xs, xe = starts[excluded], ends[excluded]
     distributed = distributed_input(host)
     labels = [_what(name, distributed) for name in names]
-    seen_idx = np.array([lab is not None for lab in labels], dtype=bool)
-    loop_ps = untraced_ps = 0
+    labelled = np.array([lab is not None for lab in labels], dtype=bool)[of]
+    loop_ps = sum(_outside_ps(merge(xs, xe), steps))
+    both = merge(np.concatenate([xs, starts[labelled]]), np.concatenate([xe, ends[labelled]]))
+    untraced_ps = sum(max(0, v) for v in _outside_ps(both, steps))
     seen_ps: dict[str, int] = defaultdict(int)
-    for lo, hi in zip(steps.start_ps.tolist(), steps.end_ps.tolist(), strict=True):
-        outside = (hi - lo) - _clipped_union(xs, xe, lo, hi)
-        loop_ps += outside
-        covered = _clipped_union(
-            np.concatenate([xs, starts[seen_idx]]), np.concatenate([xe, ends[seen_idx]]), lo, hi
-        )
-        untraced_ps += max(0, (hi - lo) - covered)
-        inside = np.flatnonzero(seen_idx & (starts >= lo) & (starts < hi))
-        for i in inside.tolist():
-            seen_ps[str(labels[i])] += int(min(ends[i], hi) - starts[i])
+    label_of = of.tolist()
+    for i, ps in _seen_in_steps(starts, ends, labelled, steps):
+        seen_ps[str(labels[label_of[i]])] += ps
     total_ps = int(steps.duration_ps.sum())
     if total_ps <= 0:
         return None

@@ -35,9 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from tftune.core.units import PS_PER_MS, PS_PER_US
 from tftune.core.vocabulary import input_band, percent
 from tftune.probes import ideas
+from tftune.probes.intervals import covered_in, merge, union_ps
 from tftune.probes.loop_work import (
     EAGER_OP_RE,
     ITERATOR_RE,
@@ -45,11 +48,9 @@ from tftune.probes.loop_work import (
     distributed_input,
 )
 from tftune.probes.stage_events import I64, op_type
-from tftune.probes.stage_scan import union_of
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps
 from tftune.probes.trace import HostTrace, Line, Plane
 
-PS_PER_MS = 1e9
 # Many small kernels: at least this many per step, at most this long on average.
 XLA_MIN_OPS_PER_STEP = 100
 XLA_MAX_MEAN_OP_US = {"GPU": 20.0, "CPU": 60.0}
@@ -135,13 +136,9 @@ def _kernel_intervals(host: HostTrace, device: str) -> tuple[I64, I64]:
             for ln in p.lines:
                 if not ln.name.startswith("Stream #") or not len(ln):
                     continue
-                ok = np.array(
-                    [
-                        not p.event_names[m].lower().startswith(_COPY_PREFIXES)
-                        for m in ln.metadata_id.tolist()
-                    ],
-                    dtype=bool,
-                )
+                ids, of = np.unique(ln.metadata_id, return_inverse=True)
+                copy = [p.event_names[m].lower().startswith(_COPY_PREFIXES) for m in ids.tolist()]
+                ok = ~np.array(copy, dtype=bool)[of.reshape(-1)]
                 chunks.append((ln.start_ps[ok], ln.end_ps[ok]))
     elif host.host_plane is not None:
         hp = host.host_plane
@@ -178,11 +175,32 @@ def _function_calls(line: Line | None, plane: Plane | None) -> tuple[str | None,
 
 def _within(s: I64, e: I64, lo: I64, hi: I64) -> int:
     """Time the intervals cover inside the steps [lo, hi), each step clipped."""
-    total = 0
-    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
-        keep = (e > a) & (s < b)
-        total += union_of([(np.maximum(s[keep], a), np.minimum(e[keep], b))])
-    return total
+    return sum(covered_in(merge(s, e), lo, hi).tolist())
+
+
+def _in_steps(t: I64, lo: I64, hi: I64) -> npt.NDArray[np.bool_]:
+    """Which times fall inside a step [lo, hi) (any of them, where steps overlap)."""
+    ws, we = merge(lo, hi)
+    j = np.searchsorted(ws, t, side="right") - 1
+    inside: npt.NDArray[np.bool_] = j >= 0
+    inside[inside] = t[inside] < we[j[inside]]
+    return inside
+
+
+def _busy_in_steps(ks: I64, ke: I64, lo: I64, hi: I64) -> int:
+    """Per step, the union of the kernels that start in it, cut at its end; summed."""
+    if lo.size > 1 and not (lo[1:] >= hi[:-1]).all():  # overlapping steps: each in turn
+        busy: int = 0
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            m = (ks >= a) & (ks < b)
+            busy += union_ps(ks[m], np.minimum(ke[m], b))
+        return busy
+    # Disjoint steps: each kernel belongs to one step at most, and the kernels of
+    # different steps, cut at their step's end, never overlap.
+    k = np.searchsorted(lo, ks, side="right") - 1
+    ok = k >= 0
+    ok[ok] = ks[ok] < hi[k[ok]]
+    return union_ps(ks[ok], np.minimum(ke[ok], hi[k[ok]]))
 
 
 def _eager_facts(
@@ -199,13 +217,11 @@ def _eager_facts(
     kernels = [m for m, n in names.items() if _EAGER_KERNEL_RE.match(n)]
     waits = [m for m, n in names.items() if ITERATOR_RE.match(n)]
     starts = line.start_ps
-    inside = np.zeros(len(line), dtype=bool)
-    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
-        inside |= (starts >= a) & (starts < b)
+    inside = _in_steps(starts, lo, hi)
     ops = int((np.isin(line.metadata_id, eager) & inside).sum())
     k = np.isin(line.metadata_id, kernels) & inside
     covered = np.isin(line.metadata_id, kernels + waits)
-    kernel_us = float(line.duration_ps[k].mean()) / 1e6 if k.any() else None
+    kernel_us = float(line.duration_ps[k].mean()) / PS_PER_US if k.any() else None
     around = total - _within(line.start_ps[covered], line.end_ps[covered], lo, hi)
     return {
         "eager_ops_per_step": round(ops / len(steps), 1),
@@ -253,12 +269,8 @@ def step_facts(host: HostTrace, steps: Steps, device: str) -> StepFacts:
         )
     ks, ke = _kernel_intervals(host, device)
     lo, hi = steps.start_ps, steps.end_ps
-    inside = np.zeros(ks.size, dtype=bool)
-    busy = 0
-    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
-        m = (ks >= a) & (ks < b)
-        inside |= m
-        busy += union_of([(ks[m], np.minimum(ke[m], b))])
+    inside = _in_steps(ks, lo, hi)
+    busy = _busy_in_steps(ks, ke, lo, hi)
     total = int(steps.duration_ps.sum())
     count = int(inside.sum())
     return StepFacts(
@@ -266,7 +278,7 @@ def step_facts(host: HostTrace, steps: Steps, device: str) -> StepFacts:
         steps=n,
         step_ms=round(total / n / PS_PER_MS, 3),
         ops_per_step=round(count / n, 1) if count else None,
-        mean_op_us=round(float((ke[inside] - ks[inside]).mean()) / 1e6, 2) if count else None,
+        mean_op_us=round(float((ke[inside] - ks[inside]).mean()) / PS_PER_US, 2) if count else None,
         busy_share=round(busy / total, 4) if total > 0 and count else None,
         host_overhead_share=overhead,
         step_function=fn,

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import STAGE_SEPARATOR
 from tftune.probes.callsites import RecordedSite
 from tftune.probes.ideas import (
@@ -30,7 +31,7 @@ from tftune.probes.ideas import (
     THREADPOOL,
     VECTORIZE,
 )
-from tftune.probes.input_work import PS_PER_MS, StageWork, is_io_source, ms
+from tftune.probes.input_work import StageWork, is_io_source, ms
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
 

@@ -36,6 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from tftune.core.units import PS_PER_S
+from tftune.probes.intervals import union_ps
+
 # The pipeline's busy cores at or above this share of the host's are "saturated": a
 # better config cannot find idle cores on this host.
 SATURATED_SHARE = 0.8
@@ -312,32 +315,14 @@ def parse_cpu_note(notes: tuple[str, ...] | list[str]) -> tuple[float, float] | 
 TF_DATA_LINE_PREFIX = "tf_data"
 
 
-def _busy_ps(starts: Any, ends: Any, lo: int, hi: int) -> int:
-    """The union of [start, end) intervals clipped to [lo, hi): nested events (a stage
-    inside its parent) count once."""
-    s = np.clip(np.asarray(starts, dtype=np.int64), lo, hi)
-    e = np.clip(np.asarray(ends, dtype=np.int64), lo, hi)
-    order = np.argsort(s, kind="stable")
-    total, cur_s, cur_e = 0, None, None
-    for a, b in zip(s[order].tolist(), e[order].tolist(), strict=True):
-        if cur_e is None or a > cur_e:
-            if cur_e is not None and cur_s is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = a, b
-        else:
-            cur_e = max(cur_e, b)
-    if cur_e is not None and cur_s is not None:
-        total += cur_e - cur_s
-    return int(total)
-
-
 def tf_data_busy_ps(lines: Any, lo: int, hi: int) -> int:
-    """Busy time (core-picoseconds) of the host plane's tf.data threads within [lo, hi)."""
+    """Busy time (core-picoseconds) of the host plane's tf.data threads within [lo, hi):
+    per thread, the union of its events (a stage inside its parent counts once)."""
     total = 0
     for line in lines:
         if not str(line.name).startswith(TF_DATA_LINE_PREFIX) or not len(line):
             continue
-        total += _busy_ps(line.start_ps, line.end_ps, lo, hi)
+        total += union_ps(line.start_ps, line.end_ps, lo, hi)
     return total
 
 
@@ -361,12 +346,12 @@ def sizing_from_trace(
     if span <= 0:
         return None
     busy = tf_data_busy_ps(lines, lo, hi) / span
-    step_s = float(np.mean(np.asarray(step_end_ps) - np.asarray(step_start_ps))) / 1e12
+    step_s = float(np.mean(np.asarray(step_end_ps) - np.asarray(step_start_ps))) / PS_PER_S
     model_step_s = step_s * (1.0 - min(max(input_wait_share, 0.0), 1.0))
     if model_step_s <= 0:
         return None
     return size_service(
-        pipeline_rate=n / (span / 1e12),
+        pipeline_rate=n / (span / PS_PER_S),
         busy_cores=busy,
         model_rate=1.0 / model_step_s,
         host_cores=host_cores,

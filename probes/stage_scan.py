@@ -74,28 +74,6 @@ def nest(
     )
 
 
-def union_of(chunks: Iterable[tuple[I64, I64]]) -> int:
-    """Total length covered by the union of intervals given as (starts, ends) arrays."""
-    parts = list(chunks)
-    if not parts:
-        return 0
-    s = np.concatenate([p[0] for p in parts])
-    e = np.concatenate([p[1] for p in parts])
-    if not s.size:
-        return 0
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    # A new run starts where an interval begins after everything before it has ended.
-    new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    run_id = np.cumsum(new) - 1
-    run_start = s[new]
-    run_end = np.zeros(run_start.size, dtype=np.int64)
-    np.maximum.at(run_end, run_id, e)
-    return int((run_end - run_start).sum())
-
-
 def _stat_id(stat_ids: frozenset[int], line: Line, index: int) -> int | None:
     for stat in line.raw_stats(index):
         if stat.metadata_id in stat_ids:

@@ -38,8 +38,9 @@ from tftune.core.vocabulary import (
     stage_kind,
     stage_parent,
 )
+from tftune.probes.intervals import concat, union_ps
 from tftune.probes.stage_events import I64, PlaneIndex, as_int, index_plane, knobs_of
-from tftune.probes.stage_scan import FunctionWork, StageEvents, scan_plane, union_of
+from tftune.probes.stage_scan import FunctionWork, StageEvents, scan_plane
 from tftune.probes.trace import HostTrace, Plane
 
 # Stage kinds that decouple producer from consumer through a buffer and runner threads.
@@ -265,7 +266,7 @@ class _Shape:
     def active(self, name: str) -> int:
         a = self.acc[name]
         if self.is_async[name]:
-            return int(a.runner + union_of(self.work_intervals.get(name, [])))
+            return int(a.runner + union_ps(*concat(self.work_intervals.get(name, []))))
         return a.self_ps
 
     def main_root_knobs(self) -> Mapping[str, Any]:
@@ -326,7 +327,8 @@ def _stage(
     iv = fns.udf_intervals.get(name, [])
     n_udf = sum(int(s.size) for s, _ in iv)
     busy = sum(int((e - s).sum()) for s, e in iv)
-    conc = busy / union_of(iv) if n_udf > 1 and union_of(iv) > 0 else None
+    covered = union_ps(*concat(iv)) if n_udf > 1 else 0
+    conc = busy / covered if covered > 0 else None
     inline = bool(a.inline_calls) and not is_async
     return Stage(
         name=name,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tftune.core.units import PS_PER_MS
 from tftune.probes.trace import HostTrace, Line, Plane
 
 I64 = npt.NDArray[np.int64]
@@ -50,7 +51,6 @@ FUNCTION_CALL_RE = re.compile(r"^EagerLocalExecute: __inference_(.+)_\d+$")
 TRAIN_FUNCTION_HINTS = ("multi_step_on_iterator", "one_step_on_iterator", "train_function", "train")
 # A pattern must repeat at least this often before we call its occurrences steps.
 MIN_INFERRED_CALLS = 3
-PS_PER_MS = 1e9
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tftune.core.errors import TraceError
+from tftune.core.units import PS_PER_NS, PS_PER_S
 from tftune.probes._schema import (
     xevent_class,
     xline_events_as_bytes_class,
@@ -197,11 +198,11 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
         mids, offs, durs, pos = bulk if bulk is not None else (z, z, z, z)
         lens32 = lengths.astype(np.int32)
         events_data = data
-    base_ps = (timestamp_ns - base_origin_ns) * 1000
+    base_ps = (timestamp_ns - base_origin_ns) * PS_PER_NS
     if abs(base_ps) > MAX_TIME_PS:
         raise TraceError(
             f"{path}: not a valid XSpace trace (line '{name}' of plane "
-            f"'{plane_name}' starts {base_ps / 1e12:.3g} s away from the others)"
+            f"'{plane_name}' starts {base_ps / PS_PER_S:.3g} s away from the others)"
         )
     if n and (durs.min() < 0 or durs.max() > MAX_TIME_PS):
         raise TraceError(f"{path}: not a valid XSpace trace (event durations out of range)")

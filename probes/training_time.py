@@ -47,8 +47,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tftune.core.units import NS_PER_S
 from tftune.core.userfiles import write_text_atomic
-from tftune.probes.clock import NS, ClockEvent, StepRecord, percentile
+from tftune.probes.clock import ClockEvent, StepRecord, percentile
 from tftune.probes.epoch_stall import EpochStall, PipelineStage, chain_from_json, diagnose
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
@@ -191,7 +192,7 @@ class Timeline:
         preamble to the first training request, the epoch stall and its diagnosis."""
         preamble = None
         if self._started_ns is not None and records:
-            preamble = (records[0].request_ns - self._started_ns) / NS
+            preamble = (records[0].request_ns - self._started_ns) / NS_PER_S
         return TrainingTime.of(
             self.epoch_cost(stream, records),
             typical_step_s,
@@ -252,7 +253,7 @@ class Timeline:
         stalls = [times[i] - typical for i in later] or [records[0].wait_ns - typical_wait]
         lengths = [b - a for a, b in itertools.pairwise(firsts)]
         return EpochCost(
-            stall_s=max(0.0, sum(stalls) / len(stalls)) / NS,
+            stall_s=max(0.0, sum(stalls) / len(stalls)) / NS_PER_S,
             steps_per_epoch=_steps_per_epoch(lengths, starts[-1].cardinality),
             epochs_seen=len(firsts),
             first_steps=frozenset(records[i].deliver_ns for i in firsts),
@@ -305,11 +306,11 @@ def _figures(
 ) -> WindowStats | None:
     """A window's `WindowStats`: `counted` are the steps' times as the figure takes them
     (an epoch's first step as a typical one where the stall is spread, `spread_s`)."""
-    duration = sum(counted) / NS + spread_s
+    duration = sum(counted) / NS_PER_S + spread_s
     if not records or duration <= 0:
         return None
-    wait = sum(min(r.wait_ns, c) for r, c in zip(records, counted, strict=True)) / NS
-    raw = (records[-1].deliver_ns - start_ns) / NS
+    wait = sum(min(r.wait_ns, c) for r, c in zip(records, counted, strict=True)) / NS_PER_S
+    raw = (records[-1].deliver_ns - start_ns) / NS_PER_S
     examples = sum(r.examples for r in records)
     dry = dry_steps(records, times)
     return WindowStats(
@@ -319,7 +320,7 @@ def _figures(
         examples_per_s=examples / duration,
         steps_per_s=len(records) / duration,
         input_wait_s=wait + spread_s,
-        excluded_s=max(0.0, raw - sum(times) / NS),
+        excluded_s=max(0.0, raw - sum(times) / NS_PER_S),
         drained_steps=drained,
         dry_share=sum(dry) / len(dry),
     )

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tftune.core.units import PS_PER_MS
 from tftune.probes.breakdown import Breakdown
 from tftune.probes.steps import Steps
 
 TOOL = "input_pipeline_analyzer"
-PS_PER_MS = 1e9
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 from gputrace import GPU_PLANE_STATS, H2D_STREAM, gpu_trace
 
+from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 from tftune.probes import breakdown, steps, trace
-
-PS_PER_MS = 1e9
 
 
 def _analyse(path: Path) -> breakdown.Breakdown:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tftune.probes import locate, trace
+from tftune.probes import intervals, locate, trace
 from tftune.probes.stage_events import op_type, stage_name
-from tftune.probes.stage_scan import nest, union_of
+from tftune.probes.stage_scan import nest
 from tftune.probes.stages import StageTree, _capped_by, build_stage_tree
 
 
@@ -16,7 +16,7 @@ def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def union_ps(starts: list[int], ends: list[int]) -> int:
-    return union_of([(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))])
+    return intervals.union_ps(np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64))
 
 
 def _tree(trace_case, name: str) -> StageTree:  # type: ignore[no-untyped-def]
