@@ -282,7 +282,13 @@ def choose_final(
         for f in final
         if f.state is TrialState.COMPLETE
     ]
-    feasible = [f for f in scored if f.feasible and f.number != as_written.number]
+    # A config with the script as written's params is the script as written, whatever its
+    # trial's role: it is never a change to recommend.
+    feasible = [
+        f
+        for f in scored
+        if f.feasible and f.number != as_written.number and not _same_config(f, as_written)
+    ]
     if not feasible:
         # The search's best may repeat a baseline's params (TPE samples AUTOTUNE again):
         # the round then re-measured that config under the baseline's number.

@@ -415,8 +415,10 @@ class Search:
         if role is Role.SEARCH:
             skip_if_dead(trial, self.study.get_trials(deepcopy=False), params, self.settings)
         self.ran += 1
-        twin = twin_of(recs, params) if role is Role.SEARCH else None
-        if twin is not None:  # TPE came back to a measured config: no need to run it
+        # TPE came back to a measured config, or a baseline is the script as written
+        # (a script already AUTOTUNE everywhere): no need to run it again.
+        twin = twin_of(recs, params) if role is not Role.AS_WRITTEN else None
+        if twin is not None:
             return reuse_twin(trial, self.study.trials[twin.number])
         aw = as_written_of(recs)
         floor = aw.examples_per_s if aw is not None else None
