@@ -51,6 +51,14 @@ def test_probes_and_reports_do_not_import_tensorflow() -> None:
     assert "optuna" not in mods
 
 
+def test_the_fake_runner_imports_neither_tensorflow_nor_optuna() -> None:
+    """`tftune.testing` is for tests that run no script: it must stay light."""
+    mods = _modules_after("import tftune.testing")
+    assert "tftune.testing" in mods
+    assert not {m for m in mods if m == "tensorflow" or m.startswith("tensorflow.")}
+    assert not {m for m in mods if m == "optuna" or m.startswith("optuna.")}
+
+
 def test_help_commands_do_not_import_tensorflow() -> None:
     # Every command's help must be fast and TensorFlow-free, analyze and report above all.
     every = [["--help"]] + [[name, "--help"] for name in sorted(cli.main.commands)]

@@ -85,21 +85,13 @@ def test_workers_started_at_once_enqueue_each_baseline_once(tmp_path: Path) -> N
     import threading
     import time
 
-    from tftune.core.vocabulary import TrialState
+    from tftune.testing import FakeRunner
     from tftune.tuner.config import SiteConfig
-    from tftune.tuner.measurement import Measurement
     from tftune.tuner.space import build_space
-    from tftune.tuner.study import Runner, StudySettings, run_study
+    from tftune.tuner.study import StudySettings, run_study
     from tftune.tuner.trial.discovery import CallSite
 
     space = build_space([CallSite("train.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
-
-    class Slow(Runner):
-        def measure(self, config: object, **_: object) -> Measurement:
-            time.sleep(0.05)  # long enough for the workers' steps to interleave
-            return Measurement(
-                TrialState.COMPLETE, 100.0, 0.5, repeats=(100.0,), input_wait_share=0.5
-            )
 
     journal = tmp_path / "study.journal"
     settings = StudySettings(storage=str(journal), n_trials=9, study_name="s", confirm=False)
@@ -109,7 +101,9 @@ def test_workers_started_at_once_enqueue_each_baseline_once(tmp_path: Path) -> N
     def worker() -> None:
         start.wait()
         try:
-            run_study(space, Slow(), settings, sleep=lambda _s: time.sleep(0.02))
+            # 0.05 s a run: long enough for the workers' steps to interleave
+            slow = FakeRunner(lambda _c: 100.0, repeats=1, seconds=0.05)
+            run_study(space, slow, settings, sleep=lambda _s: time.sleep(0.02))
         except BaseException as exc:  # reported below, in the test's thread
             errors.append(exc)
 

@@ -8,6 +8,7 @@ to the end, counting what the storage holds at each step.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import socket
@@ -20,10 +21,11 @@ from typing import Any
 
 import pytest
 from conftest import requires_tf
-from test_optimize_study import FakeRunner, latency_bound, settings, space
+from test_optimize_study import latency_bound, settings, space
 
+from tftune.testing import FakeRunner
 from tftune.tuner.config import Config
-from tftune.tuner.study import Mode, RepeatCallback, Role, open_storage, run_study
+from tftune.tuner.study import Role, open_storage, run_study
 from tftune.tuner.study.storage import (
     HEARTBEAT_ATTR,
     INTERRUPTED_ATTR,
@@ -55,26 +57,23 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-class _CtrlC(FakeRunner):
-    """Raises KeyboardInterrupt (as Ctrl-C does) in its `at`-th trial."""
+def _ctrl_c(at: int) -> FakeRunner:
+    """The fake runner, interrupted (KeyboardInterrupt, as Ctrl-C does) in its `at`-th
+    trial."""
+    runs = itertools.count(1)
 
-    def __init__(self, at: int) -> None:
-        super().__init__(latency_bound)
-        self.at = at
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Any:
-        if len(self.calls) + 1 == self.at:
-            self.calls.append(config)
+    def script(config: Config) -> tuple[float, float]:
+        if next(runs) == at:
             raise KeyboardInterrupt
-        return super().measure(config, mode=mode, on_repeat=on_repeat)
+        return latency_bound(config)
+
+    return FakeRunner(script)
 
 
 def test_ctrl_c_keeps_finished_trials_and_resume_reruns_none(tmp_path: Path) -> None:
     sp = space()
     with pytest.raises(KeyboardInterrupt):
-        run_study(sp, _CtrlC(at=3), settings(tmp_path, n_trials=6, confirm=False))
+        run_study(sp, _ctrl_c(at=3), settings(tmp_path, n_trials=6, confirm=False))
     study = _load(str(tmp_path / "study.journal"))
     states = _by_state(study)
     assert len(states["COMPLETE"]) == 2 and "RUNNING" not in states
@@ -89,8 +88,8 @@ def test_ctrl_c_keeps_finished_trials_and_resume_reruns_none(tmp_path: Path) -> 
     states = _by_state(study)
     # Nothing finished ran again (the as-written trial is still the one measured before);
     # the interrupted trial is measured again.
-    assert Config() not in runner.calls
-    assert space().config(dict(stopped.params)) in runner.calls
+    assert Config() not in runner.configs
+    assert space().config(dict(stopped.params)) in runner.configs
     assert {t.number: t.user_attrs["examples_per_s"] for t in states["COMPLETE"]}.items() >= (
         before.items()
     )

@@ -3,6 +3,7 @@ its own is said to, and its crashes are blamed on no knob value (fake runner, no
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -12,21 +13,20 @@ import pytest
 from rich.console import Console
 from test_crashes import GLIBC_ABORT, TF_NOISE
 from test_optimize_emit import render_table, trial_line
-from test_optimize_study import SITES, FakeRunner, latency_bound, settings, space
+from test_optimize_study import SITES, latency_bound, settings, space
 
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_html import render_tuning_html
 from tftune.reports.tuning_model import build_tuning_model
+from tftune.testing import Failure, FakeRunner, FigureLike
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
 from tftune.tuner.emit import tuning_json
-from tftune.tuner.measurement import Measurement
+from tftune.tuner.measurement import FailureKind
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
-    Mode,
-    RepeatCallback,
     Role,
     StudyOutcome,
     open_storage,
@@ -39,38 +39,30 @@ LONG_TAIL = "".join(f"step {i}: loss 0.{i:03d}\n" for i in range(180)) + GLIBC_A
 CORES = 2
 
 
-class CrashingRunner(FakeRunner):
+def crashing(
+    crash_calls: set[int],
+    *,
+    crashes: Callable[[Config], bool] = lambda c: False,
+    nan: Callable[[Config], bool] = lambda c: False,
+) -> FakeRunner:
     """The fake runner, where some runs crash in native code (glibc abort) whatever their
     config (`crash_calls`: indices of the runner's calls), and some configs fail."""
+    calls = itertools.count()
 
-    def __init__(
-        self,
-        crash_calls: set[int],
-        *,
-        crashes: Callable[[Config], bool] = lambda c: False,
-        nan: Callable[[Config], bool] = lambda c: False,
-    ) -> None:
-        super().__init__(latency_bound)
-        self.crash_calls, self.crashes, self.nan = crash_calls, crashes, nan
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Measurement:
-        if len(self.calls) in self.crash_calls or self.crashes(config):
-            self.calls.append(config)
-            return Measurement(
-                TrialState.FAILED, reason="killed by signal 6", stderr_tail=LONG_TAIL, returncode=-6
-            )
-        if self.nan(config):
-            self.calls.append(config)
+    def script(config: Config) -> FigureLike:
+        if next(calls) in crash_calls or crashes(config):
+            return Failure("killed by signal 6", stderr_tail=LONG_TAIL, returncode=-6)
+        if nan(config):
             # The runner stops a NaN run itself (SIGTERM): an attributable failure.
-            return Measurement(
-                TrialState.FAILED,
-                reason="NaN loss under mixed_bfloat16",
+            return Failure(
+                "NaN loss under mixed_bfloat16",
                 stderr_tail=TF_NOISE,
                 returncode=-15,
+                kind=FailureKind.NAN,
             )
-        return super().measure(config, mode=mode, on_repeat=on_repeat)
+        return latency_bound(config)
+
+    return FakeRunner(script)
 
 
 def _bf16() -> SearchSpace:
@@ -106,7 +98,7 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
     tmp_path: Path,
 ) -> None:
     # The script as written crashes on its first run, and two search runs crash too.
-    runner = CrashingRunner({0, 6, 9})
+    runner = crashing({0, 6, 9})
     sp = space()
     out = run_study(sp, runner, settings(tmp_path))
     first = out.records[0]
@@ -126,9 +118,9 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
 
     inst = out.instability
     assert inst is not None and inst.as_written == 1
-    assert inst.crashed == 3 and inst.runs == len(runner.calls)  # the final round too
+    assert inst.crashed == 3 and inst.runs == len(runner.configs)  # the final round too
     assert inst.sentence == (
-        f"the script is unstable on its own: it crashed in 3 of {len(runner.calls)} runs, "
+        f"the script is unstable on its own: it crashed in 3 of {len(runner.configs)} runs, "
         "the script as written among them; its message: corrupted double-linked list"
     )
 
@@ -158,7 +150,7 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
 
 
 def test_a_stable_script_has_no_instability(tmp_path: Path) -> None:
-    runner = CrashingRunner(set())
+    runner = crashing(set())
     sp = space()
     out = run_study(sp, runner, settings(tmp_path))
     assert out.instability is None and _json(out, sp)["instability"] is None
@@ -174,9 +166,9 @@ def _policy(config: Config) -> bool:
 def test_a_value_failing_only_beside_an_unstable_script_is_not_excluded(tmp_path: Path) -> None:
     """The policy's runs crash (glibc abort), as the script as written did: the crash is
     the script's, so the policy is measured again and never skipped."""
-    runner = CrashingRunner({0}, crashes=_policy)
+    runner = crashing({0}, crashes=_policy)
     out = run_study(_bf16(), runner, settings(tmp_path, n_trials=20))
-    tried = [c for c in runner.calls if _policy(c)]
+    tried = [c for c in runner.configs if _policy(c)]
     assert len(tried) > DEAD_AFTER
     assert not [r for r in out.records if (r.reason or "").startswith("skipped:")]
     assert dead_values(_stored(tmp_path)) == {}
@@ -187,9 +179,9 @@ def test_an_attributable_failure_is_still_excluded_beside_an_unstable_script(
     tmp_path: Path,
 ) -> None:
     """A NaN loss under the policy is the policy's, whatever else crashes."""
-    runner = CrashingRunner({0}, nan=_policy)
+    runner = crashing({0}, nan=_policy)
     out = run_study(_bf16(), runner, settings(tmp_path, n_trials=20))
-    assert len([c for c in runner.calls if _policy(c)]) == DEAD_AFTER
+    assert len([c for c in runner.configs if _policy(c)]) == DEAD_AFTER
     skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
     assert skipped and all("mixed_precision=mixed_bfloat16" in (r.reason or "") for r in skipped)
     assert out.instability is not None
@@ -199,15 +191,15 @@ def test_an_attributable_failure_is_still_excluded_beside_an_unstable_script(
 def test_a_crash_that_follows_a_value_is_blamed_on_it_when_the_script_is_stable(
     tmp_path: Path,
 ) -> None:
-    runner = CrashingRunner(set(), crashes=_policy)
+    runner = crashing(set(), crashes=_policy)
     out = run_study(_bf16(), runner, settings(tmp_path, n_trials=20))
-    assert len([c for c in runner.calls if _policy(c)]) == DEAD_AFTER
+    assert len([c for c in runner.configs if _policy(c)]) == DEAD_AFTER
     assert any((r.reason or "").startswith("skipped:") for r in out.records)
     assert out.instability is None  # the crashes share the policy
 
 
 def test_a_script_as_written_that_always_crashes_says_its_message(tmp_path: Path) -> None:
-    runner = CrashingRunner({0, 1})
+    runner = crashing({0, 1})
     with pytest.raises(ScriptError, match=r"signal 6 \(corrupted double-linked list\)"):
         run_study(space(), runner, settings(tmp_path))
 
@@ -276,17 +268,12 @@ def test_the_report_keeps_only_a_few_stderr_tails() -> None:
     assert len(m.data_json) < len(json.dumps(data)) - 9 * 4000
 
 
-class CountsItsSteps(FakeRunner):
+def counts_its_steps(config: Config) -> FigureLike:
     """A script that counts its steps from its own --batch-size (32): with a larger
     dataset batch, its `next()` runs past the data and it dies with StopIteration."""
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Measurement:
-        if _batch(config) > 32:
-            self.calls.append(config)
-            return Measurement(TrialState.FAILED, reason="raised StopIteration")
-        return super().measure(config, mode=mode, on_repeat=on_repeat)
+    if _batch(config) > 32:
+        return Failure("raised StopIteration")
+    return latency_bound(config)
 
 
 def test_a_batch_the_script_runs_out_of_data_with_leaves_out_larger_ones(
@@ -295,9 +282,9 @@ def test_a_batch_the_script_runs_out_of_data_with_leaves_out_larger_ones(
     """One run out of data at a batch is enough: that batch and every larger one are
     skipped from then on (a larger batch makes fewer batches still), the budget is spent
     on configs that run, and the run says why and what to do instead."""
-    runner = CountsItsSteps(latency_bound)
+    runner = FakeRunner(counts_its_steps)
     out = run_study(space(), runner, settings(tmp_path, n_trials=16))
-    larger = [c for c in runner.calls if _batch(c) > 32]
+    larger = [c for c in runner.configs if _batch(c) > 32]
     assert 1 <= len(larger) <= 2  # the floor can fall once: 128 first, then 64
     skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
     assert skipped and all("ran out of data" in (r.reason or "") for r in skipped)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,15 +10,12 @@ import pytest
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
+from tftune.testing import FakeRunner
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.measurement import Measurement
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
-    Mode,
     Objective,
-    RepeatCallback,
     Role,
-    Runner,
     StorageError,
     StudySettings,
     TrialRecord,
@@ -44,9 +40,6 @@ def space(**kw: object) -> SearchSpace:
     return build_space(SITES, cores=CORES, **kw)  # type: ignore[arg-type]
 
 
-Model = Callable[[Config], tuple[float, float]]
-
-
 def latency_bound(config: Config) -> tuple[float, float]:
     """A 4 ms py_function map: parallelism is capped by the thread pool."""
     s = config.sites.get(MAP) or SiteConfig()
@@ -55,31 +48,6 @@ def latency_bound(config: Config) -> tuple[float, float]:
     par = pool if par == AUTOTUNE else par
     eps = 250.0 * min(par, pool)
     return eps, min(1.0, eps / 20000)
-
-
-class FakeRunner(Runner):
-    """Deterministic runner over a model of the script; counts what it ran."""
-
-    def __init__(self, model: Model, repeats: int = 3, fail: Callable[[Config], bool] = bool):
-        self.model, self.repeats, self.fail = model, repeats, fail
-        self.calls: list[Config] = []
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Measurement:
-        self.calls.append(config)
-        if self.fail is not bool and self.fail(config):
-            return Measurement(TrialState.FAILED, reason="out of memory (exit code 137)")
-        eps, util = self.model(config)
-        done: list[float] = []
-        for i in range(self.repeats):
-            done.append(eps)
-            if on_repeat is not None and not on_repeat(i, eps):
-                return Measurement(TrialState.PRUNED, eps, repeats=tuple(done), reason="pruned")
-        wait = max(0.0, 1.0 - util)
-        return Measurement(
-            TrialState.COMPLETE, eps, util, spread=0.02, input_wait_share=wait, repeats=tuple(done)
-        )
 
 
 def settings(tmp_path: Path, **kw: object) -> StudySettings:
@@ -98,7 +66,7 @@ def test_baselines_run_first_and_the_search_finds_the_latency_fix(tmp_path: Path
     out = run_study(space(), runner, settings(tmp_path), on_trial=lambda r, _b: seen.append(r))
     roles = [r.role for r in out.records[:4]]
     assert roles == [Role.AS_WRITTEN, Role.GUIDED, Role.AUTOTUNE, Role.HEURISTIC]
-    assert runner.calls[0] == Config()  # the script as written, unchanged
+    assert runner.configs[0] == Config()  # the script as written, unchanged
     # The guided guess leads AUTOTUNE and the heuristic (500 ex/s) far after their first
     # window: each is complete with that window's figure, and no noise figure.
     guided = out.records[1].examples_per_s or 0.0
@@ -228,8 +196,8 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     # the runner-up's search figure, so all three are measured after it. TPE's repeats
     # of a measured config reuse its measurement (no run).
     twins = sum(1 for r in out.records if r.notes and "is reused" in r.notes[0])
-    assert len(out.final) == 4 and len(runner.calls) == 8 - twins + 4
-    assert runner.calls[8 - twins + 1] == Config() != runner.calls[8 - twins]
+    assert len(out.final) == 4 and len(runner.configs) == 8 - twins + 4
+    assert runner.configs[8 - twins + 1] == Config() != runner.configs[8 - twins]
     assert len({f.number for f in out.final}) == 4
     rows = {r[0]: r for r in table_rows(out)}
     assert rows["tuned"][1] == "2,000.0" and rows["tuned"][4] == "2.00x"
@@ -339,7 +307,7 @@ def test_a_value_that_only_ever_fails_is_skipped_and_not_counted(tmp_path: Path)
 
     runner = FakeRunner(latency_bound, fail=loss_code_breaks)
     out = run_study(bf16, runner, settings(tmp_path, n_trials=20))
-    tried = [c for c in runner.calls if c.mixed_precision is not None]
+    tried = [c for c in runner.configs if c.mixed_precision is not None]
     assert len(tried) == 2  # measured until it was known dead, then never again
     skipped = [r for r in out.records if (r.reason or "").startswith("skipped:")]
     assert skipped, "the sampler never came back to the policy"
@@ -362,16 +330,16 @@ def test_as_written_failure_is_a_script_error(tmp_path: Path) -> None:
 def test_resume_reruns_no_finished_trial(tmp_path: Path) -> None:
     first = FakeRunner(latency_bound)
     out1 = run_study(space(), first, settings(tmp_path, n_trials=6, confirm=False))
-    assert len(first.calls) == 6
+    assert len(first.configs) == 6
     second = FakeRunner(latency_bound)
     out2 = run_study(space(), second, settings(tmp_path, n_trials=9, confirm=False))
     twins = sum(1 for r in out2.records if r.notes and "is reused" in r.notes[0])
-    assert len(second.calls) == 3 - twins and out2.ran_this_session == 3
+    assert len(second.configs) == 3 - twins and out2.ran_this_session == 3
     assert [r.number for r in out2.records] == list(range(9))
     assert out2.records[:6] == out1.records  # unchanged, not rerun
     third = FakeRunner(latency_bound)
     out3 = run_study(space(), third, settings(tmp_path, n_trials=9, confirm=False))
-    assert third.calls == [] and out3.best.number == out2.best.number
+    assert third.configs == [] and out3.best.number == out2.best.number
     roles = [r.role for r in out3.records]
     assert roles.count(Role.AS_WRITTEN) == 1 and roles.count(Role.AUTOTUNE) == 1
 
@@ -390,12 +358,11 @@ def test_resume_with_another_space_is_refused(tmp_path: Path) -> None:
 def test_timeout_bounds_the_search(tmp_path: Path) -> None:
     now = [0.0]
 
-    class SlowRunner(FakeRunner):
-        def measure(self, config: Config, **kw: object) -> Measurement:
-            now[0] += 10.0
-            return super().measure(config, **kw)  # type: ignore[arg-type]
+    def slow(config: Config) -> tuple[float, float]:  # each run takes 10 s of the clock
+        now[0] += 10.0
+        return latency_bound(config)
 
-    runner = SlowRunner(latency_bound)
+    runner = FakeRunner(slow)
     out = run_study(
         space(),
         runner,
@@ -465,7 +432,7 @@ def test_a_killed_workers_as_written_trial_is_waited_for_then_rerun(tmp_path: Pa
     runner = FakeRunner(latency_bound)
     out = run_study(sp, runner, settings(tmp_path, n_trials=5), sleep=waits.append)
     assert sum(waits) >= AS_WRITTEN_WAIT_S  # it waited for the other worker first
-    assert runner.calls[0] == Config()  # then measured the script as written itself
+    assert runner.configs[0] == Config()  # then measured the script as written itself
     assert out.baselines[Role.AS_WRITTEN].state is TrialState.COMPLETE
 
 
@@ -540,16 +507,11 @@ def test_a_close_call_with_a_real_gain_is_decided_by_more_runs(tmp_path: Path) -
     """Windows so noisy (30% spread) that a steady +6% is within one round's noise; the
     runs themselves are steady, so more runs of each show it is real."""
 
-    class NoisyWindows(FakeRunner):
-        def measure(self, config: Config, **kw: object) -> Measurement:
-            m = super().measure(config, **kw)  # type: ignore[arg-type]
-            return replace(m, spread=0.3) if m.state is TrialState.COMPLETE else m
-
     def steady(config: Config) -> tuple[float, float]:
         s = config.sites.get(MAP) or SiteConfig()
         return (1060.0 if s.num_parallel_calls == AUTOTUNE else 1000.0), 0.5
 
-    runner = NoisyWindows(steady)
+    runner = FakeRunner(steady, spread=0.3)
     out = run_study(space(), runner, settings(tmp_path, n_trials=6))
     assert out.best.role is not Role.AS_WRITTEN
     assert out.best_config.sites[MAP].num_parallel_calls == AUTOTUNE
@@ -558,7 +520,7 @@ def test_a_close_call_with_a_real_gain_is_decided_by_more_runs(tmp_path: Path) -
     assert out.confirm is not None and out.confirm.examples_per_s == pytest.approx(1060.0)
     # without the deciding runs, the threshold alone keeps the script as written
     no_deciding = settings(tmp_path, study_name="p", n_trials=6, decide_pairs=0)
-    plain = run_study(space(), NoisyWindows(steady), no_deciding)
+    plain = run_study(space(), FakeRunner(steady, spread=0.3), no_deciding)
     assert plain.best.role is Role.AS_WRITTEN
     assert any("more than the noise" in n and "+6.0%" in n for n in plain.notes), plain.notes
 

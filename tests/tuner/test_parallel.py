@@ -23,15 +23,11 @@ from conftest import requires_tf
 from pgserver import postgres_server, server_bin
 
 from tftune.core.errors import ConfigError
-from tftune.core.vocabulary import TrialState
 from tftune.probes.nvml import GpuSample, NvmlSampler, PynvmlReader
+from tftune.testing import FakeRunner
 from tftune.tuner.config import Config
-from tftune.tuner.measurement import Measurement
 from tftune.tuner.study import (
-    Mode,
-    RepeatCallback,
     Role,
-    Runner,
     StudySettings,
     run_study,
 )
@@ -259,23 +255,10 @@ def test_study_lock_excludes_on_postgresql(pg_url: str) -> None:
 # --- N workers, one study (injected runner) -------------------------------------------
 
 
-class SlowFakeRunner(Runner):
-    """The latency-bound model, taking a little while so that workers overlap."""
-
-    def __init__(self, seconds: float = 0.01) -> None:
-        self.calls, self.seconds = 0, seconds
-        self.threads: set[str] = set()
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Measurement:
-        self.calls += 1
-        self.threads.add(threading.current_thread().name)
-        eps, util = latency_bound(config)
-        time.sleep(self.seconds)
-        return Measurement(
-            TrialState.COMPLETE, eps, util, spread=0.01, input_wait_share=0.9, repeats=(eps,)
-        )
+def slow_fake(seconds: float = 0.01) -> FakeRunner:
+    """The latency-bound model, one window a run, each run taking `seconds` so that
+    workers overlap."""
+    return FakeRunner(latency_bound, repeats=1, spread=0.01, input_wait_share=0.9, seconds=seconds)
 
 
 def _check_shared(storage: str, name: str, n: int, workers: int) -> list[Any]:
@@ -308,13 +291,13 @@ def test_worker_threads_share_one_study(
         str(tmp_path / "s.journal") if kind == "journal" else request.getfixturevalue("pg_url")
     )
     name = f"threads-{kind}"
-    runners = [SlowFakeRunner(0.2) for _ in range(3)]
+    runners = [slow_fake(0.2) for _ in range(3)]
     seen: list[int] = []
     settings = StudySettings(n_trials=10, storage=storage, study_name=name, target="train.py")
     outcome = run_parallel(space(), runners, settings, on_trial=lambda r, b: seen.append(r.number))
     trials = _check_shared(storage, name, 10, 3)
     assert sorted(seen) == sorted(t.number for t in trials)  # each reported once
-    assert sum(1 for r in runners if r.calls) >= 2  # they did share the work
+    assert sum(1 for r in runners if r.runs) >= 2  # they did share the work
     assert outcome.ran_this_session == len(trials)
     best = max(
         (t for t in trials if t.state.name == "COMPLETE"),
@@ -331,15 +314,12 @@ def test_worker_threads_share_one_study(
 
 
 def test_a_failing_worker_stops_the_others(tmp_path: Path) -> None:
-    class Broken(Runner):
-        def measure(
-            self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: Any = None
-        ) -> Measurement:
-            raise RuntimeError("runner bug")
+    def broken(config: Config) -> float:
+        raise RuntimeError("runner bug")
 
     settings = StudySettings(n_trials=6, storage=str(tmp_path / "j"), study_name="b")
     with pytest.raises(RuntimeError, match="runner bug"):
-        run_parallel(space(), [Broken(), Broken()], settings)
+        run_parallel(space(), [FakeRunner(broken), FakeRunner(broken)], settings)
 
 
 def test_budget_counts_other_workers_running_trials(tmp_path: Path) -> None:
@@ -379,7 +359,7 @@ def test_budget_counts_other_workers_running_trials(tmp_path: Path) -> None:
 
 def test_single_worker_still_runs_the_whole_budget(tmp_path: Path) -> None:
     settings = StudySettings(n_trials=7, storage=str(tmp_path / "j"), study_name="one")
-    outcome = run_study(space(), SlowFakeRunner(), settings)
+    outcome = run_study(space(), slow_fake(), settings)
     assert len(outcome.records) == 7
 
 
@@ -408,7 +388,9 @@ def test_status_reads_progress_running_and_best(kind: str, tmp_path: Path, reque
     )
     name = f"status-{kind}"
     settings = StudySettings(n_trials=6, storage=storage, study_name=name, target="train.py")
-    run_study(space(), SlowFakeRunner(), settings)
+    # Every change doubles the script as written: no trial is behind, none is pruned.
+    runner = FakeRunner(lambda c: 250.0 if c.is_as_written() else 500.0, repeats=1)
+    run_study(space(), runner, settings)
     study = optuna.load_study(study_name=name, storage=open_storage(storage)[0])
     running = study.ask(dict(study.trials[-1].distributions))
     running.set_user_attr("role", "search")
@@ -438,10 +420,10 @@ def test_status_reads_progress_running_and_best(kind: str, tmp_path: Path, reque
 
 def test_status_study_name_is_optional_with_one_study_and_checked(tmp_path: Path) -> None:
     storage = str(tmp_path / "s.journal")
-    run_study(space(), SlowFakeRunner(), StudySettings(n_trials=4, storage=storage, study_name="a"))
+    run_study(space(), slow_fake(), StudySettings(n_trials=4, storage=storage, study_name="a"))
     code, out = _status_cli("--storage", storage)
     assert code == 0 and "study 'a'" in out and "4 of 4 trials finished" in out
-    run_study(space(), SlowFakeRunner(), StudySettings(n_trials=4, storage=storage, study_name="b"))
+    run_study(space(), slow_fake(), StudySettings(n_trials=4, storage=storage, study_name="b"))
     code, out = _status_cli("--storage", storage)
     assert code == 1 and "holds 2 studies" in out and "a, b" in out
     assert len(out.strip().splitlines()) == 1
@@ -558,28 +540,22 @@ def test_one_workers_error_stops_the_others_trials(
     stop = threading.Event()
     stopped: list[str] = []
 
-    class Blocking(Runner):
+    def blocking(config: Config) -> float:
         """Stands for a trial in progress: it ends only when the stop flag is set (the
         real runner's sleep raises `WorkerStopped` then)."""
+        if not stop.wait(120):
+            return 1.0
+        stopped.append(threading.current_thread().name)
+        raise WorkerStopped("stopped")
 
-        def measure(
-            self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: Any = None
-        ) -> Measurement:
-            if not stop.wait(120):
-                return Measurement(TrialState.COMPLETE, 1.0, repeats=(1.0,))
-            stopped.append(threading.current_thread().name)
-            raise WorkerStopped("stopped")
-
-    class Interrupted(Runner):
-        def measure(
-            self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: Any = None
-        ) -> Measurement:
-            time.sleep(0.2)  # the other worker is inside its trial by now
-            raise KeyboardInterrupt
+    def interrupted(config: Config) -> float:
+        time.sleep(0.2)  # the other worker is inside its trial by now
+        raise KeyboardInterrupt
 
     settings = StudySettings(n_trials=6, storage=str(tmp_path / "j"), study_name="k")
+    blocks, ctrl_c = FakeRunner(blocking, repeats=1), FakeRunner(interrupted)
     with pytest.raises(KeyboardInterrupt):
-        run_parallel(space(), [Blocking(), Interrupted()], settings, stop=stop)
+        run_parallel(space(), [blocks, ctrl_c], settings, stop=stop)
     assert stop.is_set()
     assert not [t for t in threading.enumerate() if t.name.startswith("tftune-worker")]
     import optuna

@@ -161,19 +161,14 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
     """The study's notes reach tftune-best.json and the tuning JSON (trials faked: a
     16-bit trial is faster and reports the finding, as the child would)."""
     import tftune
-    from tftune.core.vocabulary import TrialState
-    from tftune.tuner.measurement import Measurement
-    from tftune.tuner.study import Runner
+    from tftune.testing import FakeRunner, Figures
 
     finding = f"{FINDING_PREFIX}the output layer 'dense_1' (Dense) ...; {FLOAT32_OUTPUT_FIX}"
 
-    class Fake(Runner):
-        def measure(self, config: Config, **_: Any) -> Measurement:
-            if config.mixed_precision == "mixed_float16":
-                return Measurement(
-                    TrialState.COMPLETE, 200.0, 0.5, repeats=(200.0,), notes=(finding,)
-                )
-            return Measurement(TrialState.COMPLETE, 100.0, 0.5, repeats=(100.0,))
+    def script(config: Config) -> float | Figures:
+        if config.mixed_precision == "mixed_float16":
+            return Figures(200.0, notes=(finding,))
+        return 100.0
 
     space = tmp_path / "space.json"
     space.write_text(json.dumps({"knobs": {"mixed_precision": "mixed_float16"}}))
@@ -183,7 +178,7 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
         ROOT / "examples" / "keras_fit.py",
         ["--steps", "10"],
         trials=5,
-        runner=Fake(),
+        runner=FakeRunner(script, repeats=1),
         bounds=False,
         space_file=space,
         storage=str(tmp_path / "s.journal"),

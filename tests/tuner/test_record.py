@@ -37,22 +37,16 @@ def test_record_fields_of_a_cpu_run(tmp_path: Path) -> None:
     """A real optimize run (real discovery, real machine record; the trials faked): every
     field of the record is present and equals what this machine and Python say."""
     import tftune
-    from tftune.core.vocabulary import TrialState
-    from tftune.tuner.measurement import Measurement
-    from tftune.tuner.study import Runner
+    from tftune.testing import FakeRunner
 
-    class Fake(Runner):
-        def measure(self, config: Config, **_: Any) -> Measurement:
-            eps = 100.0 * (config.threadpool_size or 1)
-            return Measurement(TrialState.COMPLETE, eps, 0.5, repeats=(eps,), input_wait_share=0.5)
-
+    fake = FakeRunner(lambda c: 100.0 * (c.threadpool_size or 1), repeats=1)
     before = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     tftune.optimize(
         EXAMPLE,
         ["--steps", "10"],
         trials=5,
         seed=7,
-        runner=Fake(),
+        runner=fake,
         bounds=False,
         storage=str(tmp_path / "s.journal"),
         best_file=tmp_path / "best.json",

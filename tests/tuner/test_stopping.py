@@ -11,16 +11,13 @@ import pytest
 
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_model import break_even_sentence
+from tftune.testing import FakeRunner
 from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.measurement import Measurement
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
-    Mode,
     Objective,
-    RepeatCallback,
     Role,
-    Runner,
     StudySettings,
     TrialRecord,
     run_study,
@@ -49,26 +46,9 @@ def plateau(config: Config) -> float:
     return 1000.0 if s.num_parallel_calls in (None, 1) else 4000.0
 
 
-class Runs(Runner):
-    def __init__(self, model: Callable[[Config], float], repeats: int = 3) -> None:
-        self.model, self.repeats = model, repeats
-        self.calls: list[Config] = []
-        self.windows: list[int] = []
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Measurement:
-        self.calls.append(config)
-        eps, done = self.model(config), []
-        for i in range(self.repeats):
-            done.append(eps)
-            if on_repeat is not None and not on_repeat(i, eps):
-                self.windows.append(len(done))
-                return Measurement(TrialState.PRUNED, eps, repeats=tuple(done), reason="pruned")
-        self.windows.append(len(done))
-        return Measurement(
-            TrialState.COMPLETE, eps, 0.5, spread=0.02, input_wait_share=0.1, repeats=tuple(done)
-        )
+def runs(model: Callable[[Config], float]) -> FakeRunner:
+    """The shared fake over `model`: three windows a run, the consumer waiting 10%."""
+    return FakeRunner(model, input_wait_share=0.1)
 
 
 def settings(tmp_path: Path, **kw: object) -> StudySettings:
@@ -123,7 +103,7 @@ def test_baselines_do_not_use_up_the_patience() -> None:
 
 
 def test_auto_stops_a_plateaued_search_early_and_says_why(tmp_path: Path) -> None:
-    runner = Runs(plateau)
+    runner = runs(plateau)
     out = run_study(space(), runner, settings(tmp_path, n_trials=20, patience=4))
     searched = [r for r in out.records if r.role is Role.SEARCH]
     assert len(searched) == 4, [r.examples_per_s for r in out.records]
@@ -132,7 +112,7 @@ def test_auto_stops_a_plateaued_search_early_and_says_why(tmp_path: Path) -> Non
 
 
 def test_fixed_trials_run_to_the_end_and_say_so(tmp_path: Path) -> None:
-    out = run_study(space(), Runs(plateau), settings(tmp_path, n_trials=9, confirm=False))
+    out = run_study(space(), runs(plateau), settings(tmp_path, n_trials=9, confirm=False))
     assert len(out.records) == 9
     assert out.stop_reason == "ran the 9 trials asked for (--trials 9)"
 
@@ -154,11 +134,11 @@ def test_tpe_coming_back_to_a_config_costs_no_run(tmp_path: Path) -> None:
 
     # 16 configs in all: 20 trials of a plateau sample some twice.
     small = space().narrowed(PIPELINE_FIELDS, "as written or AUTOTUNE")
-    runner = Runs(plateau)
+    runner = runs(plateau)
     out = run_study(small, runner, settings(tmp_path, n_trials=20, confirm=False))
     twins = [r for r in out.records if r.notes and "is reused" in r.notes[0]]
     assert twins, "TPE never sampled a measured config again in 20 trials of a plateau"
-    assert len(runner.calls) == len(out.records) - len(twins)
+    assert len(runner.configs) == len(out.records) - len(twins)
     for t in twins:
         first = next(r for r in out.records if r.number < t.number and r.params == t.params)
         assert t.examples_per_s == first.examples_per_s and t.wall_s == 0.0
@@ -171,9 +151,9 @@ def test_tpe_coming_back_to_a_config_costs_no_run(tmp_path: Path) -> None:
 def test_search_trials_behind_after_one_window_stop_there(tmp_path: Path) -> None:
     """Only the best first windows go on; baselines always run all their windows."""
     rates = iter([1000.0, 1500.0, 2000.0, 2500.0] + [1200.0 + 10 * i for i in range(8)])
-    runner = Runs(lambda _c: next(rates))
+    runner = runs(lambda _c: next(rates))
     out = run_study(space(), runner, settings(tmp_path, n_trials=12, confirm=False))
-    assert runner.windows[:4] == [3, 3, 3, 3]
+    assert [r.windows for r in runner.runs[:4]] == [3, 3, 3, 3]
     halved = [r for r in out.records if "successive halving" in (r.reason or "")]
     assert halved and all(r.role is Role.SEARCH and len(r.repeats) == 1 for r in halved)
     assert all(r.state is TrialState.PRUNED for r in halved)
@@ -187,10 +167,10 @@ def test_a_first_window_within_the_search_gain_of_the_best_is_measured_to_its_en
     behind stops after that window."""
     rates = [1000.0, 1500.0, 2000.0, 2500.0, 2350.0, 1400.0, 2400.0, 1380.0]
     it = iter(rates)
-    runner = Runs(lambda _c: next(it))
+    runner = runs(lambda _c: next(it))
     run_study(space(), runner, settings(tmp_path, n_trials=len(rates), confirm=False))
-    windows = dict(zip(rates, runner.windows, strict=False))
-    assert len(runner.windows) == len(rates)  # no twin: every trial ran
+    windows = dict(zip(rates, (r.windows for r in runner.runs), strict=False))
+    assert len(runner.runs) == len(rates)  # no twin: every trial ran
     assert windows[2350.0] == 3 and windows[2400.0] == 3  # 0.94x and 0.96x the best
     assert windows[1400.0] == 1 and windows[1380.0] == 1
 
@@ -250,7 +230,7 @@ def test_screened_configs_are_the_first_search_trials(tmp_path: Path) -> None:
     sp = space()
     seeds = tuple(sp.params_for({"num_parallel_calls": p, "threadpool_size": p}) for p in (64, 16))
     hint = GuidedHint(0.9)
-    runner = Runs(plateau)
+    runner = runs(plateau)
     out = run_study(
         sp,
         runner,
@@ -272,7 +252,7 @@ def test_a_compute_bound_script_is_told_so_before_any_pipeline_trial(tmp_path: P
     hint = GuidedHint(0.02, next_moves=moves)
     events: list[str] = []
     out = run_study(
-        space(), Runs(plateau), settings(tmp_path, n_trials=5, confirm=False, hint=hint),
+        space(), runs(plateau), settings(tmp_path, n_trials=5, confirm=False, hint=hint),
         on_note=events.append, on_trial=lambda r, _b: events.append(f"trial {r.role.value}"),
     )  # fmt: skip
     said = next(n for n in out.notes if n.startswith("The input pipeline is not the limit"))
@@ -288,7 +268,7 @@ def test_seeds_beyond_the_budget_are_not_left_waiting_in_the_study(tmp_path: Pat
     sp = space()
     seeds = tuple(sp.params_for({"num_parallel_calls": p, "threadpool_size": p}) for p in (64, 16))
     s = settings(tmp_path, n_trials=5, confirm=False, seeds=seeds, hint=GuidedHint(0.9))
-    out = run_study(sp, Runs(plateau), s)
+    out = run_study(sp, runs(plateau), s)
     assert len(out.records) == 5
     study = optuna.load_study(study_name="t", storage=open_storage(s.storage)[0])
     assert [t.state.name for t in study.get_trials()].count("WAITING") == 0
@@ -331,7 +311,7 @@ def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> Non
     doubled = {**seeds[0], batch: 64}
     out = run_study(
         sp,
-        Runs(per_step_bound),
+        runs(per_step_bound),
         settings(tmp_path, n_trials=8, confirm=False, seeds=(seeds[0], doubled), patience=3),
     )
     by_batch = {}  # the first searched trial of each batch size
@@ -361,7 +341,7 @@ def test_a_seed_that_repeats_a_config_measured_before_it_is_left_out(tmp_path: P
     seeds = (best, dict(best), auto, other)  # the screen's best is the guided trial
     out = run_study(
         sp,
-        Runs(plateau),
+        runs(plateau),
         settings(tmp_path, n_trials=5, confirm=False, seeds=seeds, screened=True),
     )
     roles = [r.role for r in out.records]

@@ -14,18 +14,16 @@ import pytest
 from test_stopping import settings
 
 from tftune.core.vocabulary import TrialState
+from tftune.testing import FakeRunner
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.measurement import Measurement
 from tftune.tuner.preflight import NO_MODEL, measure_ceiling, profile_skipped
 from tftune.tuner.screen import Screen, ScreenEntry
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
     Mode,
-    RepeatCallback,
     Role,
-    Runner,
     StudyOutcome,
     run_study,
 )
@@ -132,32 +130,15 @@ def test_a_script_that_shows_training_waits_for_its_first_update(
 # --- the bound analysis -----------------------------------------------------------------
 
 
-class Runs(Runner):
-    """A runner whose figure per config is `model`'s, three windows a run."""
-
-    def __init__(self, model: Callable[[Config, int], float]) -> None:
-        self.model = model
-        self.calls: list[tuple[Config, Mode, int]] = []  # (config, mode, windows measured)
-
-    def measure(
-        self, config: Config, *, mode: Mode = Mode.TRAIN, on_repeat: RepeatCallback | None = None
-    ) -> Measurement:
-        eps, done = self.model(config, len(self.calls)), []
-        for i in range(3):
-            done.append(eps)
-            if on_repeat is not None and not on_repeat(i, eps):
-                self.calls.append((config, mode, len(done)))
-                return Measurement(TrialState.PRUNED, eps, repeats=tuple(done), reason="pruned")
-        self.calls.append((config, mode, len(done)))
-        return Measurement(
-            TrialState.COMPLETE, eps, 0.5, spread=0.02, input_wait_share=0.9, repeats=tuple(done)
-        )
+def runs(model: Callable[[Config], float]) -> FakeRunner:
+    """The shared fake over `model`: three windows a run, the consumer waiting 90%."""
+    return FakeRunner(model, input_wait_share=0.9)
 
 
 def test_the_bound_analysis_measures_one_window_a_half() -> None:
-    runner = Runs(lambda _c, _n: 500.0)
+    runner = runs(lambda _c: 500.0)
     c = measure_ceiling(runner)
-    assert [(mode, windows) for _c, mode, windows in runner.calls] == [
+    assert [(r.mode, r.windows) for r in runner.runs] == [
         (Mode.MODEL_ONLY, 1),
         (Mode.PIPELINE_ONLY, 1),
     ]
@@ -165,10 +146,10 @@ def test_the_bound_analysis_measures_one_window_a_half() -> None:
 
 
 def test_a_script_without_a_model_has_no_model_half() -> None:
-    runner = Runs(lambda _c, _n: 500.0)
+    runner = runs(lambda _c: 500.0)
     notes: list[str] = []
     c = measure_ceiling(runner, notes.append, busiest_loop=True)
-    assert [mode for _c, mode, _w in runner.calls] == [Mode.PIPELINE_ONLY]
+    assert [r.mode for r in runner.runs] == [Mode.PIPELINE_ONLY]
     assert c.model_only_examples_per_s is None and c.model_note == f"not measured ({NO_MODEL})"
     assert notes == [
         f"bound analysis: pipeline alone 500.0 ex/s, model alone not measured ({NO_MODEL})"
@@ -216,7 +197,7 @@ def par_of(config: Config) -> int | None:
     return (config.sites.get(MAP) or SiteConfig()).num_parallel_calls
 
 
-def far_ahead(config: Config, _n: int) -> float:
+def far_ahead(config: Config) -> float:
     """Parallelism 16 or more is 20x the script as written; AUTOTUNE is 1.2x."""
     par = par_of(config)
     if par == AUTOTUNE:
@@ -224,25 +205,25 @@ def far_ahead(config: Config, _n: int) -> float:
     return 2000.0 if par is not None and par >= 16 else 100.0
 
 
-def final_runs(runner: Runs, tmp_path: Path) -> tuple[StudyOutcome, list[Config], list[str]]:
+def final_runs(runner: FakeRunner, tmp_path: Path) -> tuple[StudyOutcome, list[Config], list[str]]:
     """The study's outcome, the configs its final round measured, and its notes."""
     start: list[int] = []
     notes: list[str] = []
 
     def note(line: str) -> None:
         if line.startswith("final round: re-measuring"):
-            start.append(len(runner.calls))
+            start.append(len(runner.runs))
         notes.append(line)
 
     out = run_study(space(), runner, settings(tmp_path, n_trials=6), on_note=note)
-    return out, [c for c, _m, _w in runner.calls[start[0] :]], notes
+    return out, runner.configs[start[0] :], notes
 
 
 def test_a_decisive_lead_skips_re_measuring_the_baselines(tmp_path: Path) -> None:
-    runner = Runs(far_ahead)
+    runner = runs(far_ahead)
     out, final, notes = final_runs(runner, tmp_path)
     assert out.best.examples_per_s == 2000.0
-    assert final and all(far_ahead(c, 0) == 2000.0 for c in final), final
+    assert final and all(far_ahead(c) == 2000.0 for c in final), final
     said = next(n for n in notes if "not re-measured" in n)
     assert "(as_written)" in said and "(autotune)" in said
     assert f"by 16.67x or more, beyond any noise (from {AS_WRITTEN_LEAD:.2f}x)" in said
@@ -304,12 +285,12 @@ def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(
 ) -> None:
     seen: dict[str, int] = {}
 
-    def fades(config: Config, n: int) -> float:  # 20x when first measured, 1.1x after
+    def fades(config: Config) -> float:  # 20x when first measured, 1.1x after
         seen[repr(config)] = seen.get(repr(config), 0) + 1
-        fast = far_ahead(config, n)
+        fast = far_ahead(config)
         return 110.0 if fast == 2000.0 and seen[repr(config)] > 1 else fast
 
-    out, final, notes = final_runs(Runs(fades), tmp_path)
+    out, final, notes = final_runs(runs(fades), tmp_path)
     assert Config() in final  # the script as written again, and AUTOTUNE
     assert any(par_of(c) == AUTOTUNE for c in final)
     assert not any("not re-measured" in n for n in notes)
