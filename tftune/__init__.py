@@ -2,8 +2,8 @@
 
 The public API lives here; the command line is `tftune.cli` (which nothing imports).
 Nothing heavy is imported at package import: each function imports what it needs, and
-the exported types (`Analysis`, `OptimizeResult`, `Config`, `UserError`) are imported on
-first use (`__getattr__`).
+the exported types (`Analysis`, `OptimizeOptions`, `OptimizeResult`, `Config`,
+`UserError`) are imported on first use (`__getattr__`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tftune.core.errors import UserError
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tftune.probes.environment import Environment
     from tftune.tuner.config import Config
     from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, TrialCallback
+    from tftune.tuner.options import OptimizeOptions
     from tftune.tuner.study import Runner
 
 try:
@@ -31,6 +32,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree without ins
 __all__ = [
     "Analysis",
     "Config",
+    "OptimizeOptions",
     "OptimizeResult",
     "UserError",
     "__version__",
@@ -87,83 +89,46 @@ def apply(config: str | os.PathLike[str] | Config) -> None:
 def optimize(
     script: str | os.PathLike[str],
     args: Sequence[str] = (),
+    options: OptimizeOptions | None = None,
     *,
-    trials: int | Literal["auto"] = "auto",
-    timeout_s: float | None = None,
-    objective: str | None = None,
-    storage: str | None = None,
-    study_name: str | None = None,
-    seed: int = 0,
-    guided: bool = True,
-    space_file: str | os.PathLike[str] | None = None,
-    batch_size: str | None = None,
-    best_file: str | os.PathLike[str] = "tftune-best.json",
-    json_file: str | os.PathLike[str] | None = None,
-    html_file: str | os.PathLike[str] | None = None,
-    window_s: float | None = None,
-    repeats: int | None = None,
-    step_timeout_s: float | None = None,
-    bounds: bool = True,
-    confirm: bool = True,
-    profile: bool | None = None,
-    runner: Runner | None = None,
-    workers: int = 1,
-    gpus_per_trial: int | None = None,
-    cpus_per_trial: int | None = None,
-    data_service: str | None = None,
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     invocation: Sequence[str] | None = None,
+    runner: Runner | None = None,
     environment: Callable[[], Environment] | None = None,
+    **overrides: Any,
 ) -> OptimizeResult:
     """Tune an unmodified script's tf.data pipeline (and batch size, precision, a tf.data
-    service); returns a frozen `OptimizeResult` (winner, baselines, diff, command). Options:
-    ``tftune optimize --help``; ``html_file``: the HTML report; ``on_*``: progress;
-    ``runner``, ``environment``: test doubles. Defaults as `tftune.tuner.optimize.optimize`
-    (a test keeps them equal). Raises `UserError` on bad input; TF is imported only in
-    the child processes."""
-    from tftune.tuner.optimize import optimize as _optimize
+    service); returns a frozen `OptimizeResult` (winner, baselines, diff, command).
 
+    The run's options are one `OptimizeOptions` (``tftune.OptimizeOptions``; its fields
+    are the options of ``tftune optimize --help``): ``options``, or the defaults, with
+    ``overrides`` applied by field name, e.g. ``tftune.optimize("train.py", trials=5)``.
+    An unknown name is a `TypeError` naming it; a bad value a `UserError` naming the
+    option. ``html_file``: the HTML report. ``on_*``: progress; ``invocation``: the
+    command line for the record; ``runner``, ``environment``: test doubles. TensorFlow
+    is imported only in the child processes."""
+    from tftune.tuner.optimize import OptimizeHooks
+    from tftune.tuner.optimize import optimize as _optimize
+    from tftune.tuner.options import with_overrides
+
+    chosen = with_overrides(options, overrides, "tftune.optimize")
     render_html: HtmlRenderer | None = None
-    if html_file is not None:  # the tuner draws no page itself: it never imports reports
+    if chosen.html_file is not None:  # the tuner draws no page: it never imports reports
         from tftune.reports.tuning_html import render_tuning_html
 
         render_html = render_tuning_html
-
-    return _optimize(
-        script,
-        args,
-        trials=trials,
-        timeout_s=timeout_s,
-        objective=objective,
-        storage=storage,
-        study_name=study_name,
-        seed=seed,
-        guided=guided,
-        space_file=space_file,
-        batch_size=batch_size,
-        best_file=best_file,
-        json_file=json_file,
-        html_file=html_file,
-        render_html=render_html,
-        window_s=window_s,
-        repeats=repeats,
-        step_timeout_s=step_timeout_s,
-        bounds=bounds,
-        confirm=confirm,
-        profile=profile,
-        runner=runner,
-        workers=workers,
-        gpus_per_trial=gpus_per_trial,
-        cpus_per_trial=cpus_per_trial,
-        data_service=data_service,
+    hooks = OptimizeHooks(
         on_trial=on_trial,
         on_start=on_start,
         on_note=on_note,
+        render_html=render_html,
         invocation=invocation,
+        runner=runner,
         environment=environment,
     )
+    return _optimize(script, args, chosen, hooks)
 
 
 def __getattr__(name: str) -> object:
@@ -176,6 +141,10 @@ def __getattr__(name: str) -> object:
         from tftune.tuner.optimize import OptimizeResult
 
         return OptimizeResult
+    if name == "OptimizeOptions":
+        from tftune.tuner.options import OptimizeOptions
+
+        return OptimizeOptions
     if name == "Config":
         from tftune.tuner.config import Config
 

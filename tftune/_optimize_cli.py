@@ -1,4 +1,5 @@
-"""The terminal side of ``tftune optimize``: progress bar, status lines, summary.
+"""The terminal side of ``tftune optimize``: progress bar, status lines, the resume
+command on interruption (`tuner.options.resume_command`), summary.
 
 Kept out of cli.py so the command stays thin and ``--help`` imports nothing heavy.
 """
@@ -18,6 +19,7 @@ from tftune.core.errors import Terminated
 
 if TYPE_CHECKING:
     from tftune.tuner.optimize import OptimizeResult
+    from tftune.tuner.options import OptimizeOptions
     from tftune.tuner.study import TrialRecord
 
 
@@ -69,54 +71,14 @@ def _invocation() -> list[str] | None:
     return None
 
 
-def _where(script: str, opts: dict[str, Any]) -> tuple[str, str]:
-    from tftune.tuner.optimize import default_study_name
-    from tftune.tuner.study import DEFAULT_STORAGE_FILE
-
-    return (
-        opts.get("storage") or DEFAULT_STORAGE_FILE,
-        opts.get("study_name") or default_study_name(script),
-    )
-
-
-def resume_command(script: str, script_args: list[str], opts: dict[str, Any]) -> str:
-    """The ``tftune optimize`` line that resumes this study: same storage, study name and
-    everything that defines the study (its search space and what is measured)."""
-    import shlex
-
-    storage, name = _where(script, opts)
-    argv = ["tftune", "optimize", script, "--storage", storage, "--study-name", name]
-    flags = {
-        "trials": "--trials",
-        "objective": "--objective",
-        "space_file": "--space",
-        "batch_size": "--batch-size",
-        "window": "--window",
-        "repeats": "--repeats",
-        "json_file": "--json",
-        "data_service": "--data-service",
-    }
-    for key, flag in flags.items():
-        if opts.get(key) is not None:
-            argv += [flag, str(opts[key])]
-    if opts.get("seed"):
-        argv += ["--seed", str(opts["seed"])]
-    if opts.get("bounds") is False:
-        argv.append("--no-bounds")
-    if opts.get("guided") is False:
-        argv.append("--no-guided")
-    if script_args:
-        argv += ["--", *script_args]
-    return shlex.join(argv)
-
-
-def run_optimize_command(script: str, script_args: list[str], opts: dict[str, Any]) -> None:
+def run_optimize_command(script: str, script_args: list[str], options: OptimizeOptions) -> None:
+    """Runs `tftune.optimize` with the options the command built, showing progress."""
     from rich.console import Console
 
     console = Console(stderr=False, highlight=False)
     view = ProgressView(console)
     with _sigterm_as_interrupt():
-        _run(script, script_args, opts, console, view)
+        _run(script, script_args, options, console, view)
 
 
 @contextlib.contextmanager
@@ -138,9 +100,14 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _run(
-    script: str, script_args: list[str], opts: dict[str, Any], console: Any, view: ProgressView
+    script: str,
+    script_args: list[str],
+    options: OptimizeOptions,
+    console: Any,
+    view: ProgressView,
 ) -> None:
     import tftune
+    from tftune.tuner.options import resume_command
 
     if script_args and script_args[0] == "--":
         script_args = script_args[1:]
@@ -148,26 +115,7 @@ def _run(
         result = tftune.optimize(
             script,
             script_args,
-            trials=opts["trials"],
-            timeout_s=opts["timeout"],
-            objective=opts["objective"],
-            storage=opts["storage"],
-            study_name=opts["study_name"],
-            seed=opts["seed"],
-            guided=opts["guided"],
-            space_file=opts["space_file"],
-            batch_size=opts["batch_size"],
-            best_file=opts["best_file"],
-            json_file=opts["json_file"],
-            html_file=opts["html_file"],
-            window_s=opts["window"],
-            repeats=opts["repeats"],
-            step_timeout_s=opts.get("step_timeout"),
-            bounds=opts["bounds"],
-            workers=opts.get("workers", 1),
-            gpus_per_trial=opts.get("gpus_per_trial"),
-            cpus_per_trial=opts.get("cpus_per_trial"),
-            data_service=opts.get("data_service"),
+            options,
             on_trial=view.trial,
             on_start=view.start,
             on_note=view.note,
@@ -175,7 +123,7 @@ def _run(
         )
     except KeyboardInterrupt:
         view.stop()
-        storage, name = _where(script, opts)
+        storage, name = options.where(script)
         console.print(
             f"interrupted: the finished trials are kept in {storage} (study {name!r}); "
             "a trial stopped midway runs again. Resume with:",
@@ -184,7 +132,7 @@ def _run(
             soft_wrap=True,
         )
         console.print(
-            f"  {resume_command(script, script_args, opts)}",
+            f"  {resume_command(script, script_args, options)}",
             highlight=False,
             markup=False,
             soft_wrap=True,

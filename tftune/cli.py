@@ -189,7 +189,7 @@ def profile(
     metavar="N|auto",
     help="Finished trials the study holds, or auto: stop once trials stop gaining (at most 20).",
 )
-@click.option("--timeout", type=float, help="Stop searching after this many seconds.")
+@click.option("--timeout", "timeout_s", type=float, help="Stop searching after this many seconds.")
 @click.option(
     "--objective",
     type=click.Choice(["gpu-util", "throughput", "both"]),
@@ -230,11 +230,17 @@ def profile(
     help="HTML tuning report.",
 )
 @click.option(
-    "--window", type=float, help="Seconds per measured window [3; the first of several half that]."
+    "--window",
+    "window_s",
+    type=float,
+    help="Seconds per measured window [3; the first of several half that].",
 )
 @click.option("--repeats", type=int, help="Measured windows per trial [2].")
 @click.option(
-    "--step-timeout", type=click.FloatRange(min=0, min_open=True), help=_STEP_TIMEOUT_HELP
+    "--step-timeout",
+    "step_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    help=_STEP_TIMEOUT_HELP,
 )
 @click.option(
     "--bounds/--no-bounds",
@@ -266,8 +272,10 @@ def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
     Arguments after `--` go to the script: tftune optimize train.py -- --epochs 1
     """
     from tftune._optimize_cli import run_optimize_command
+    from tftune.tuner.options import OptimizeOptions
 
-    run_optimize_command(script, list(script_args), opts)
+    # The options' destinations are OptimizeOptions' field names: built once, here.
+    run_optimize_command(script, list(script_args), OptimizeOptions(**opts))
 
 
 main.add_command(data_service)

@@ -1,17 +1,19 @@
 """`tftune optimize`: discovery → space → bound analysis → guided profile → study → winner.
 
 The orchestration of one tuning run, as `probes.analysis` is that of `tftune analyze`.
-`optimize()` runs named phases: check the inputs and output paths (before any trial
-runs), discover the training loop and build the space, make the runners (one per worker
-slot), measure the bounds and take the guided profile, run the study, then emit the
-winner (config file, diff, snippet, tuning JSON, HTML page). It returns a frozen
-`OptimizeResult`. The steps before the study live in `tuner.preflight` and are
-re-exported here.
+`optimize(script, args, options, hooks)` takes the run's one `OptimizeOptions` (built by
+the front door, `tuner.options`) and the caller's `OptimizeHooks` (progress, the HTML
+renderer, test doubles), and runs named phases: check the inputs and output paths
+(before any trial runs), discover the training loop and build the space, make the
+runners (one per worker slot), measure the bounds and take the guided profile, run the
+study, then emit the winner (config file, diff, snippet, tuning JSON, HTML page). It
+returns a frozen `OptimizeResult`. The steps before the study live in `tuner.preflight`
+and are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
 `tftune.reports.tuning_html.render_tuning_html`): the tuner never imports the reports.
-The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only parses options,
-shows progress and prints what this returns.
+The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only builds the
+options, shows progress and prints what this returns.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from tftune.probes.environment import Environment, collect
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import Config
+from tftune.tuner.options import OptimizeOptions, default_study_name
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.preflight import (
     GUIDE_PROFILE_STEPS,
@@ -40,7 +43,6 @@ from tftune.tuner.preflight import (
     check_inputs,
     check_search_options,
     check_writable,
-    default_study_name,
     discover_training,
     gpu_visible,
     guided_hint,
@@ -58,8 +60,6 @@ from tftune.tuner.screen import Screen, search_seeds
 from tftune.tuner.service import check_address
 from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
-    AUTO_TRIALS,
-    DEFAULT_SEED,
     GuidedHint,
     Objective,
     Role,
@@ -67,7 +67,6 @@ from tftune.tuner.study import (
     StudyOutcome,
     StudySettings,
     TrialRecord,
-    Trials,
     trial_budget,
 )
 from tftune.tuner.trial import Discovery
@@ -76,6 +75,8 @@ __all__ = [
     "GUIDE_PROFILE_STEPS",
     "GUIDE_PROFILE_TIMEOUT_S",
     "HtmlRenderer",
+    "OptimizeHooks",
+    "OptimizeOptions",
     "OptimizeResult",
     "TrialCallback",
     "check_writable",
@@ -111,73 +112,61 @@ class OptimizeResult:
         return self.outcome.best_config
 
 
+@dataclass(frozen=True, slots=True)
+class OptimizeHooks:
+    """What the caller plugs into a run beside its options; none of it changes what is
+    searched. ``on_trial``, ``on_start``, ``on_note``: progress. ``render_html``: draws
+    ``html_file`` (the tuning JSON → the page; no page without it). ``invocation``: the
+    command line as typed, for the reproducibility record (None: the API call is
+    recorded). ``runner`` replaces the script's trials and ``environment``
+    `probes.environment.collect` (tests, the API)."""
+
+    on_trial: TrialCallback | None = None
+    on_start: Callable[[int, int], None] | None = None
+    on_note: Callable[[str], None] | None = None
+    render_html: HtmlRenderer | None = None
+    invocation: Sequence[str] | None = None
+    runner: Runner | None = None
+    environment: Callable[[], Environment] | None = None
+
+
 def optimize(
     script: str | os.PathLike[str],
-    args: Sequence[str] = (),
-    *,
-    trials: Trials = AUTO_TRIALS,
-    timeout_s: float | None = None,
-    objective: str | None = None,
-    storage: str | None = None,
-    study_name: str | None = None,
-    seed: int = DEFAULT_SEED,
-    guided: bool = True,
-    space_file: str | os.PathLike[str] | None = None,
-    batch_size: str | None = None,
-    best_file: str | os.PathLike[str] = "tftune-best.json",
-    json_file: str | os.PathLike[str] | None = None,
-    html_file: str | os.PathLike[str] | None = None,
-    render_html: HtmlRenderer | None = None,
-    window_s: float | None = None,
-    repeats: int | None = None,
-    step_timeout_s: float | None = None,
-    bounds: bool = True,
-    confirm: bool = True,
-    profile: bool | None = None,
-    runner: Runner | None = None,
-    workers: int = 1,
-    gpus_per_trial: int | None = None,
-    cpus_per_trial: int | None = None,
-    data_service: str | None = None,
-    on_trial: TrialCallback | None = None,
-    on_start: Callable[[int, int], None] | None = None,
-    on_note: Callable[[str], None] | None = None,
-    invocation: Sequence[str] | None = None,
-    environment: Callable[[], Environment] | None = None,
+    args: Sequence[str],
+    options: OptimizeOptions,
+    hooks: OptimizeHooks | None = None,
 ) -> OptimizeResult:
-    """Tune an unmodified script's tf.data pipeline (options: ``tftune optimize --help``).
-    ``html_file`` is drawn by ``render_html`` (the tuning JSON → the page; none without
-    it). ``invocation``: the command line as typed, for the reproducibility record (from
-    the API: the call). ``environment`` replaces `probes.environment.collect` (tests)."""
+    """Tune an unmodified script's tf.data pipeline as `options` say (its fields:
+    `tuner.options.OptimizeOptions`; ``tftune optimize --help``), with the caller's
+    `hooks`."""
     started = time.monotonic()
-    outputs = ((best_file, "--best"), (json_file, "--json"), (html_file, "-o"))
-    path = check_inputs(script, trials, storage, outputs)
-    env_future = _read_environment(environment)
-    note = on_note or (lambda _s: None)
-    bound = check_search_options(batch_size, space_file)
-    service = check_address(data_service) if data_service else None
-    slots = Slots(workers, gpus_per_trial, cpus_per_trial)
-    with spare_pool(path, slots, runner, note) as spares:  # runs start warm where safe
-        found = discover_training(path, args, step_timeout_s, note, spares)
-        gpu = gpu_visible() if runner is None else runner.gpu_visible
-        space = build_search_space(script, path, found, gpu, space_file, bound, note, service)
-        obj = pick_objective(objective, gpu, note)
-        measure = MeasureOptions(window_s, repeats, step_timeout_s)
-        pool = make_runners(path, args, found, gpu, runner, slots, measure, note, spares)
+    o, h = options, hooks or OptimizeHooks()
+    path = check_inputs(script, o)
+    env_future = _read_environment(h.environment)
+    note = h.on_note or (lambda _s: None)
+    bound = check_search_options(o)
+    service = check_address(o.data_service) if o.data_service else None
+    slots = Slots(o.workers, o.gpus_per_trial, o.cpus_per_trial)
+    with spare_pool(path, slots, h.runner, note) as spares:  # runs start warm where safe
+        found = discover_training(path, args, o.step_timeout_s, note, spares)
+        gpu = gpu_visible() if h.runner is None else h.runner.gpu_visible
+        space = build_search_space(script, path, found, gpu, o.space_file, bound, note, service)
+        obj = pick_objective(o.objective, gpu, note)
+        measure = MeasureOptions(o.window_s, o.repeats, o.step_timeout_s)
+        pool = make_runners(path, args, found, gpu, h.runner, slots, measure, note, spares)
         # The profile runs the real script: by default only when the trials do too.
-        do_profile = (runner is None) if profile is None else profile
-        look = _Guidance(guided and do_profile, bounds, guided)
+        do_profile = (h.runner is None) if o.profile is None else o.profile
+        look = _Guidance(o.guided and do_profile, o.bounds, o.guided)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
         space = narrow_if_not_the_limit(space, screen, note)
-        study = _Study(trials, timeout_s, seed, guided, storage, study_name, confirm)
-        settings = _settings(study, obj, hint, path, args, started, screen, space)
-        outcome = _run_study(space, pool, settings, on_trial, on_start, note)
-    record = _record(script, path, args, study, invocation, env_future)
-    won = _emit_winner(script, path, args, found, outcome, best_file, record, note)
-    report = _tuning_report(script, won, found, space, ceiling, gpu, study.seed, record, started)
+        settings = _settings(o, obj, hint, path, args, started, screen, space)
+        outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)
+    record = _record(script, path, args, o, h.invocation, env_future)
+    won = _emit_winner(script, path, args, found, outcome, o.best_file, record, note)
+    report = _tuning_report(script, won, found, space, ceiling, gpu, o.seed, record, started)
     report["screen"] = screen.to_json() if screen is not None else None
-    json_path = _write_json(report, json_file)
-    html_path = _write_html(report, html_file, render_html)
+    json_path = _write_json(report, o.json_file)
+    html_path = _write_html(report, o.html_file, h.render_html)
     return OptimizeResult(
         outcome,
         space,
@@ -236,21 +225,8 @@ class _Guidance:
         return screen, ceiling, with_bounds(hint, ceiling) if self.guided else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Study:
-    """The options that define the study and its reproducibility record."""
-
-    trials: Trials
-    timeout_s: float | None
-    seed: int
-    guided: bool
-    storage: str | None
-    study_name: str | None
-    confirm: bool
-
-
 def _settings(
-    study: _Study,
+    options: OptimizeOptions,
     obj: Objective,
     hint: GuidedHint | None,
     path: Path,
@@ -262,17 +238,17 @@ def _settings(
     """The study's settings; ``--timeout`` counts from the start of `optimize`; the
     pipeline screen's best configs are the search's first trials."""
     elapsed = time.monotonic() - started
-    n_trials, patience = trial_budget(study.trials)
+    n_trials, patience = trial_budget(options.trials)
     return StudySettings(
         objective=obj,
         n_trials=n_trials,
         patience=patience,
-        timeout_s=None if study.timeout_s is None else max(1.0, study.timeout_s - elapsed),
-        seed=study.seed,
-        guided=study.guided,
-        storage=study.storage,
-        study_name=study.study_name or default_study_name(path),
-        confirm=study.confirm,
+        timeout_s=None if options.timeout_s is None else max(1.0, options.timeout_s - elapsed),
+        seed=options.seed,
+        guided=options.guided,
+        storage=options.storage,
+        study_name=options.study_name or default_study_name(path),
+        confirm=options.confirm,
         target=shlex.join([str(path), *args]),
         hint=hint,
         seeds=tuple(search_seeds(space, screen)),
@@ -364,7 +340,7 @@ def _record(
     script: str | os.PathLike[str],
     path: Path,
     args: Sequence[str],
-    study: _Study,
+    options: OptimizeOptions,
     invocation: Sequence[str] | None,
     env_future: Future[Environment],
 ) -> dict[str, Any]:
@@ -377,16 +353,16 @@ def _record(
                 str(script),
                 args,
                 {
-                    "trials": study.trials,
-                    "seed": study.seed,
-                    "storage": study.storage,
-                    "study_name": study.study_name,
+                    "trials": options.trials,
+                    "seed": options.seed,
+                    "storage": options.storage,
+                    "study_name": options.study_name,
                 },
             )
         ]
     )
     env = env_future.result()
-    return build_record(path, args, argv=argv, seed=study.seed, environment=env).to_json()
+    return build_record(path, args, argv=argv, seed=options.seed, environment=env).to_json()
 
 
 def _tuning_report(

@@ -21,51 +21,40 @@ from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
+from tftune.tuner.options import OptimizeOptions
 from tftune.tuner.screen import Screen, with_screen_sizing
 from tftune.tuner.space import BatchBound, SearchSpace
-from tftune.tuner.study import AUTO_TRIALS, GuidedHint, Mode, Objective, Runner, Trials
+from tftune.tuner.study import GuidedHint, Mode, Objective, Runner
 from tftune.tuner.trial import Discovery
 
 if TYPE_CHECKING:
     from tftune.tuner.trial.spare import SparePool
 
 
-def check_inputs(
-    script: str | os.PathLike[str],
-    trials: Trials,
-    storage: str | None,
-    outputs: Sequence[tuple[str | os.PathLike[str] | None, str]],
-) -> Path:
-    """The script's path; `UserError` for a missing script, a bad ``--trials``, an
-    unreachable storage or an output (path, flag) that cannot be written: all before
-    any trial runs."""
+def check_inputs(script: str | os.PathLike[str], options: OptimizeOptions) -> Path:
+    """The script's path; `UserError` for a missing script, an unreachable storage or
+    an output file that cannot be written: all before any trial runs. (The option
+    values were checked when `options` was built.)"""
     from tftune.tuner.study import open_storage
     from tftune.tuner.trial import check_script
 
     path = check_script(script)
-    if trials != AUTO_TRIALS:
-        if isinstance(trials, bool) or not isinstance(trials, int):
-            raise ConfigError(f"--trials {trials!r}: expected a number or 'auto'")
-        if trials < 1:
-            raise ConfigError(f"--trials {trials}: must be at least 1 (or 'auto')")
-    open_storage(storage)  # fail fast on an unreachable URL, before any trial runs
-    for out_path, flag in outputs:
+    open_storage(options.storage)  # fail fast on an unreachable URL, before any trial runs
+    for out_path, flag in options.outputs():
         if out_path is not None:  # fail now, not after the whole study
             check_writable(out_path, flag)
     return path
 
 
-def check_search_options(
-    batch_size: str | None, space_file: str | os.PathLike[str] | None
-) -> BatchBound | None:
+def check_search_options(options: OptimizeOptions) -> BatchBound | None:
     """``--batch-size`` parsed; a malformed ``--space`` file fails now, not after
     discovery."""
     from tftune.tuner.space import build_space
     from tftune.tuner.space_file import apply_space_file
 
-    bound = BatchBound.parse(batch_size) if batch_size else None
-    if space_file is not None:
-        apply_space_file(build_space([], cores=1), space_file, known_sites=None)
+    bound = BatchBound.parse(options.batch_size) if options.batch_size else None
+    if options.space_file is not None:
+        apply_space_file(build_space([], cores=1), options.space_file, known_sites=None)
     return bound
 
 
@@ -79,10 +68,6 @@ def gpu_visible() -> bool:
         return False
     reader.close()
     return True
-
-
-def default_study_name(script: str | os.PathLike[str]) -> str:
-    return f"tftune-{Path(script).stem}"
 
 
 def check_writable(path: str | os.PathLike[str], flag: str) -> None:

@@ -1,21 +1,27 @@
 """`tftune optimize` as a user runs it: one real, short study on the latency-bound
-example (checked by ranges, never exact timings), resume, and one-line user errors."""
+example (checked by ranges, never exact timings), resume (and the resume command's
+round trip), and one-line user errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from click.testing import CliRunner
 from conftest import requires_tf
 
 from tftune import cli
+
+if TYPE_CHECKING:
+    from tftune.tuner.options import OptimizeOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
@@ -125,6 +131,79 @@ def test_unreachable_storage_is_one_line(tmp_path: Path) -> None:
     code, output = _invoke(str(script), "--storage", "postgresql://u:pw@127.0.0.1:9/db")
     assert code == 1 and "127.0.0.1:9" in output and "pw@" not in output
     assert len(output.strip().splitlines()) == 1
+
+
+def _built_options(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> tuple[str, list[str], OptimizeOptions]:
+    """What `tftune optimize ARGV` hands the terminal side: the script, its arguments and
+    the options the command built (nothing runs)."""
+    import tftune._optimize_cli as optimize_cli
+
+    seen: list[tuple[str, list[str], OptimizeOptions]] = []
+    monkeypatch.setattr(optimize_cli, "run_optimize_command", lambda *a: seen.append(a))
+    result = CliRunner().invoke(cli.main, argv)
+    assert result.exit_code == 0, result.output
+    (built,) = seen
+    return built
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        [
+            "--trials", "7", "--objective", "both", "--space", "sp ace.json",
+            "--batch-size", "8:64", "--window", "0.5", "--repeats", "3", "--json", "t.json",
+            "--data-service", "grpc://h:5000", "--seed", "3", "--no-bounds", "--no-guided",
+            "--storage", "s.journal", "--study-name", "mine",
+        ],
+        [],  # every default: the storage and the study name are written resolved
+    ],
+)  # fmt: skip
+def test_the_resume_command_resumes_with_the_same_options(
+    monkeypatch: pytest.MonkeyPatch, chosen: list[str]
+) -> None:
+    from tftune.tuner.options import resume_command
+
+    argv = ["optimize", "dir/train.py", *chosen, "--timeout", "60", "--", "--epochs", "2 3"]
+    script, args, first = _built_options(monkeypatch, argv)
+    line = resume_command(script, args, first)
+    typed = shlex.split(line)
+    assert typed[:2] == ["tftune", "optimize"]
+    script2, args2, resumed = _built_options(monkeypatch, typed[1:])
+    assert (script2, args2) == (script, args) == ("dir/train.py", ["--epochs", "2 3"])
+    assert resumed.where(script) == first.where(script)
+    # What defines the study is repeated; the rest (--timeout, output paths but the
+    # tuning JSON, workers) is the resumed run's own choice.
+    study = [f.name for f in dataclasses.fields(first) if f.metadata["resume"] is not None]
+    assert {n: getattr(resumed, n) for n in study} == {n: getattr(first, n) for n in study}
+    if chosen:  # every option the resume command writes was set away from its default
+        changed = [f.name for f in dataclasses.fields(first) if getattr(first, f.name) != f.default]
+        assert set(study) <= set(changed)
+    assert resumed.timeout_s is None and first.timeout_s == 60
+
+
+def test_the_resume_command_is_printed_as_before() -> None:
+    """The line printed on Ctrl-C, byte for byte as before the options became one type."""
+    from tftune.tuner.options import OptimizeOptions, resume_command
+
+    options = OptimizeOptions(
+        trials=4, window_s=0.5, repeats=1, bounds=False, guided=False, storage="s.j",
+        study_name="t", json_file="t.json", timeout_s=9.0, workers=2,
+    )  # fmt: skip
+    assert resume_command("t.py", ["m"], options) == (
+        "tftune optimize t.py --storage s.j --study-name t --trials 4 --window 0.5 "
+        "--repeats 1 --json t.json --no-bounds --no-guided -- m"
+    )
+    options = OptimizeOptions(
+        objective="both", space_file="sp.json", batch_size="8:64", seed=3,
+        data_service="grpc://h:5000", best_file="b.json", html_file="x.html",
+    )  # fmt: skip
+    assert resume_command("t.py", ["--a", "b c"], options) == (
+        "tftune optimize t.py --storage tftune-study.journal --study-name tftune-t "
+        "--trials auto --objective both --space sp.json --batch-size 8:64 "
+        "--data-service grpc://h:5000 --seed 3 -- --a 'b c'"
+    )
 
 
 def test_help_imports_neither_tensorflow_nor_optuna() -> None:

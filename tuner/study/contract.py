@@ -6,7 +6,9 @@ docstring says who calls it and what it must return. A run is measured as ONE ty
 `tftune.core.vocabulary`. `StudySettings` is what the caller asks for; `TrialRecord` is
 one finished trial, frozen (the progress display and the emitter read it, the latter
 from other threads while workers run); `StudyOutcome` is everything the study measured,
-frozen for the emitter. No Optuna here: it is imported where a study is opened.
+frozen for the emitter. No Optuna here: it is imported where a study is opened. The
+option vocabulary (`Objective`, `AUTO_TRIALS`, `DEFAULT_SEED`, `Trials`) lives in
+`tuner.options` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
+from tftune.tuner.options import AUTO_TRIALS as AUTO_TRIALS
+from tftune.tuner.options import DEFAULT_SEED as DEFAULT_SEED
+from tftune.tuner.options import Objective as Objective
+from tftune.tuner.options import Trials as Trials
 
 if TYPE_CHECKING:
     from tftune.probes.training_time import TrainingTime
@@ -25,14 +31,11 @@ if TYPE_CHECKING:
     from tftune.tuner.measurement import Measurement
     from tftune.tuner.space import KnobValue
 
-# ``--trials auto`` (the default): at most DEFAULT_TRIALS, and the search stops once
-# AUTO_PATIENCE trials in a row gained nothing beyond the noise (`stopping.stop_reason`).
-AUTO_TRIALS: Literal["auto"] = "auto"
+# ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS,
+# and the search stops once AUTO_PATIENCE trials in a row gained nothing beyond the
+# noise (`stopping.stop_reason`).
 DEFAULT_TRIALS = 20
 AUTO_PATIENCE = 4
-DEFAULT_SEED = 0
-# ``--trials``: a number of finished trials, or "auto".
-Trials = int | Literal["auto"]
 
 
 def trial_budget(trials: Trials) -> tuple[int, int | None]:
@@ -49,12 +52,6 @@ FINAL_CANDIDATES = 2
 # noise demands) is decided by this many more runs of it and of the script as written,
 # alternately (`final.decide_close_call`).
 DECIDE_PAIRS = 2
-
-
-class Objective(str, enum.Enum):
-    THROUGHPUT = "throughput"
-    GPU_UTIL = "gpu-util"
-    BOTH = "both"
 
 
 class Role(str, enum.Enum):

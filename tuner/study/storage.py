@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import UserError
+from tftune.tuner.options import DEFAULT_STORAGE_FILE as DEFAULT_STORAGE_FILE
 from tftune.tuner.study.contract import Role
 
 if TYPE_CHECKING:
     import optuna
 
-DEFAULT_STORAGE_FILE = "tftune-study.journal"
 # Opening an RDB storage is retried this often (see `open_storage`).
 RDB_CREATE_ATTEMPTS = 4
 # A running trial carries its worker (host, pid, process start time) and a heartbeat,
