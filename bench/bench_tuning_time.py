@@ -240,9 +240,9 @@ def below(samples: dict[str, list[float]], a: str, b: str, factor: float = 1.0) 
 
 
 def setup(case: Path, args: list[str] = FOREVER) -> tuple[Any, Any, Any]:
-    """Discovery, the space as `tftune optimize` builds it (`preflight.build_search_space`:
+    """Discovery, the space as `tftune optimize` builds it (`before_study.build_search_space`:
     platform flags, Keras, batch) and the runner with the spec its trials use."""
-    from tftune.tuner.preflight import build_search_space, gpu_visible
+    from tftune.tuner.before_study import build_search_space, gpu_visible
     from tftune.tuner.study import ScriptRunner
     from tftune.tuner.trial import MeasureSpec, discover
 

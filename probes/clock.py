@@ -1,6 +1,6 @@
 """The live step clock of a trial, both sides of it.
 
-Child side (`ClockWriter`): the tftune bootstrap (`tuner/child/clock.py`) times when the
+Child side (`ClockWriter`): the tftune bootstrap (`tuner/child/step_clock.py`) times when the
 consumer *requests* each element and when it is *delivered*: around the iterator's
 get-next (Keras ``fit``, eager ``for``, ``iter``/``next``, ``next`` inside a
 ``tf.function``), or around the loop body of autograph's ``for x in ds`` inside a

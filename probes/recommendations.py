@@ -91,7 +91,7 @@ def py_dataset_rec(
     )
 
 
-# The node of tftune's own request marks in a profiled pipeline (tuner/child/clock.py): a
+# The node of tftune's own request marks in a profiled pipeline (tuner/child/step_clock.py): a
 # numpy_function of tftune's, not the user's.
 TFTUNE_REQUEST_NODE = "tftune_request"
 

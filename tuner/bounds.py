@@ -53,7 +53,7 @@ DISTRIBUTED = (
 
 
 # The pipeline alone at least this many times the model alone: the model is the limit
-# (the guided guess, `preflight.with_bounds`; the screen stops there, `tuner.screen`).
+# (the guided guess, `before_study.with_bounds`; the screen stops there, `tuner.screen`).
 MODEL_BOUND_FACTOR = 2.0
 
 

@@ -163,7 +163,7 @@ def _call_edit(call: ast.Call, knob: str, text: str, starts: list[int]) -> _Edit
 
 def _service_edit(tree: ast.Module, starts: list[int], line: int, code: str) -> list[_Edit]:
     """``.apply(distribute(...))`` after the last stage built on the cut's line (the
-    outermost call of a chain), where `tuner.child.service` applies it."""
+    outermost call of a chain), where `tuner.child.service_read` applies it."""
     calls = _find_calls(tree, line, sorted(CUT_OPS))
     if not calls:
         return []

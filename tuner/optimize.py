@@ -7,7 +7,7 @@ renderer, test doubles), and runs named phases: check the inputs and output path
 (before any trial runs), discover the training loop and build the space, make the
 runners (one per worker slot), measure the bounds and take the guided profile, run the
 study, then emit the winner (config file, diff, snippet, tuning JSON, HTML page). It
-returns a frozen `OptimizeResult`. The steps before the study live in `tuner.preflight`
+returns a frozen `OptimizeResult`. The steps before the study live in `tuner.before_study`
 and are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
@@ -31,12 +31,7 @@ from typing import Any
 from tftune.core.errors import ConfigError
 from tftune.core.userfiles import write_text_atomic
 from tftune.probes.environment import Environment, collect
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.breakeven import BreakEven
-from tftune.tuner.config import Config
-from tftune.tuner.options import OptimizeOptions, default_study_name
-from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
-from tftune.tuner.preflight import (
+from tftune.tuner.before_study import (
     GUIDE_PROFILE_STEPS,
     GUIDE_PROFILE_TIMEOUT_S,
     build_search_space,
@@ -54,6 +49,11 @@ from tftune.tuner.preflight import (
     screen_pipeline,
     with_bounds,
 )
+from tftune.tuner.bounds import Ceiling
+from tftune.tuner.breakeven import BreakEven
+from tftune.tuner.config import Config
+from tftune.tuner.options import OptimizeOptions, default_study_name
+from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.screen import Screen, search_seeds

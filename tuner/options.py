@@ -14,7 +14,7 @@ import it without importing the study (Optuna, numpy) or TensorFlow.
 Values are checked once, in `OptimizeOptions.__post_init__` (a `ConfigError`, one line
 that names the flag and the value). What needs the world (the script exists, the
 storage opens, an output path can be written, a ``--space`` file parses, the machine has
-the GPUs asked for) is checked by `tuner.preflight` before any trial runs.
+the GPUs asked for) is checked by `tuner.before_study` before any trial runs.
 """
 
 from __future__ import annotations

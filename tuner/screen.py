@@ -2,7 +2,7 @@
 
 Before the study, one child runs the script up to its training dataset and drains that
 dataset, rebuilt under each candidate config, without the model, for about a second
-each (tuner/child/screen.py). The candidates (`candidates`) are the script as written,
+each (tuner/child/screen_drain.py). The candidates (`candidates`) are the script as written,
 AUTOTUNE everywhere (with the default thread pool, and with the largest: AUTOTUNE never
 goes past the pool), and a coarse grid of the parallelism of every parallel call site
 with the private thread pool it needs (AUTOTUNE never goes past the pool), every buffer
@@ -26,7 +26,7 @@ from typing import Any
 
 from tftune.probes.service_sizing import host_cores, sizing_at_best
 from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling
-from tftune.tuner.child.screen import SCREEN_META_KEY, STOPPED_KEY
+from tftune.tuner.child.screen_drain import SCREEN_META_KEY, STOPPED_KEY
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.space import KnobValue, SearchSpace
 from tftune.tuner.study.baselines import with_larger_batch

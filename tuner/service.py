@@ -2,7 +2,7 @@
 
 ``tftune optimize --data-service grpc://HOST:PORT`` adds these knobs to the search
 (`tuner.space`); the winner carries them in the config's ``data_service`` object, which
-`tuner.child.service` applies inside the user's process (``distribute()`` after the
+`tuner.child.service_read` applies inside the user's process (``distribute()`` after the
 stage built at the cut's call site, the stages after it rebuilt on the trainer):
 
     "data_service": {"address": "grpc://dispatcher:5050", "cut": "train.py:12",

@@ -1,5 +1,5 @@
 """The tf.data service: `tftune data-service` (a dispatcher and two worker processes on
-localhost), distribute() at the searched cut point (tuner/child/service.py), the config
+localhost), distribute() at the searched cut point (tuner/child/service_read.py), the config
 and the emitted diff (tuner/service.py, tuner/emit.py), a killed worker during a
 measured trial, and the sizing arithmetic against measured per-core rates
 (probes/service_sizing.py).
@@ -154,7 +154,7 @@ def _values(ds: Any) -> list[float]:
 
 
 def test_distribute_at_the_cut_counts_each_example_once(service: str) -> None:
-    from tftune.tuner.child.service import CUT_ATTR, distribute_at_cut
+    from tftune.tuner.child.service_read import CUT_ATTR, distribute_at_cut
 
     local = _values(_pipeline())
     cfg = ServiceConfig(service, "t.py:1", DISTRIBUTED_EPOCH, job_name="tftune-test")
@@ -178,7 +178,7 @@ def test_distribute_at_the_cut_counts_each_example_once(service: str) -> None:
 def test_a_cut_that_cannot_be_applied() -> None:
     import tensorflow as tf
 
-    from tftune.tuner.child.service import ServiceCutError, distribute_at_cut
+    from tftune.tuner.child.service_read import ServiceCutError, distribute_at_cut
 
     ds = _tag(tf.data.Dataset.range(4).map(lambda x: x), "t.py:1")
     ds = ds.map(lambda x: x + 1)  # a stage after the cut that is not rebuilt

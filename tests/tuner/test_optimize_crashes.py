@@ -303,7 +303,7 @@ def test_a_batch_that_ran_through_is_never_left_out() -> None:
     """A StopIteration at batch 64 with a run through at 128 is not the batch's doing."""
     import optuna
 
-    from tftune.tuner.study.ran_out import ran_out_batches
+    from tftune.tuner.study.batch_limits import ran_out_batches
     from tftune.tuner.study.records import FAILED_ATTR
 
     knob = f"{SITES[1].site}/batch_size"

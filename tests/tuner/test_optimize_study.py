@@ -23,7 +23,7 @@ from tftune.tuner.study import (
     run_study,
 )
 from tftune.tuner.study.baselines import guided_params
-from tftune.tuner.study.final import choose_final, choose_winner, pareto_front
+from tftune.tuner.study.winner import choose_final, choose_winner, pareto_front
 from tftune.tuner.trial.discovery import CallSite
 
 MAP = "train.py:10"
@@ -526,7 +526,7 @@ def test_a_close_call_with_a_real_gain_is_decided_by_more_runs(tmp_path: Path) -
 
 
 def test_welch_t() -> None:
-    from tftune.tuner.study.final import welch_t
+    from tftune.tuner.study.winner import welch_t
 
     assert welch_t([1.0, 1.0], [2.0, 2.0]) == math.inf
     assert welch_t([1.0, 1.0], [1.0]) == 0.0

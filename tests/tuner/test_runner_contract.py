@@ -183,7 +183,7 @@ def test_a_failing_script_is_a_failed_measurement_never_an_exception(subject: Su
 
 
 def test_a_bound_mode_measures_that_half_of_the_script(subject: Subject) -> None:
-    """The bound analysis' call (`preflight.measure_ceiling`): the pipeline alone, as
+    """The bound analysis' call (`before_study.measure_ceiling`): the pipeline alone, as
     written, stopped after its first window."""
     m = subject.trains().measure(Config(), mode=Mode.PIPELINE_ONLY, on_repeat=lambda i, e: False)
     assert m.state is TrialState.PRUNED and m.measured, (m.reason, m.stderr_tail)

@@ -13,8 +13,8 @@ from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.space import build_space
 from tftune.tuner.study import StudySettings, run_study
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
-from tftune.tuner.study.final import choose_final
 from tftune.tuner.study.round_plan import final_candidates
+from tftune.tuner.study.winner import choose_final
 from tftune.tuner.trial.discovery import CallSite
 
 PAR = "train.py:10/num_parallel_calls"

@@ -275,8 +275,8 @@ def test_seeds_beyond_the_budget_are_not_left_waiting_in_the_study(tmp_path: Pat
 
 
 def test_a_pipeline_far_faster_than_the_model_gets_the_compute_bound_guess() -> None:
+    from tftune.tuner.before_study import with_bounds
     from tftune.tuner.bounds import Ceiling
-    from tftune.tuner.preflight import with_bounds
 
     sp = space()
     aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 100.0)

@@ -151,7 +151,7 @@ def test_first_leaf_is_the_first_leaf_tf_nest_flattens() -> None:
     import collections
 
     tf = pytest.importorskip("tensorflow")
-    from tftune.tuner.child.clock import _first_leaf
+    from tftune.tuner.child.step_clock import _first_leaf
 
     pair = collections.namedtuple("pair", "b a")
     for element in (

@@ -15,10 +15,10 @@ from test_stopping import settings
 
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
+from tftune.tuner.before_study import NO_MODEL, measure_ceiling, profile_skipped
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.preflight import NO_MODEL, measure_ceiling, profile_skipped
 from tftune.tuner.screen import Screen, ScreenEntry
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
@@ -298,7 +298,7 @@ def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(
 
 
 def test_a_pipeline_that_is_not_the_limit_is_searched_as_written_or_autotune() -> None:
-    from tftune.tuner.preflight import narrow_if_not_the_limit
+    from tftune.tuner.before_study import narrow_if_not_the_limit
     from tftune.tuner.screen import NOT_SCREENED
 
     batch = CallSite("train.py:11", "batch", (), SiteConfig(batch_size=32), None, 1)
@@ -329,7 +329,7 @@ def test_autotune_not_behind_in_either_run_is_recommended_within_the_noise() -> 
     its two runs: tf.data's own advice is recommended rather than nothing. Behind in
     either run: the script stays."""
     from tftune.tuner.study.contract import Objective
-    from tftune.tuner.study.final import choose_final
+    from tftune.tuner.study.winner import choose_final
 
     aw = _rec(0, Role.AS_WRITTEN, 253.3, 0.04)
     auto = _rec(2, Role.AUTOTUNE, 288.6, 0.01)

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Any
 
 from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner.child.screen import Replay, remember
+from tftune.tuner.child.screen_drain import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
 from tftune.tuner.config import (
     AUTOTUNE,

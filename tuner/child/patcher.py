@@ -15,7 +15,7 @@ What is patched:
 - ``Dataset.__iter__`` and autograph's dataset ``for`` loop: the dataset that is iterated
   gets the global options (private threadpool, determinism, autotune budgets), a final
   prefetch where it has none (tuner/child/streams.py), and, when measuring, the step
-  clock (tuner/child/clock.py, tuner/child/distribute.py).
+  clock (tuner/child/step_clock.py, tuner/child/distribute.py).
 - ``keras.Model.fit``: a callback that reports a NaN/inf loss; the global mixed precision
   policy is set when Keras loads, before the script can build a model
   (tuner/child/keras.py).
@@ -38,7 +38,7 @@ from tftune.tuner.child.distribute import DistributePatches
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.keras import KerasPatches
 from tftune.tuner.child.roles import is_trainable_float
-from tftune.tuner.child.screen import SCREEN_META_KEY, record_methods
+from tftune.tuner.child.screen_drain import SCREEN_META_KEY, record_methods
 from tftune.tuner.config import Config
 
 

@@ -1,6 +1,6 @@
 """Child side: the in-graph step log of one stream (`_Ring`), drained by the clock's thread.
 
-Graph code appends one row per step with one op; `StepClock` (tuner/child/clock.py) makes
+Graph code appends one row per step with one op; `StepClock` (tuner/child/step_clock.py) makes
 a ring per stream and its poller hands the rows over every ``CLOCK_FLUSH_S``.
 """
 

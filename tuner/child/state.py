@@ -104,7 +104,7 @@ class PatcherState:
         # transforms only that one (`Streams.prepare`); None: every iterated dataset.
         self.training_at: tuple[str | None, str | None] | None = None
         self.seen_sites: set[str] = set()
-        # The pipeline screen (tuner/child/screen.py): record the calls that build
+        # The pipeline screen (tuner/child/screen_drain.py): record the calls that build
         # datasets; the site a replayed call is made at; the sites a rebuild reached.
         self.recording = False
         self.forced_site: str | None = None

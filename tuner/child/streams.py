@@ -3,10 +3,10 @@
 `Streams.prepare` is called where the script starts iterating a dataset (``__iter__``,
 autograph's dataset loop). It puts the config's global options and a final prefetch on
 it (`apply_globals`), reads it from a tf.data service when the config says so
-(tuner/child/service.py), applies the bound analysis' transformation (tuner/bounds.py) and,
+(tuner/child/service_read.py), applies the bound analysis' transformation (tuner/bounds.py) and,
 when measuring, gives it a stream number: one per place in the user's code that
 iterates (`_new_stream`), reported to the parent with its call site and place
-(``hooks.on_stream``). The step clock (tuner/child/clock.py) counts steps per stream.
+(``hooks.on_stream``). The step clock (tuner/child/step_clock.py) counts steps per stream.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 from tftune.probes.epoch_stall import PipelineStage
 from tftune.tuner import bounds
-from tftune.tuner.child.clock import StepClock
 from tftune.tuner.child.datasets import (
     DatasetOps,
     _emulate_injected_prefetch,
@@ -32,9 +31,10 @@ from tftune.tuner.child.datasets import (
     is_per_device,
     pipeline_chain,
 )
-from tftune.tuner.child.screen import lineage_sites, run_screen, screen_spec, unscreenable
-from tftune.tuner.child.service import distribute_at_cut
+from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_spec, unscreenable
+from tftune.tuner.child.service_read import distribute_at_cut
 from tftune.tuner.child.state import EpochMade
+from tftune.tuner.child.step_clock import StepClock
 
 
 class Streams(DatasetOps, StepClock):
@@ -87,11 +87,11 @@ class Streams(DatasetOps, StepClock):
         screen = screen_spec(self.config)
         training_here = self._is_training_at(info.site) and not per_device
         if screen is not None and training_here:
-            # tftune optimize's pipeline screen (tuner/child/screen.py): rank configs.
+            # tftune optimize's pipeline screen (tuner/child/screen_drain.py): rank configs.
             run_screen(self, ds, info, screen, _original_iter(), apply_globals)
         src = ds
         if self.config.data_service is not None and training_here:
-            # tftune optimize --data-service (tuner/child/service.py): read from the service.
+            # tftune optimize --data-service (tuner/child/service_read.py): read from the service.
             src = distribute_at_cut(ds, self.config.data_service, trial=self.instrument_clock)
         out = apply_globals(src, self.config, info)
         # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.

@@ -138,7 +138,7 @@ class GuidedHint:
     # (`probes.analysis.next_moves`), in words, best first.
     next_moves: tuple[str, ...] = ()
     # The bound analysis found the pipeline alone far faster than the model alone
-    # (`preflight.with_bounds`): the model is the limit, whatever the profile's wait.
+    # (`before_study.with_bounds`): the model is the limit, whatever the profile's wait.
     model_bound: bool = False
 
 

@@ -17,9 +17,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
+from tftune.tuner.study.batch_limits import ran_out_hit
 from tftune.tuner.study.contract import Objective, RepeatCallback, Role, StudySettings
 from tftune.tuner.study.gains import SEARCH_GAIN
-from tftune.tuner.study.ran_out import ran_out_hit
 from tftune.tuner.study.records import (
     CRASH_ATTR,
     FAILED_ATTR,

@@ -32,6 +32,7 @@ from tftune.core.vocabulary import TrialState
 from tftune.probes.findings import NOT_THE_LIMIT
 from tftune.tuner.crashes import find_instability
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
+from tftune.tuner.study.batch_limits import ran_out_batches
 from tftune.tuner.study.contract import (
     Role,
     Runner,
@@ -39,7 +40,6 @@ from tftune.tuner.study.contract import (
     StudySettings,
     TrialRecord,
 )
-from tftune.tuner.study.final import FinalVerdict, choose_winner, pareto_front, run_final_round
 from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch, next_rung
 from tftune.tuner.study.objective import (
     cut_short,
@@ -50,7 +50,6 @@ from tftune.tuner.study.objective import (
     store,
 )
 from tftune.tuner.study.opening import open_study
-from tftune.tuner.study.ran_out import ran_out_batches
 from tftune.tuner.study.records import (
     as_written_of,
     baselines_of,
@@ -71,6 +70,7 @@ from tftune.tuner.study.storage import (
     used,
     wait_for_others,
 )
+from tftune.tuner.study.winner import FinalVerdict, choose_winner, pareto_front, run_final_round
 
 if TYPE_CHECKING:
     import optuna

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tftune.core.userfiles import write_text_atomic
-from tftune.tuner.child.clock import examples_of
+from tftune.tuner.child.step_clock import examples_of
 from tftune.tuner.config import Config, config_from_json
 
 REPLAY_ATTR = "_tftune_replay"
