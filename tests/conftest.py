@@ -24,9 +24,24 @@ def has_tensorflow() -> bool:
     return importlib.util.find_spec("tensorflow") is not None
 
 
-requires_tf = pytest.mark.skipif(not has_tensorflow(), reason="tensorflow is not installed")
+NO_TENSORFLOW = "tensorflow is not installed"
+requires_tf = pytest.mark.skipif(not has_tensorflow(), reason=NO_TENSORFLOW)
+
+# What leaves a test out of the quick lane (`-m "not slow"`) besides its own `slow` mark:
+# TensorFlow at run time, a trace recorded for it, the installed CLI in a subprocess, a
+# browser. The quick lane is the pure-Python part of the suite.
+SLOW_FIXTURES = frozenset({"trace_case", "run_cli"})
 
 
+def _is_slow(item: pytest.Item) -> bool:
+    if "browser" in item.keywords or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    return any(
+        m.name == "skipif" and m.kwargs.get("reason") == NO_TENSORFLOW for m in item.iter_markers()
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_visible = (
         shutil.which("nvidia-smi") is not None
@@ -35,6 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not gpu_visible:
             item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU visible"))
+        if "slow" not in item.keywords and _is_slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -188,6 +188,7 @@ def test_optimize_a_script_with_a_syntax_error(tmp_path: Path) -> None:
     _one_error_line(output, "train.py:2", "syntax error")
 
 
+@pytest.mark.slow
 def test_optimize_a_script_without_a_pipeline_says_what_still_works(tmp_path: Path) -> None:
     """Through the installed command in a subprocess: stderr holds exactly one line."""
     script = tmp_path / "train.py"
@@ -206,6 +207,7 @@ def test_optimize_a_script_without_a_pipeline_says_what_still_works(tmp_path: Pa
     assert not (tmp_path / "tftune-best.json").exists()
 
 
+@pytest.mark.slow
 def test_a_script_that_fails_before_training_shows_its_exit_code_and_stderr(
     tmp_path: Path,
 ) -> None:

@@ -9,6 +9,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import tftune
@@ -38,6 +39,7 @@ def test_python_dash_m_runs_help() -> None:
     assert "Usage:" in out.stdout and "tftune" in out.stdout
 
 
+@pytest.mark.slow
 def test_probes_and_reports_do_not_import_tensorflow() -> None:
     mods = _modules_after(
         "import tftune.probes, tftune.reports\n"
@@ -59,6 +61,7 @@ def test_the_fake_runner_imports_neither_tensorflow_nor_optuna() -> None:
     assert not {m for m in mods if m == "optuna" or m.startswith("optuna.")}
 
 
+@pytest.mark.slow
 def test_help_commands_do_not_import_tensorflow() -> None:
     # Every command's help must be fast and TensorFlow-free, analyze and report above all.
     every = [["--help"]] + [[name, "--help"] for name in sorted(cli.main.commands)]
@@ -96,6 +99,7 @@ def test_usage_error_exits_2() -> None:
     assert isinstance(result.exception, SystemExit)
 
 
+@pytest.mark.slow
 def test_wheel_installs_only_tftune(tmp_path: Path) -> None:
     """`pip install .` must put only `tftune/` and its dist-info into site-packages:
     bare names such as `probes` or `reports` would shadow users' own modules."""

@@ -1,5 +1,5 @@
 """The gates: ruff (lint and format) and mypy strict on the package, run as tests so that
-the README's one test command covers them."""
+the README's full test command covers them (mypy is slow: the quick lane leaves it out)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def test_ruff_format() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_mypy_strict_on_package(tmp_path: Path) -> None:
     # The source folders install as tftune.probes/tuner/reports through package-dir, which
     # mypy cannot follow. Check them as the installed package is laid out: a tree of links.

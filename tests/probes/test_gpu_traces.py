@@ -111,6 +111,7 @@ def test_xprof_with_its_own_copy_names_agrees_on_host_to_device(tmp_path: Path) 
         assert s.output_ms == pytest.approx(int(bd.ps["output"][i]) / PS_PER_MS, abs=0.01)
 
 
+@pytest.mark.slow
 def test_gpu_check_script_dry_runs_without_a_gpu(tmp_path: Path) -> None:
     """scripts/gpu_check.sh on a machine without a GPU: says so, still runs every step."""
     import json

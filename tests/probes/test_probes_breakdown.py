@@ -88,6 +88,7 @@ def test_real_input_bound_and_compute_bound(trace_case) -> None:  # type: ignore
     assert fr["host_compute"] is not None and fr["host_compute"] > 3 * bd2.input_share
 
 
+@pytest.mark.slow
 def test_keras_wait_inside_tf_function_counts_as_input(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

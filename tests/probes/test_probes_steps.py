@@ -104,6 +104,7 @@ def test_real_trace_without_markers_is_inferred(trace_case) -> None:  # type: ig
     assert (st.durations_ms > 8 * 4 * 0.9).all()
 
 
+@pytest.mark.slow
 def test_real_keras_fit_markers(tmp_path_factory: pytest.TempPathFactory) -> None:
     host = trace.load_host(tracegen_steps.one_file(tracegen_steps.keras_logdir(tmp_path_factory)))
     st = steps.detect_steps(host)
@@ -111,6 +112,7 @@ def test_real_keras_fit_markers(tmp_path_factory: pytest.TempPathFactory) -> Non
     assert st.numbers.tolist() == list(range(3, 13))
 
 
+@pytest.mark.slow
 def test_real_keras_fit_without_markers_uses_the_train_function(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

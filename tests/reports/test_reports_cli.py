@@ -124,6 +124,7 @@ def test_read_only_directory(saved: Path, tmp_path: Path) -> None:
     assert code == 1 and "cannot write" in output
 
 
+@pytest.mark.slow
 def test_installed_command_renders_without_importing_tensorflow(
     saved: Path, tmp_path: Path
 ) -> None:

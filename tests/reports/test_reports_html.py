@@ -153,6 +153,7 @@ def test_the_csp_pins_the_inline_script_by_hash() -> None:
     assert f"script-src 'sha256-{digest}'" in html.unescape(csp.group(1))
 
 
+@pytest.mark.slow
 def test_report_stays_small_for_a_huge_run() -> None:
     """A 40 MB trace's worth of data: tens of thousands of events, steps and stages."""
     data = load("analysis_cpu_pyfunc.json")

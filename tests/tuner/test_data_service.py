@@ -153,6 +153,7 @@ def _values(ds: Any) -> list[float]:
     return sorted(float(v) for b in ds for v in b.numpy().ravel())
 
 
+@pytest.mark.slow
 def test_distribute_at_the_cut_counts_each_example_once(service: str) -> None:
     from tftune.tuner.child.service_read import CUT_ATTR, distribute_at_cut
 
@@ -232,6 +233,7 @@ def test_space_config_file_and_diff(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_tftune_run_applies_the_config_and_trainers_share_one_job(
     service: str, tmp_path: Path
 ) -> None:
@@ -263,6 +265,7 @@ def test_tftune_run_applies_the_config_and_trainers_share_one_job(
         assert sum(float(r[3]) for r in mine) == N * (N - 1) / 2  # each example once
 
 
+@pytest.mark.slow
 def test_a_killed_worker_ends_the_trial_cleanly(service: str, tmp_path: Path) -> None:
     from tftune.core.vocabulary import TrialState
     from tftune.tuner.trial import MeasureSpec, run_trial

@@ -325,6 +325,7 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_sigterm_during_discovery_stops_the_script_and_exits_143(tmp_path: Path) -> None:
     """A batch system's SIGTERM (preemption, scancel) unwinds like Ctrl-C: the script
     being run is stopped, one line says so, no traceback."""

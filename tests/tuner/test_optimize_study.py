@@ -270,6 +270,7 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path: Path) -> Non
     assert study_status(str(tmp_path / "study.journal"), "t").counts["failed"] == len(failed)
 
 
+@pytest.mark.slow
 def test_the_search_learns_to_avoid_configs_that_crash(tmp_path: Path) -> None:
     """TPE ignores FAIL trials: stored as such, a crashing region is sampled again and
     again (22 failed searches over three seeds before the change, 11 after)."""
@@ -410,6 +411,7 @@ def test_storage_errors_are_one_line(tmp_path: Path) -> None:
     assert "secret" not in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_sqlite_storage_url_works(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, storage=url, n_trials=5))

@@ -248,6 +248,7 @@ def test_study_lock_excludes_on_a_journal_file(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.lock"))  # released
 
 
+@pytest.mark.slow
 def test_study_lock_excludes_on_postgresql(pg_url: str) -> None:
     assert _exclusive(pg_url) == ["a-in", "a-out", "b-in"]
 
@@ -281,6 +282,7 @@ def _check_shared(storage: str, name: str, n: int, workers: int) -> list[Any]:
     return trials
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["journal", "postgresql"])
 def test_worker_threads_share_one_study(
     kind: str, tmp_path: Path, request: Any, monkeypatch: pytest.MonkeyPatch

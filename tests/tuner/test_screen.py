@@ -153,6 +153,7 @@ def _screen_script(
     return run_screen(script, [], space, where, seconds=seconds, stop_above=stop_above), space
 
 
+@pytest.mark.slow
 def test_every_candidate_is_rebuilt_and_drained_in_one_run(
     screened: tuple[Screen, list[str]],
 ) -> None:
@@ -164,6 +165,7 @@ def test_every_candidate_is_rebuilt_and_drained_in_one_run(
     assert screen.entries[0].description == "as written"
 
 
+@pytest.mark.slow
 def test_the_screen_ranks_a_latency_bound_map_by_its_parallelism(
     screened: tuple[Screen, list[str]],
 ) -> None:
@@ -179,6 +181,7 @@ def test_the_screen_ranks_a_latency_bound_map_by_its_parallelism(
     assert best.params[f"{site}/num_parallel_calls"] not in (None, 1, 2)
 
 
+@pytest.mark.slow
 def test_a_dataset_iterated_in_a_tf_function_is_not_screened(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(IN_FUNCTION)
@@ -258,6 +261,7 @@ def test_one_host_sizing_uses_the_pipeline_at_its_best_screened_config() -> None
     assert with_screen_sizing(ceiling, None) is ceiling
 
 
+@pytest.mark.slow
 def test_the_screen_stops_after_the_script_as_written_when_the_model_is_the_limit(
     tmp_path: Path,
 ) -> None:

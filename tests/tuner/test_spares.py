@@ -43,6 +43,7 @@ def _script(folder: Path, name: str, body: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_runs_start_from_spares_and_measure_as_cold_runs_do(tmp_path: Path) -> None:
     trains, fails = _script(tmp_path, "train.py", TRAINS), _script(tmp_path, "bad.py", FAILS)
     marks = tmp_path / "marks.txt"
@@ -96,6 +97,7 @@ model.fit(ds, steps_per_epoch=10**6, epochs=1, verbose=0)
 """
 
 
+@pytest.mark.slow
 def test_discovery_from_a_spare_sees_what_a_cold_one_sees(tmp_path: Path) -> None:
     """TensorFlow imports Keras with it: in a spare, both are loaded before the script
     runs, and discovery must still see the script's Keras (the precision knob rests on it)."""
@@ -115,6 +117,7 @@ def test_discovery_from_a_spare_sees_what_a_cold_one_sees(tmp_path: Path) -> Non
     assert [(s.site, s.op) for s in warm.sites] == [(s.site, s.op) for s in cold.sites]
 
 
+@pytest.mark.slow
 def test_the_screen_starts_from_the_waiting_spare_with_none_behind_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
