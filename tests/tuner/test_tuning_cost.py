@@ -256,6 +256,26 @@ def test_how_far_a_lead_must_be_follows_the_noise() -> None:
     assert left_out(_rec(2, Role.CONFIRM, 146.0, 0.4)) == [1]
 
 
+def test_a_script_as_written_measured_over_one_window_is_always_re_measured() -> None:
+    """Cut short behind the guided trial, the script as written has one window and no
+    noise figure: every speed-up rests on it, so the round measures it again however far
+    the leader leads; AUTOTUNE behind that lead still keeps its search figure."""
+    from tftune.tuner.study.contract import Objective
+
+    aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {"k": 0}, "", 95.0, None, None)
+    auto = _rec(1, Role.AUTOTUNE, 51.0, 0.04)
+    top = _rec(2, Role.SEARCH, 484.0, 0.04)
+    again = _rec(2, Role.CONFIRM, 480.0, 0.04)
+    measured, notes = still_open([aw, auto, top], top, again, Objective.THROUGHPUT)
+    assert measured == [aw]
+    assert notes and "trial 1 (autotune)" in notes[0] and "as_written" not in notes[0]
+    # With a noise figure (two windows), a 5x lead keeps its search figure.
+    measured, _ = still_open(
+        [_rec(0, Role.AS_WRITTEN, 95.0, 0.04), auto, top], top, again, Objective.THROUGHPUT
+    )
+    assert measured == []
+
+
 def test_a_runner_up_below_the_leaders_re_measure_is_not_re_measured() -> None:
     from tftune.tuner.study.contract import Objective
 
