@@ -126,6 +126,7 @@ class PlaneIndex:
 
     names: Mapping[int, str]
     stat_id_keys: frozenset[int]  # stat metadata ids named `id`
+    stat_id_array: I64  # the same, as an array
     op_types: Mapping[int, str]  # kernel metadata id -> op type
     udf_mids: I64  # metadata ids of Python UDF kernels
     stage_list: list[str]  # every stage, sorted; a stage's index is its position
@@ -155,6 +156,7 @@ def index_plane(plane: Plane) -> PlaneIndex | None:
         [stage_ix.get(stage_parent(n) or "", -1) for n in stage_list] or [-1], dtype=np.int64
     )
     max_mid = max(names) if names else 0
+    stat_ids = [k for k, v in plane.stat_names.items() if v == "id"]
     kind_of = np.zeros(max_mid + 2, dtype=np.int8)
     stage_of = np.full(max_mid + 2, -1, dtype=np.int64)
     for mid in iter_set:
@@ -169,7 +171,8 @@ def index_plane(plane: Plane) -> PlaneIndex | None:
         kind_of[mid] = K_NOTE
     return PlaneIndex(
         names=names,
-        stat_id_keys=frozenset(k for k, v in plane.stat_names.items() if v == "id"),
+        stat_id_keys=frozenset(stat_ids),
+        stat_id_array=np.array(sorted(stat_ids), dtype=np.int64),
         op_types=op_types,
         udf_mids=np.array([m for m, t in op_types.items() if t in PY_UDF_OPS], dtype=np.int64),
         stage_list=stage_list,

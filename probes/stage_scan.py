@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from tftune.probes.function_ids import Ids, Owners, read_ids
+from tftune.probes.nesting import Idx, nest
 from tftune.probes.stage_events import (
     DATASET_FN_RE,
     I64,
@@ -34,60 +36,12 @@ from tftune.probes.stage_events import (
 )
 from tftune.probes.trace import Line, Plane
 
-
-def nest(
-    starts: I64, ends: I64, kinds: npt.NDArray[np.int8]
-) -> tuple[I64, I64, I64, I64, I64, I64]:
-    """Per event on one thread: parent, innermost iterator ancestor, outermost function
-    execution ancestor, innermost kernel ancestor, outermost ancestor, and innermost
-    function-dispatch ancestor (-1: none).
-
-    Events on one thread nest properly (TraceMe scopes), so a stack suffices.
-    """
-    n = int(starts.shape[0])
-    order = np.lexsort((-(ends - starts), starts)).tolist()
-    s_l, e_l, k_l = starts.tolist(), ends.tolist(), kinds.tolist()
-    parent, it_a, pr_a, op_a, fr_a = [-1] * n, [-1] * n, [-1] * n, [-1] * n, [-1] * n
-    top = list(range(n))
-    stack: list[int] = []
-    for i in order:
-        s = s_l[i]
-        while stack and e_l[stack[-1]] <= s:
-            stack.pop()
-        if stack and e_l[i] <= e_l[stack[-1]]:
-            p = stack[-1]
-            kp = k_l[p]
-            parent[i] = p
-            it_a[i] = p if kp == K_ITER else it_a[p]
-            pr_a[i] = pr_a[p] if pr_a[p] >= 0 else (p if kp == K_PROC else -1)
-            op_a[i] = p if kp == K_OP else op_a[p]
-            fr_a[i] = p if kp == K_FR else fr_a[p]
-            top[i] = top[p]
-        stack.append(i)
-    return (
-        np.asarray(parent, dtype=np.int64),
-        np.asarray(it_a, dtype=np.int64),
-        np.asarray(pr_a, dtype=np.int64),
-        np.asarray(op_a, dtype=np.int64),
-        np.asarray(top, dtype=np.int64),
-        np.asarray(fr_a, dtype=np.int64),
-    )
-
-
-def _stat_id(stat_ids: frozenset[int], line: Line, index: int) -> int | None:
-    for stat in line.raw_stats(index):
-        if stat.metadata_id in stat_ids:
-            kind = stat.WhichOneof("value")
-            return int(getattr(stat, kind)) if kind in ("int64_value", "uint64_value") else None
-    return None
-
-
 # -- one pass over the lines ------------------------------------------------------------
 
-# Per line, what ran inside top-level function executions: dispatch ids, execution
-# starts and ends, then per inner event: its execution (local index), metadata id, start,
-# end and kind.
-_Pending = tuple[list[int], I64, I64, I64, I64, I64, I64, I64]
+# Per line, what ran inside top-level function executions: their ids, execution starts
+# and ends, then per inner event: its execution (local index), metadata id, start, end
+# and kind.
+_Pending = tuple[Ids, I64, I64, I64, I64, I64, I64, I64]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -136,7 +90,7 @@ class _Scan:
     inline_fn: I64
     inline_calls: I64
     last_events: dict[int, list[tuple[int, Line, int]]] = field(default_factory=dict)
-    fr_owner: dict[int, int] = field(default_factory=dict)
+    owners: Owners = field(default_factory=Owners)
     pending: list[_Pending] = field(default_factory=list)
 
     @classmethod
@@ -152,38 +106,41 @@ class _Scan:
 class _LineEvents:
     """The events of one line that `scan_plane` reads, nested."""
 
-    idx: npt.NDArray[np.intp]  # their indices in the line
+    idx: Idx  # their indices in the line
     kinds: npt.NDArray[np.int8]
     mids: I64
     starts: I64
     durs: I64
-    ends: I64
-    parents: I64
-    iter_anc: I64
-    proc_anc: I64
-    op_anc: I64
-    top: I64
-    fr_anc: I64
-    nested_iter: I64  # time of iterator events nested directly in each event
-    nested_proc: I64  # time of outermost executions nested directly in each event
+    # From `nesting.nest`: parent and ancestors (event positions here, -1: none).
+    parents: Idx
+    iter_anc: Idx
+    proc_anc: Idx
+    op_anc: Idx
+    top: Idx
+    fr_anc: Idx
 
     @property
     def n(self) -> int:
         return int(self.idx.size)
+
+    @property
+    def ends(self) -> I64:
+        return self.starts + self.durs
+
+    def nested(self, kind: int) -> I64:
+        """Per event, the time of the events of `kind` nested directly in it (for
+        executions, only those not inside another execution)."""
+        m = (self.kinds == kind) & (self.parents >= 0)
+        if kind == K_PROC:
+            m &= self.kinds[np.maximum(self.parents, 0)] != K_PROC
+        return np.bincount(self.parents[m], weights=self.durs[m], minlength=self.n).astype(np.int64)
 
 
 def scan_plane(plane: Plane, index: PlaneIndex, lo: int, hi: int) -> StageEvents:
     """Every line of `plane`, events starting in [lo, hi), summed per stage."""
     scan = _Scan.empty(len(index.stage_list))
     for line in plane.lines:
-        ev = _line_events(line, index, lo, hi)
-        if ev is None:
-            continue
-        runner_owner = _count_iterators(ev, line, index, scan)
-        line_default = next(iter(runner_owner.values()), -1)
-        _own_function_runs(ev, line, index, scan, runner_owner, line_default)
-        _count_runner_time(ev, scan, runner_owner, line_default)
-        _collect_executions(ev, line, index, scan)
+        _scan_line(line, index, lo, hi, scan)
     return StageEvents(
         calls=scan.calls,
         total=scan.total,
@@ -195,8 +152,19 @@ def scan_plane(plane: Plane, index: PlaneIndex, lo: int, hi: int) -> StageEvents
         inline_fn=scan.inline_fn,
         inline_calls=scan.inline_calls,
         last_events=scan.last_events,
-        functions=_attribute_functions(scan.pending, scan.fr_owner, index),
+        functions=_attribute_functions(scan.pending, scan.owners, index),
     )
+
+
+def _scan_line(line: Line, index: PlaneIndex, lo: int, hi: int, scan: _Scan) -> None:
+    """One line into the sums (its nested events are dropped before the next line's)."""
+    ev = _line_events(line, index, lo, hi)
+    if ev is None:
+        return
+    owner_of_top = _count_iterators(ev, line, index, scan)
+    _own_function_runs(ev, line, index, scan, owner_of_top)
+    _count_runner_time(ev, scan, owner_of_top)
+    _collect_executions(ev, line, index, scan)
 
 
 def _line_events(line: Line, index: PlaneIndex, lo: int, hi: int) -> _LineEvents | None:
@@ -205,54 +173,45 @@ def _line_events(line: Line, index: PlaneIndex, lo: int, hi: int) -> _LineEvents
     if not len(line):
         return None
     mids_all = line.metadata_id
-    kinds_all = index.kind_of[np.clip(mids_all, 0, index.max_mid + 1)]
+    kinds_all = index.kind_of.take(mids_all, mode="clip")  # an unknown id: kind 0
     s_all = line.start_ps
     idx = np.flatnonzero((kinds_all > 0) & (s_all >= lo) & (s_all < hi))
     if not idx.size:
         return None
+    if len(line) < 2**31:  # 4 bytes an index, not 8
+        idx = idx.astype(np.int32)
     kinds = kinds_all[idx]
     if not np.isin(kinds, (K_ITER, K_FR, K_PROC)).any():
         return None
     starts = s_all[idx]
     durs = line.duration_ps[idx]
-    ends = starts + durs
-    parents, iter_anc, proc_anc, op_anc, top, fr_anc = nest(starts, ends, kinds)
-    n = int(idx.size)
-    has_parent = parents >= 0
-    pk = np.where(has_parent, kinds[np.maximum(parents, 0)], 0)
-    m = (kinds == K_ITER) & has_parent
-    nested_iter = np.bincount(parents[m], weights=durs[m], minlength=n).astype(np.int64)
-    m = (kinds == K_PROC) & has_parent & (pk != K_PROC)
-    nested_proc = np.bincount(parents[m], weights=durs[m], minlength=n).astype(np.int64)
+    parents, iter_anc, proc_anc, op_anc, top, fr_anc = nest(starts, starts + durs, kinds)
     return _LineEvents(
         idx=idx,
         kinds=kinds,
         mids=mids_all[idx],
         starts=starts,
         durs=durs,
-        ends=ends,
         parents=parents,
         iter_anc=iter_anc,
         proc_anc=proc_anc,
         op_anc=op_anc,
         top=top,
         fr_anc=fr_anc,
-        nested_iter=nested_iter,
-        nested_proc=nested_proc,
     )
 
 
-def _count_iterators(ev: _LineEvents, line: Line, index: PlaneIndex, scan: _Scan) -> dict[int, int]:
-    """Sum the line's iterator events into their stages; return which stage each runner
-    thread's top-level event works for (event index -> stage index)."""
+def _count_iterators(ev: _LineEvents, line: Line, index: PlaneIndex, scan: _Scan) -> I64:
+    """Sum the line's iterator events into their stages; return, per event, which stage
+    its top-level event works for on a runner thread (-1: not known; `_runner_owners`)."""
     ii = np.flatnonzero(ev.kinds == K_ITER)
     if not ii.size:
-        return {}
+        return np.full(ev.n, -1, dtype=np.int64)
     starts = ev.starts
     st = index.stage_of[ev.mids[ii]]
     np.add.at(scan.calls, st, 1)
     np.add.at(scan.total, st, ev.durs[ii])
-    np.add.at(scan.self_ps, st, np.maximum(0, ev.durs[ii] - ev.nested_iter[ii]))
+    np.add.at(scan.self_ps, st, np.maximum(0, ev.durs[ii] - ev.nested(K_ITER)[ii]))
     np.minimum.at(scan.first_start, st, starts[ii])
     pst = index.parent_ix[st]
     has = pst >= 0
@@ -275,41 +234,55 @@ def _count_iterators(ev: _LineEvents, line: Line, index: PlaneIndex, scan: _Scan
     # stage whose input it calls.
     tops = ev.top[ii]
     cand = (tops != ii) & (ev.kinds[tops] != K_ITER) & has & (anc < 0)
-    return dict(zip(tops[cand].tolist(), pst[cand].tolist(), strict=True))
+    return _runner_owners(ev, tops[cand], pst[cand])
+
+
+def _runner_owners(ev: _LineEvents, tops: I64, stages: I64) -> I64:
+    """Per event, the stage its top-level event works for: the stage whose input that
+    event called (the last call's, where it called several); an event whose top-level
+    event called none works for the stage of the line's first such event (a runner
+    thread serves one stage), and -1 where the line has none."""
+    if not tops.size:
+        return np.full(ev.n, -1, dtype=np.int64)
+    by_top = np.full(ev.n, -1, dtype=np.int64)
+    # The last call of each top-level event wins, as in a dict built call by call.
+    last = tops.size - 1 - np.unique(tops[::-1], return_index=True)[1]
+    by_top[tops[last]] = stages[last]
+    default = by_top[tops[0]]
+    owner = by_top[ev.top]
+    owner[owner < 0] = default
+    return owner
 
 
 def _own_function_runs(
-    ev: _LineEvents,
-    line: Line,
-    index: PlaneIndex,
-    scan: _Scan,
-    runner_owner: Mapping[int, int],
-    line_default: int,
+    ev: _LineEvents, line: Line, index: PlaneIndex, scan: _Scan, owner_of_top: I64
 ) -> None:
     """Name the owner stage of each function dispatch (by its `id` stat); a synchronous
     stage's own calls count as time it waited for its function."""
-    for j in np.flatnonzero(ev.kinds == K_FR).tolist():
-        fid = _stat_id(index.stat_id_keys, line, int(ev.idx[j]))
-        a_j = int(ev.iter_anc[j])
-        if a_j >= 0:
-            owner = int(index.stage_of[int(ev.mids[a_j])])
-            if ev.fr_anc[j] < 0:  # a synchronous call: the stage waits for it right here
-                scan.inline_fn[owner] += int(ev.durs[j])
-                scan.inline_calls[owner] += 1
-        else:
-            owner = runner_owner.get(int(ev.top[j]), line_default)
-        if owner >= 0 and fid is not None:
-            scan.fr_owner[fid] = owner
+    js = np.flatnonzero(ev.kinds == K_FR)
+    if not js.size:
+        return
+    ids = read_ids(index, line, ev.idx[js])
+    anc = ev.iter_anc[js]
+    in_stage = anc >= 0
+    owner = owner_of_top[js]
+    owner[in_stage] = index.stage_of[ev.mids[anc[in_stage]]]
+    # A synchronous call: the stage waits for it right where it calls it.
+    inline = in_stage & (ev.fr_anc[js] < 0)
+    np.add.at(scan.inline_fn, owner[inline], ev.durs[js[inline]])
+    np.add.at(scan.inline_calls, owner[inline], 1)
+    scan.owners.add(ids, owner)
 
 
-def _count_runner_time(
-    ev: _LineEvents, scan: _Scan, runner_owner: Mapping[int, int], line_default: int
-) -> None:
+def _count_runner_time(ev: _LineEvents, scan: _Scan, owner_of_top: I64) -> None:
     """A runner thread's `*Produce` time outside iterators and executions: overhead."""
-    for j in np.flatnonzero((ev.kinds == K_PRODUCE) & (ev.parents < 0)).tolist():
-        owner = runner_owner.get(j, line_default)
-        if owner >= 0:
-            scan.runner[owner] += max(0, int(ev.durs[j] - ev.nested_iter[j] - ev.nested_proc[j]))
+    js = np.flatnonzero((ev.kinds == K_PRODUCE) & (ev.parents < 0))
+    owner = owner_of_top[js]
+    ok = owner >= 0
+    if not ok.any():
+        return
+    own = np.maximum(0, ev.durs - ev.nested(K_ITER) - ev.nested(K_PROC))[js[ok]]
+    np.add.at(scan.runner, owner[ok], own)
 
 
 def _collect_executions(ev: _LineEvents, line: Line, index: PlaneIndex, scan: _Scan) -> None:
@@ -319,27 +292,28 @@ def _collect_executions(ev: _LineEvents, line: Line, index: PlaneIndex, scan: _S
     procs = np.flatnonzero((kinds == K_PROC) & (proc_anc < 0))
     if not procs.size:
         return
-    fids = [_stat_id(index.stat_id_keys, line, int(ev.idx[j])) or -1 for j in procs.tolist()]
+    ends = ev.ends
+    ids = read_ids(index, line, ev.idx[procs]).of_executions()
     local = np.full(ev.n, -1, dtype=np.int64)
     local[procs] = np.arange(procs.size)
     inner = np.flatnonzero((proc_anc >= 0) & np.isin(kinds, (K_OP, K_NOTE)))
     inner = inner[(kinds[inner] != K_OP) | (ev.op_anc[inner] < 0)]  # outermost kernels
     scan.pending.append(
         (
-            fids,
+            ids,
             ev.starts[procs],
-            ev.ends[procs],
+            ends[procs],
             local[proc_anc[inner]],
             ev.mids[inner],
             ev.starts[inner],
-            ev.ends[inner],
+            ends[inner],
             kinds[inner].astype(np.int64),
         )
     )
 
 
 def _attribute_functions(
-    pending: Iterable[_Pending], fr_owner: Mapping[int, int], index: PlaneIndex
+    pending: Iterable[_Pending], dispatched: Owners, index: PlaneIndex
 ) -> FunctionWork:
     """Function executions: time, kernels, Python frames, concurrency, per owner stage."""
     names = index.names
@@ -351,8 +325,8 @@ def _attribute_functions(
     fn_names: dict[str, set[str]] = defaultdict(set)
     udf_iv: dict[str, list[tuple[I64, I64]]] = defaultdict(list)
     work_iv: dict[str, list[tuple[I64, I64]]] = defaultdict(list)
-    for fids, p_s, p_e, op_proc, op_mid, op_s, op_e, op_kind in pending:
-        owners = np.array([fr_owner.get(f, -1) for f in fids], dtype=np.int64)
+    for ids, p_s, p_e, op_proc, op_mid, op_s, op_e, op_kind in pending:
+        owners = dispatched.of(ids)
         for u in np.unique(owners[owners >= 0]).tolist():
             name = index.stage_list[u]
             mine = owners == u

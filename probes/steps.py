@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tftune.core.units import PS_PER_MS
+from tftune.probes._wire import STAT_INT64, STAT_NONE, STAT_OTHER, STAT_UINT64
 from tftune.probes.trace import HostTrace, Line, Plane
 
 I64 = npt.NDArray[np.int64]
@@ -158,8 +159,7 @@ def _steps_from_markers(plane: Plane) -> Steps | None:
     for line, mid, _ in by_name[name]:
         idx = np.flatnonzero(line.metadata_id == mid)
         line_name = line_name or line.name
-        for i in idx.tolist():
-            num = _step_num(plane, line, i)
+        for i, num in zip(idx.tolist(), _step_nums(plane, line, idx), strict=True):
             if num is None:
                 continue
             s, e = int(line.start_ps[i]), int(line.start_ps[i] + line.duration_ps[i])
@@ -177,6 +177,25 @@ def _steps_from_markers(plane: Plane) -> Steps | None:
         source=name,
         line=line_name,
     )
+
+
+def _step_nums(plane: Plane, line: Line, events: npt.NDArray[np.intp]) -> list[int | None]:
+    """The `step_num` of each event, read from the line's bytes for all of them at once;
+    where the first `step_num` stat is not an int64 (or a uint64 under 2**63), the event
+    is read as `_step_num` reads it."""
+    keys = np.array([k for k, v in plane.stat_names.items() if v == STEP_NUM_STAT], dtype=np.int64)
+    kind, value, unusual = line.first_stat(events, keys)
+    nums: list[int | None] = []
+    for k, v, u, i in zip(
+        kind.tolist(), value.tolist(), unusual.tolist(), events.tolist(), strict=True
+    ):
+        if u or k == STAT_OTHER or (k == STAT_UINT64 and v >= 2**63):
+            nums.append(_step_num(plane, line, i))
+        elif k == STAT_NONE:
+            nums.append(None)
+        else:  # an int64 as its two's complement, or a uint64 under 2**63
+            nums.append(v - 2**64 if k == STAT_INT64 and v >= 2**63 else v)
+    return nums
 
 
 def _step_num(plane: Plane, line: Line, index: int) -> int | None:

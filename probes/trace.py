@@ -26,7 +26,7 @@ from tftune.probes._schema import (
     xline_events_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes._wire import line_columns, line_header, slow_columns
+from tftune.probes._wire import first_stat, line_columns, line_header, slow_columns
 
 I64 = npt.NDArray[np.int64]
 
@@ -36,6 +36,8 @@ TASK_ENV_PLANE = "Task Environment"
 # Any event time or duration beyond this (about 13 days in picoseconds) is corrupt; the
 # bound also keeps base + offset + duration inside int64.
 MAX_TIME_PS = 2**60
+# Events whose stats `Line.first_stat` reads per batch.
+_STAT_BATCH = 1 << 15
 
 
 def decode_stat(stat: Any, stat_names: Mapping[int, str]) -> Any:
@@ -64,7 +66,7 @@ class Line:
     # stats are decoded from there on demand, so no per-event Python object is kept.
     _data: bytes = field(repr=False)
     _event_pos: npt.NDArray[np.integer[Any]] = field(repr=False)  # uint32 when it fits
-    _event_len: npt.NDArray[np.int32] = field(repr=False)
+    _event_len: npt.NDArray[np.integer[Any]] = field(repr=False)  # uint16 when it fits
 
     def __len__(self) -> int:
         return int(self.metadata_id.shape[0])
@@ -88,6 +90,25 @@ class Line:
 
     def raw_stats(self, index: int) -> Iterable[Any]:
         return self.raw_event(index).stats  # type: ignore[no-any-return]
+
+    def first_stat(
+        self, indices: npt.NDArray[np.integer[Any]], stat_ids: I64
+    ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+        """Of each event in `indices`, its first stat whose metadata id is in `stat_ids`,
+        read from the bytes for all of them at once (`_wire.first_stat`: kind, raw value,
+        and whether the event is unusual: then `raw_stats` must decode it)."""
+        idx = np.asarray(indices, dtype=np.intp)
+        kind = np.zeros(idx.shape[0], dtype=np.int8)
+        value = np.zeros(idx.shape[0], dtype=np.uint64)
+        unusual = np.zeros(idx.shape[0], dtype=bool)
+        # In batches: the temporaries of a 100,000-event line would add tens of MB.
+        for lo in range(0, idx.shape[0], _STAT_BATCH):
+            part = idx[lo : lo + _STAT_BATCH]
+            pos = self._event_pos[part].astype(np.int64)
+            found = first_stat(self._data, pos, self._event_len[part].astype(np.int64), stat_ids)
+            hi = lo + part.shape[0]
+            kind[lo:hi], value[lo:hi], unusual[lo:hi] = found
+        return kind, value, unusual
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -221,7 +242,8 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
         _data=events_data,
         # Positions fit 32 bits for lines under 4 GiB: 4 bytes an event saved.
         _event_pos=pos.astype(np.uint32) if len(events_data) < 2**32 else pos,
-        _event_len=lens32,
+        # Events are tens of bytes: lengths fit 16 bits on most lines, 2 bytes an event saved.
+        _event_len=lens32.astype(np.uint16) if n and int(lens32.max()) < 2**16 else lens32,
     )
 
 
