@@ -197,25 +197,31 @@ case(
     """,
 )
 
-# A pure-Python tokenizer called through tf.py_function (the BERT fine-tuning story).
+# A pure-Python tokenizer (lower-case, strip, split, a growing vocabulary), shared by the
+# cases that call it through tf.py_function.
+PY_TOKENIZER = """
+import re
+VOCAB = {}
+WORDS = ["alpha", "Beta", "gamma!", "delta,", "Epsilon", "zeta", "eta.", "theta"]
+LINES = [" ".join(WORDS[(i + j) % 8] for j in range(200)) for i in range(256)]
+
+def tokenize_text(text):
+    words = re.sub(r"[^a-z ]", "", text.numpy().decode().lower()).split()
+    ids = [VOCAB.setdefault(w, len(VOCAB)) for w in words for _ in range(20)]
+    return ids[:128] + [0] * (128 - len(ids[:128]))
+"""
+
+# The tokenizer called through tf.py_function in a sequential map (the BERT fine-tuning
+# story).
 case(
     "py_tokenizer",
-    """
-    import re
-    VOCAB = {}
-    WORDS = ["alpha", "Beta", "gamma!", "delta,", "Epsilon", "zeta", "eta.", "theta"]
-    LINES = [" ".join(WORDS[(i + j) % 8] for j in range(200)) for i in range(256)]
-
-    def tokenize_text(text):
-        words = re.sub(r"[^a-z ]", "", text.numpy().decode().lower()).split()
-        ids = [VOCAB.setdefault(w, len(VOCAB)) for w in words for _ in range(20)]
-        return ids[:128] + [0] * (128 - len(ids[:128]))
-
-    def make_dataset():
-        ds = tf.data.Dataset.from_tensor_slices(LINES).repeat()
-        ds = ds.map(lambda s: tf.py_function(tokenize_text, [s], tf.int64))
-        return ds.batch(16)
-    """,
+    PY_TOKENIZER
+    + """
+def make_dataset():
+    ds = tf.data.Dataset.from_tensor_slices(LINES).repeat()
+    ds = ds.map(lambda s: tf.py_function(tokenize_text, [s], tf.int64))
+    return ds.batch(16)
+""",
     steps=15,
 )
 

@@ -113,22 +113,13 @@ tracegen.case(
 # and the step waits for it.
 tracegen.case(
     "py_tokenizer_parallel",
-    """
-    import re
-    VOCAB = {}
-    WORDS = ["alpha", "Beta", "gamma!", "delta,", "Epsilon", "zeta", "eta.", "theta"]
-    LINES = [" ".join(WORDS[(i + j) % 8] for j in range(200)) for i in range(256)]
-
-    def tokenize_text(text):
-        words = re.sub(r"[^a-z ]", "", text.numpy().decode().lower()).split()
-        ids = [VOCAB.setdefault(w, len(VOCAB)) for w in words for _ in range(20)]
-        return ids[:128] + [0] * (128 - len(ids[:128]))
-
-    def make_dataset():
-        ds = tf.data.Dataset.from_tensor_slices(LINES).repeat()
-        ds = ds.map(lambda s: tf.py_function(tokenize_text, [s], tf.int64),
-                    num_parallel_calls=tf.data.AUTOTUNE)
-        return ds.batch(16).prefetch(tf.data.AUTOTUNE)
-    """,
+    tracegen.PY_TOKENIZER
+    + """
+def make_dataset():
+    ds = tf.data.Dataset.from_tensor_slices(LINES).repeat()
+    ds = ds.map(lambda s: tf.py_function(tokenize_text, [s], tf.int64),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(16).prefetch(tf.data.AUTOTUNE)
+""",
     steps=15,
 )
