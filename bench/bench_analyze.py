@@ -17,6 +17,11 @@ The time ratio is the median of the paired runs' ratios (tftune / XProf of the s
 pair), so that a load spike hits both sides of a pair; the peak is the largest of
 tftune's runs, over the trace's size.
 
+Both run with their modules' bytecode cached, as installed packages do: the children
+write it under `--out` (PYTHONPYCACHEPREFIX), and one untimed run of each warms it. An
+editable checkout run with PYTHONDONTWRITEBYTECODE=1 recompiles tftune's modules at
+every start (0.3-0.6 s here); `--cold` measures that way, with the environment as is.
+
 Targets (bench/README.md): tftune time <= 0.5 x XProf's, peak memory <= 4 x file size.
 This is a benchmark to run by hand, not a timed test.
 """
@@ -126,10 +131,10 @@ def fresh_copy(path: Path, work: Path, i: int) -> Path:
     return target
 
 
-def run_child(argv: list[str]) -> tuple[float, int]:
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS bytes of one child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -152,6 +157,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/tftune-bench"))
     ap.add_argument("--seconds", type=float, default=25.0, help="profile length to record")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--cold", action="store_true", help="no bytecode cache, no warm-up (see the docstring)"
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.trace or record_trace(args.out, args.seconds)
@@ -171,12 +179,18 @@ def main() -> int:
 
     ours, theirs = [], []
     work = args.out / "runs"
+    env = None
+    if not args.cold:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(args.out / "pycache")
+        for make in (ours_argv, xprof_argv):
+            run_child(make(fresh_copy(path, work, 0)), env)
     for i in range(args.repeats):
         # Alternate which goes first, so cache warmth and machine load even out.
         pair = [("ours", ours_argv), ("xprof", xprof_argv)]
         for name, make in pair if i % 2 == 0 else pair[::-1]:
             f = fresh_copy(path, work, 0)
-            (ours if name == "ours" else theirs).append(run_child(make(f)))
+            (ours if name == "ours" else theirs).append(run_child(make(f), env))
     shutil.rmtree(work, ignore_errors=True)
     ratios = [o / x for (o, _), (x, _) in zip(ours, theirs, strict=True)]
     ratio = statistics.median(ratios)
@@ -187,6 +201,7 @@ def main() -> int:
         "trace_mb": round(size / 2**20, 1),
         "ours": "tftune analyze --json -o (HTML)" if cli else "python -c (load+steps+breakdown)",
         "repeats": args.repeats,
+        "bytecode": "cold (environment as is)" if args.cold else "cached, warmed",
         "ours_s": [round(t, 3) for t, _ in ours],
         "xprof_s": [round(t, 3) for t, _ in theirs],
         "pair_ratios": [round(r, 3) for r in ratios],
