@@ -124,6 +124,11 @@ class TrialRecord:
     crash: CrashSummary | None = None  # what a failed trial's stderr says
     training: TrainingTime | None = None  # how its training time was told apart
 
+    def same_config(self, other: TrialRecord) -> bool:
+        """Whether the two trials measured one config (their params are equal), whatever
+        their numbers and roles."""
+        return dict(self.params) == dict(other.params)
+
 
 @dataclass(frozen=True, slots=True)
 class GuidedHint:

@@ -47,7 +47,7 @@ def final_candidates(
     r = next(
         (x for x in records if x.role is Role.AUTOTUNE and x.state is TrialState.COMPLETE), None
     )
-    if r is not None and dict(r.params) != dict(as_written.params):
+    if r is not None and not r.same_config(as_written):
         out.append(r)
     floor = as_written.examples_per_s or 0.0
     ranked = sorted(

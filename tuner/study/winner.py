@@ -253,10 +253,6 @@ def _autotune_ahead(
     return (again, gain) if gain is not None and gain >= MIN_GAIN else None
 
 
-def _same_config(a: TrialRecord, b: TrialRecord) -> bool:
-    return dict(a.params) == dict(b.params)
-
-
 def choose_final(
     records: Sequence[TrialRecord],
     as_written: TrialRecord,
@@ -287,13 +283,13 @@ def choose_final(
     feasible = [
         f
         for f in scored
-        if f.feasible and f.number != as_written.number and not _same_config(f, as_written)
+        if f.feasible and f.number != as_written.number and not f.same_config(as_written)
     ]
     if not feasible:
         # The search's best may repeat a baseline's params (TPE samples AUTOTUNE again):
         # the round then re-measured that config under the baseline's number.
         again = next((f for f in scored if f.number == trial_best.number), None) or next(
-            (f for f in scored if _same_config(f, trial_best)), None
+            (f for f in scored if f.same_config(trial_best)), None
         )
         if again is None:
             shown = "it was not re-measured"
@@ -330,7 +326,7 @@ def choose_final(
             CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
         )
     note = None
-    if pick.number != trial_best.number and not _same_config(pick, trial_best):
+    if pick.number != trial_best.number and not pick.same_config(trial_best):
         note = (
             f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
             f"trial {trial_best.number}, when both were re-measured side by side"
