@@ -8,10 +8,11 @@ time of a window and that figure.
 **Other passes.** Between two consecutive training deliveries the consumer may run a pass
 over another stream: Keras ``fit``'s validation after an epoch, ``evaluate``, ``predict``
 in a callback, an eager validation loop. That time is not training: it is taken out from
-the first request of another stream inside the gap (one that delivered inside it) to the
-next training request (`Timeline.step_ns`). What stays is training: the last step's own
-work before the pass, the callbacks, and the next element's wait, which holds a shuffle
-buffer's refill or a rebuilt iterator's start. A stream iterated concurrently from another
+the other stream's iterator made (else its first request inside the gap) to the training
+stream's next iterator made (else its next request) (`Timeline.step_ns`). What stays is
+training: the last step's own work before the pass and its iterator's teardown, the
+callbacks, making the next training iterator and the next element's wait, which holds a
+shuffle buffer's refill or a rebuilt iterator's start. A stream iterated concurrently from another
 thread would be taken out too: no training script seen does that.
 
 **Epoch starts.** Each new iterator over the training stream starts an epoch
@@ -207,15 +208,27 @@ class Timeline:
 
     # ---- one step --------------------------------------------------------------------
     def excluded_ns(self, prev_deliver_ns: int, rec: StepRecord) -> int:
-        """The part of the gap before `rec` spent on another stream's pass."""
+        """The part of the gap before `rec` spent on another stream's pass: from the
+        pass's iterator made (or its first request) to the training stream's next
+        iterator made (or `rec`'s request). Making the training iterator is training (an
+        iterator rebuilt each epoch); making the other pass's is not."""
         end = rec.request_ns
+        begin: int | None = None
+        last = 0
         i = bisect.bisect_left(self._others, (prev_deliver_ns, -1, -1))
         while i < len(self._others) and self._others[i][0] < end:
             request, deliver, _ = self._others[i]
             if deliver <= end:
-                return end - request
+                begin = request if begin is None else begin
+                last = max(last, deliver)
             i += 1
-        return 0
+        if begin is None:
+            return 0
+        for s in self._starts:
+            if s.stream != rec.stream and prev_deliver_ns < s.at_ns < begin:
+                begin = s.at_ns
+        made = [s.at_ns for s in self._starts if s.stream == rec.stream and last <= s.at_ns < end]
+        return (min(made) if made else end) - begin
 
     def step_ns(self, prev_deliver_ns: int, rec: StepRecord) -> int:
         """A training step's time: from the delivery before it to its own, less
@@ -249,7 +262,10 @@ class Timeline:
         if not steady or not waits:
             return None
         typical, typical_wait = percentile(steady, 50), percentile(waits, 50)
+        # The first epoch's end carries one-off work (a retrace for a short last batch)
+        # into the second epoch's first step: left out once a later epoch start is seen.
         later = [i for i in firsts if i > 0]
+        later = later[1:] if len(later) > 1 else later
         stalls = [times[i] - typical for i in later] or [records[0].wait_ns - typical_wait]
         lengths = [b - a for a, b in itertools.pairwise(firsts)]
         return EpochCost(
@@ -294,6 +310,10 @@ class Timeline:
         after the request before it and before its own)."""
         lo = before.request_ns if before is not None else -1
         return any(lo < s.at_ns <= rec.request_ns for s in self.starts(stream))
+
+    def epochs_begun(self, stream: int, rec: StepRecord) -> int:
+        """How many epochs of `stream` had begun by `rec`'s request."""
+        return sum(1 for s in self._starts if s.stream == stream and s.at_ns <= rec.request_ns)
 
 
 def _figures(

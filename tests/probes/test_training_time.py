@@ -53,6 +53,31 @@ def test_a_validation_pass_between_steps_is_not_training_time() -> None:
     assert stats.examples_per_s == pytest.approx(80 / stats.duration_s)
 
 
+def test_making_the_training_iterator_is_training_and_making_the_passs_is_not() -> None:
+    # A custom loop: the last step's work (3 ms), making the test iterator (150 ms), the
+    # test pass (5 elements of 20 ms), 400 ms of the script's own printing and metric
+    # resets, making the next epoch's training iterator (250 ms), its first element.
+    last = StepRecord(1, 9 * MS, 10 * MS, 8)
+    test_made = 13 * MS
+    test = _steps(test_made + 150 * MS, 5, 20, 20, stream=2)
+    train_made = test[-1].deliver_ns + 400 * MS
+    first = StepRecord(1, train_made + 250 * MS, train_made + 251 * MS, 8)
+    timeline = Timeline()
+    for r in test:
+        timeline.other(r)
+    timeline.epoch(EpochStart(2, test_made, 5))
+    timeline.epoch(EpochStart(1, train_made, 20))
+    # Counted: 3 ms of work before the test iterator, 250 ms making the training
+    # iterator and the first element's 1-ms wait.
+    assert timeline.step_ns(last.deliver_ns, first) == 254 * MS
+    # Without the iterators seen, the pass runs from its first request to the next one:
+    # making the test iterator counts, making the training one does not.
+    plain = Timeline()
+    for r in test:
+        plain.other(r)
+    assert plain.step_ns(last.deliver_ns, first) == 3 * MS + 150 * MS + 1 * MS
+
+
 def test_the_same_window_without_other_streams_counts_the_whole_gap() -> None:
     train = _steps(0, 5, 10, 1)
     late = StepRecord(1, 2_050 * MS, 2_051 * MS, 8)

@@ -5,7 +5,8 @@ warm-up and the measured windows (`MeasureSpec`):
 
 1. warm-up: the first `warmup_steps` steps, and at least `warmup_s` after the first
    (tracing, the first epoch's fill), once the run is settled (no warm spare importing
-   beside it);
+   beside it); where windows hold whole epochs, the first epoch's end too (a retrace
+   for its short last batch lands in the second epoch's first step);
 2. `repeats` consecutive windows, each at least `window_s` of *training* time (the first
    of several half that: `FIRST_WINDOW_SHARE`) and `window_steps` steps; a pass over
    another dataset in between does not fill a window (`probes.training_time`). Where
@@ -148,6 +149,14 @@ class Windows:
             return
         self.warm_since_ns = self.warm_since_ns or rec.deliver_ns
         boundary = self._epoch_boundary(self.records, rec)
+        if (
+            boundary
+            and self.stream is not None
+            and self.timeline.epochs_begun(self.stream, rec) <= 2
+        ):
+            # The first epoch's end is warm-up: its one-off work (a retrace for a short
+            # last batch) lands in the second epoch's first step. Wait for the third.
+            self.warm_since_ns, boundary = rec.deliver_ns, False
         waited_s = (rec.deliver_ns - self.warm_since_ns) / 1e9
         if boundary is False and waited_s < EPOCH_WAIT * (self.period_s or 0.0):
             return
