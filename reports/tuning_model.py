@@ -5,8 +5,9 @@ strict on the fields a report cannot do without and tolerant of the optional one
 stays `None` ("not measured") and is never turned into 0. Anything malformed raises
 `UserError` with one line naming the file and the field.
 
-Renderers (`reports.tuning_html`) only format this model; the terminal's table and trial
-lines (`reports.tuning_terminal`) read the same JSON.
+Renderers (`reports.tuning_html`) only format this model. The four-way comparison
+(`comparison`: each row's honest figure and speed-up) is the one rule both the HTML and
+the terminal's table (`reports.tuning_terminal`) show.
 """
 
 from __future__ import annotations
@@ -46,9 +47,22 @@ ROW_LABELS = {
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
+    """One row's figures: a baseline's or the winner's honest run (`comparison`)."""
+
     examples_per_s: float | None
     utilization: float | None
     spread: float | None
+    state: TrialState | None = TrialState.COMPLETE
+    reason: str | None = None
+    input_wait_share: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.state is TrialState.COMPLETE
+
+    @property
+    def state_word(self) -> str:
+        return self.state.value if self.state is not None else "unfinished"
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +252,6 @@ def build_tuning_model(
     objective = r.required_string("objective")
     if objective not in OBJECTIVES:
         raise r.error("objective", f"must be one of {', '.join(OBJECTIVES)}")
-    baselines = r.required_obj("baselines")
     best = r.required_obj("best")
     confirmed_r = best.obj("confirmed")
     config_raw = best.raw("config")
@@ -268,7 +281,7 @@ def build_tuning_model(
         ceiling_model=ceiling.number("model_only_examples_per_s") if ceiling else None,
         ceiling_value=ceiling.number("ceiling_examples_per_s") if ceiling else None,
         ceiling_limited_by=ceiling.string("limited_by") if ceiling else None,
-        rows=_rows(baselines, best),
+        rows=comparison(data, source),
         confirmed=_measurement(confirmed_r) if confirmed_r is not None else None,
         best_description=best.string("description"),
         config_file=best.string("config_file"),
@@ -304,21 +317,44 @@ def _measurement(r: Reader) -> Measurement:
         examples_per_s=r.number("examples_per_s"),
         utilization=share(r, "utilization"),
         spread=r.number("spread"),
+        state=_state(r),
+        reason=r.string("reason"),
+        input_wait_share=share(r, "input_wait_share"),
     )
 
 
-def _rows(baselines: Reader, best: Reader) -> tuple[ComparisonRow, ...]:
-    """The comparison, with each figure's speed-up over the script as written."""
+def _confirmed(r: Reader) -> bool:
+    again = r.obj("confirmed")
+    return again is not None and _measurement(again).complete
+
+
+def _honest(r: Reader) -> Measurement:
+    """A run's honest figure: its final-round re-measure where that completed, else its
+    trial's. The winner's search figure is the best of many noisy trials, so it is biased
+    upwards; the final round measures it again beside the baselines."""
+    again = r.obj("confirmed")
+    return _measurement(again if again is not None and _confirmed(r) else r)
+
+
+def comparison(data: Mapping[str, Any], source: str = "tuning JSON") -> tuple[ComparisonRow, ...]:
+    """The four-way comparison of a tuning JSON (the HTML's and the terminal's table):
+    each row's honest figure and its speed-up over the script as written. A winner that is
+    a baseline (the script as written kept) has that baseline's figure. The tuner's own
+    ``best.speedup_vs_as_written`` is the tuned row's (tests/tuner/test_optimize_emit.py)."""
+    r = top_reader(data, source=source)
+    baselines, best = r.required_obj("baselines"), r.required_obj("best")
     measured: dict[str, Measurement | None] = {}
-    # The winner's search figure is the best of many noisy trials, so it is biased
-    # upwards; the final round re-measures it beside the baselines, and those side-by-side
-    # figures are the honest ones, as in the terminal.
     for key in BASELINE_KEYS:
         sub = baselines.obj(key)
-        again = sub.obj("confirmed") if sub is not None else None
-        measured[key] = _measurement(again or sub) if sub is not None else None
-    confirmed_r = best.obj("confirmed")
-    measured["tuned"] = _measurement(confirmed_r if confirmed_r is not None else best)
+        measured[key] = _honest(sub) if sub is not None else None
+    measured["tuned"] = _honest(best)
+    if not _confirmed(best):
+        trial = best.raw("trial")
+        for key in BASELINE_KEYS:
+            sub = baselines.obj(key)
+            if trial is not None and sub is not None and sub.raw("trial") == trial:
+                measured["tuned"] = measured[key]
+                break
     base = measured["as_written"]
     base_rate = base.examples_per_s if base is not None else None
     rows = []
@@ -326,7 +362,7 @@ def _rows(baselines: Reader, best: Reader) -> tuple[ComparisonRow, ...]:
         m = measured[key]
         if m is None and key in OPTIONAL_BASELINES:
             continue
-        rate = m.examples_per_s if m is not None else None
+        rate = m.examples_per_s if m is not None and m.complete else None
         speedup = rate / base_rate if rate is not None and base_rate else None
         rows.append(ComparisonRow(key, ROW_LABELS[key], m, speedup))
     return tuple(rows)

@@ -9,9 +9,10 @@
   table, as `tftune optimize` prints them.
 
 They read only the JSON contract (docs/json.md: mappings as `tftune optimize`
-writes them), never the tuner's objects: a saved tuning JSON renders as a fresh one. Each
-row's figure is the honest one: the final round's, measured side by side with the winner's,
-where there is one. ``null`` is "not measured", never 0.
+writes them), never the tuner's objects: a saved tuning JSON renders as a fresh one. The
+table's rows are `tuning_model.comparison`'s, as in the HTML: each row's honest figure
+(the final round's, measured side by side with the winner's, where there is one) and its
+speed-up. ``null`` is "not measured", never 0.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, pe
 from tftune.probes.service_sizing import sizing_caption
 from tftune.reports.analysis_terminal import text_console
 from tftune.reports.tuning_model import (
-    OPTIONAL_BASELINES,
+    Measurement,
     break_even_sentence,
+    comparison,
     training_sentences,
 )
 
@@ -55,8 +57,6 @@ _BASELINE_ROWS = (
     ("#cores heuristic", "heuristic"),
 )
 
-Figures = Mapping[str, Any]  # a measured run: examples_per_s, utilization, state, ...
-
 
 def _fmt_eps(x: float | None) -> str:
     return NOT_MEASURED if x is None else f"{x:,.1f}"
@@ -66,68 +66,39 @@ def _fmt_util(x: float | None) -> str:
     return NOT_MEASURED if x is None else percent(x)
 
 
-def _complete(r: Figures | None) -> bool:
-    return r is not None and r.get("state") == TrialState.COMPLETE.value
+# The terminal's labels of the comparison's rows (`tuning_model.comparison`), in order;
+# the analysis-guided guess is the HTML's only.
+_ROW_LABELS = {
+    "as_written": "as written",
+    "autotune": "AUTOTUNE everywhere",
+    "heuristic": "#cores heuristic",
+    "tuned": "tuned",
+}
 
 
-def _remeasured(r: Figures | None) -> Figures | None:
-    """A baseline's final-round figure where it has one, else its trial's."""
-    if r is None:
-        return None
-    again = r.get("confirmed")
-    return again if isinstance(again, Mapping) and _complete(again) else r
-
-
-def tuned_figures(data: Mapping[str, Any]) -> Figures:
-    """The winner's honest figure: from the final round where it ran, else its trial's. A
-    winner that is a baseline (the script as written kept) has its final-round figure
-    with that baseline."""
-    best: Figures = data.get("best") or {}
-    again = best.get("confirmed")
-    if isinstance(again, Mapping) and _complete(again):
-        return again
-    for base in (data.get("baselines") or {}).values():
-        if isinstance(base, Mapping) and base.get("trial") == best.get("trial"):
-            return _remeasured(base) or best
-    return best
-
-
-def _as_written(data: Mapping[str, Any]) -> Figures | None:
-    return _remeasured((data.get("baselines") or {}).get("as_written"))
-
-
-def _speedup(r: Figures, base: Figures | None) -> float | None:
-    rate, base_rate = r.get("examples_per_s"), base.get("examples_per_s") if base else None
-    if not rate or not base_rate:
-        return None
-    return round(float(rate) / float(base_rate), 3)
+def _figures(data: Mapping[str, Any]) -> dict[str, Measurement | None]:
+    """Each row's honest figures, by key (`tuning_model.comparison`)."""
+    return {row.key: row.measurement for row in comparison(data)}
 
 
 def table_rows(data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
-    baselines = data.get("baselines") or {}
-    aw = _as_written(data)
-    rows: list[tuple[str, Figures | None]] = [
-        (label, _remeasured(baselines.get(key)))
-        for label, key in _BASELINE_ROWS
-        if key not in OPTIONAL_BASELINES or baselines.get(key) is not None
-    ]
-    rows.append(("tuned", tuned_figures(data)))
     out = []
-    for label, r in rows:
-        if r is None or not _complete(r):
-            why = NOT_MEASURED if r is None else f"{r.get('state')}: {r.get('reason') or ''}"
+    for row in comparison(data):
+        label, r = _ROW_LABELS.get(row.key), row.measurement
+        if label is None:
+            continue
+        if r is None or not r.complete:
+            why = NOT_MEASURED if r is None else f"{r.state_word}: {r.reason or ''}"
             out.append((label, why.strip(), "", "", ""))
             continue
-        sp = _speedup(r, aw)
-        spread = r.get("spread")
         out.append(
             (
                 label,
-                _fmt_eps(r.get("examples_per_s")),
-                _fmt_util(r.get("utilization")),
-                "" if spread is None else f"±{percent(spread / 2, compact=True)}",
-                "" if sp is None else f"{sp:.2f}x",
+                _fmt_eps(r.examples_per_s),
+                _fmt_util(r.utilization),
+                "" if r.spread is None else f"±{percent(r.spread / 2, compact=True)}",
+                "" if row.speedup is None else f"{row.speedup:.2f}x",
             )
         )
     return out
@@ -181,9 +152,11 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
     )
     parts = [f"pipeline alone {_rate(ceiling.get('pipeline_only_examples_per_s'))}, {model_words}"]
     top = ceiling.get("ceiling_examples_per_s")
-    aw, tuned = _as_written(data), tuned_figures(data)
-    aw_eps, tuned_eps = (aw or {}).get("examples_per_s"), tuned.get("examples_per_s")
-    if not top or not aw_eps or not tuned_eps:
+    figures = _figures(data)
+    aw, tuned = figures.get("as_written"), figures.get("tuned")
+    aw_eps = aw.examples_per_s if aw is not None else None
+    tuned_eps = tuned.examples_per_s if tuned is not None else None
+    if not top or not aw_eps or not tuned_eps or tuned is None:
         return "; ".join(parts)
     limited_by = ceiling.get("limited_by")
     half = {"pipeline": "the input pipeline", "model": "the model"}.get(
@@ -229,10 +202,10 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _gap(tuned: Figures, tuned_eps: float, top: float, half: str) -> list[str]:
+def _gap(tuned: Measurement, tuned_eps: float, top: float, half: str) -> list[str]:
     """Below the ceiling: is the remaining gap the input pipeline (the tuned run still
     waits for input, in the vocabulary's input-bound bands) or the two halves together?"""
-    wait = tuned.get("input_wait_share")
+    wait = tuned.input_wait_share
     if tuned_eps >= CEILING_REACHED * top:
         return [f"{half} is now the limit"]
     if wait is not None and input_band(wait).input_bound:

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from tftune.core.vocabulary import TrialState
 from tftune.reports import tuning_terminal
+from tftune.reports.tuning_model import comparison
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
 from tftune.tuner.emit import (
@@ -221,6 +222,50 @@ def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
     path = write_json_atomic(data, tmp_path / "t.json")
     assert json.loads(path.read_text())["schema"] == 1
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def _json(out: StudyOutcome) -> dict[str, Any]:
+    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
+    return tuning_json(
+        script="t.py",
+        outcome=out,
+        space=space,
+        ceiling=None,
+        device="CPU_ONLY",
+        config_file="b.json",
+        command="tftune run --config b.json t.py",
+        diff="",
+        snippet="",
+        seed=0,
+    )
+
+
+def _final(r: TrialRecord, eps: float, state: TrialState = TrialState.COMPLETE) -> TrialRecord:
+    return replace(r, role=Role.CONFIRM, state=state, examples_per_s=eps)
+
+
+@pytest.mark.parametrize(
+    "case", ["search figures", "final round", "a failed re-measure", "as written kept"]
+)
+def test_the_tables_tuned_speedup_is_the_tuners_own(case: str) -> None:
+    # One rule: the tuned row's speed-up, read back from the JSON by both renderers
+    # (`tuning_model.comparison`), is the figure the tuner wrote.
+    out = _outcome()
+    aw, best = out.baselines[Role.AS_WRITTEN], out.best
+    if case == "final round":
+        out = replace(out, final=(_final(aw, 250.0), _final(best, 3000.0)))
+        out = replace(out, confirm=out.final[1])
+    elif case == "a failed re-measure":
+        out = replace(out, final=(_final(aw, 0.0, TrialState.FAILED), _final(best, 3000.0)))
+        out = replace(out, confirm=out.final[1])
+    elif case == "as written kept":
+        out = replace(out, best=aw, final=(_final(aw, 230.0),), confirm=None)
+    data = _json(out)
+    tuned = comparison(data)[-1]
+    assert tuned.key == "tuned" and tuned.speedup is not None
+    assert tuned.speedup == pytest.approx(data["best"]["speedup_vs_as_written"], abs=5e-4)
+    expected = {"search figures": 20.0, "final round": 12.0, "a failed re-measure": 15.0}
+    assert tuned.speedup == pytest.approx(expected.get(case, 1.0), abs=5e-4)
 
 
 def test_best_file_carries_metrics_and_still_loads(tmp_path: Path) -> None:
