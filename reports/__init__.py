@@ -10,7 +10,8 @@ Writing files belongs to the CLI. Nothing here imports tensorflow, optuna or the
 
 - analysis: `analysis_model` → `analysis_html` (the page), `analysis_terminal` (the summary);
 - tuning: `tuning_model` → `tuning_html` (the page), `tuning_terminal` (the table, the
-  ceiling caption and the per-trial lines, from the tuning JSON);
+  ceiling caption and the per-trial lines, from the tuning JSON); both tables' rows are
+  `tuning_comparison`'s;
 - shared: `_read` (validating readers, `detect_kind`, `timestamp_now`), `_page` (the HTML
   shell), `_svg` (the charts).
 """

@@ -4,7 +4,8 @@ Every accessor names the file and the dotted field in its error, so a malformed 
 JSON fails as one line: ``analysis.json: field 'steps.mean_ms' must be a number, got "x"``.
 `top_reader` checks the schema, `detect_kind` tells an analysis JSON from a tuning JSON,
 `timestamp_now` stamps a report (or honours $SOURCE_DATE_EPOCH), and `epoch_stall_of`
-reads a named epoch-start stall from either document's training figures.
+reads a named epoch-start stall from either document's training figures; `trial_state` a
+trial's state as tftune or Optuna writes it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from tftune.core.errors import UserError
+from tftune.core.vocabulary import OPTUNA_STATES, TrialState
 
 _MISSING = object()
 
@@ -239,3 +241,20 @@ def epoch_stall_of(data: Mapping[str, Any]) -> tuple[str, str | None] | None:
         return None
     code = stall.get("code")
     return str(stall["sentence"]), code if isinstance(code, str) and code else None
+
+
+# Optuna's states of a trial that has not ended: a study's history may hold them while
+# other workers run. Such a trial has no result (None).
+UNFINISHED_STATES = ("RUNNING", "WAITING")
+
+
+def trial_state(t: Reader) -> TrialState | None:
+    """A trial's state, as tftune writes it (``failed``) or as Optuna names it (``FAIL``)."""
+    word = (t.string("state") or TrialState.COMPLETE.value).upper()
+    state = OPTUNA_STATES.get(word)
+    if state is None and word.lower() in {s.value for s in TrialState}:
+        state = TrialState(word.lower())
+    if state is None and word not in UNFINISHED_STATES:
+        known = (*OPTUNA_STATES, *UNFINISHED_STATES)
+        raise t.error("state", f"must be one of {', '.join(known)}, got {word!r}")
+    return state

@@ -5,9 +5,8 @@ strict on the fields a report cannot do without and tolerant of the optional one
 stays `None` ("not measured") and is never turned into 0. Anything malformed raises
 `UserError` with one line naming the file and the field.
 
-Renderers (`reports.tuning_html`) only format this model. The four-way comparison
-(`comparison`: each row's honest figure and speed-up) is the one rule both the HTML and
-the terminal's table (`reports.tuning_terminal`) show.
+Renderers (`reports.tuning_html`) only format this model. Its rows are the four-way
+comparison (`reports.tuning_comparison`), the one the terminal's table shows too.
 """
 
 from __future__ import annotations
@@ -17,9 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.vocabulary import OPTUNA_STATES, PREAMBLE_SAID_S, TrialState
+from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.probes.service_sizing import sizing_caption
-from tftune.reports._read import Reader, dump, epoch_stall_of, share, top_reader
+from tftune.reports._read import Reader, dump, epoch_stall_of, share, top_reader, trial_state
+from tftune.reports.tuning_comparison import ComparisonRow, Measurement, comparison, measurement_of
 
 MAX_TRIALS = 2000
 # A failed trial's crash lines and stderr tail (tftune stores 4 KB; a hand-made JSON may
@@ -30,47 +30,6 @@ MAX_STDERR_TAIL_CHARS = 8192
 MAX_STDERR_TAILS = 40  # failed trials whose stderr tail the report shows and embeds
 
 OBJECTIVES = ("throughput", "gpu-util", "both")
-BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
-# A row only when the run measured it (the heuristic is not run where the screen drained it).
-OPTIONAL_BASELINES = frozenset({"heuristic", "guided"})
-# Optuna's states of a trial that has not ended: a study's history may hold them while
-# other workers run. Such a trial has no result (`Trial.state` None).
-UNFINISHED_STATES = ("RUNNING", "WAITING")
-ROW_LABELS = {
-    "as_written": "As written",
-    "autotune": "AUTOTUNE everywhere",
-    "heuristic": "#cores heuristic",
-    "guided": "Analysis-guided guess",
-    "tuned": "Tuned (tftune)",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Measurement:
-    """One row's figures: a baseline's or the winner's honest run (`comparison`)."""
-
-    examples_per_s: float | None
-    utilization: float | None
-    spread: float | None
-    state: TrialState | None = TrialState.COMPLETE
-    reason: str | None = None
-    input_wait_share: float | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.state is TrialState.COMPLETE
-
-    @property
-    def state_word(self) -> str:
-        return self.state.value if self.state is not None else "unfinished"
-
-
-@dataclass(frozen=True, slots=True)
-class ComparisonRow:
-    key: str  # as_written | autotune | heuristic | guided | tuned
-    label: str
-    measurement: Measurement | None  # None: not measured in this run
-    speedup: float | None  # examples/s relative to the script as written
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,7 +241,7 @@ def build_tuning_model(
         ceiling_value=ceiling.number("ceiling_examples_per_s") if ceiling else None,
         ceiling_limited_by=ceiling.string("limited_by") if ceiling else None,
         rows=comparison(data, source),
-        confirmed=_measurement(confirmed_r) if confirmed_r is not None else None,
+        confirmed=measurement_of(confirmed_r) if confirmed_r is not None else None,
         best_description=best.string("description"),
         config_file=best.string("config_file"),
         config=_config_entries(config_raw or {}),
@@ -310,62 +269,6 @@ def build_tuning_model(
         training=training_sentences(data),
         stall_fix=stall_fix(data),
     )
-
-
-def _measurement(r: Reader) -> Measurement:
-    return Measurement(
-        examples_per_s=r.number("examples_per_s"),
-        utilization=share(r, "utilization"),
-        spread=r.number("spread"),
-        state=_state(r),
-        reason=r.string("reason"),
-        input_wait_share=share(r, "input_wait_share"),
-    )
-
-
-def _confirmed(r: Reader) -> bool:
-    again = r.obj("confirmed")
-    return again is not None and _measurement(again).complete
-
-
-def _honest(r: Reader) -> Measurement:
-    """A run's honest figure: its final-round re-measure where that completed, else its
-    trial's. The winner's search figure is the best of many noisy trials, so it is biased
-    upwards; the final round measures it again beside the baselines."""
-    again = r.obj("confirmed")
-    return _measurement(again if again is not None and _confirmed(r) else r)
-
-
-def comparison(data: Mapping[str, Any], source: str = "tuning JSON") -> tuple[ComparisonRow, ...]:
-    """The four-way comparison of a tuning JSON (the HTML's and the terminal's table):
-    each row's honest figure and its speed-up over the script as written. A winner that is
-    a baseline (the script as written kept) has that baseline's figure. The tuner's own
-    ``best.speedup_vs_as_written`` is the tuned row's (tests/tuner/test_optimize_emit.py)."""
-    r = top_reader(data, source=source)
-    baselines, best = r.required_obj("baselines"), r.required_obj("best")
-    measured: dict[str, Measurement | None] = {}
-    for key in BASELINE_KEYS:
-        sub = baselines.obj(key)
-        measured[key] = _honest(sub) if sub is not None else None
-    measured["tuned"] = _honest(best)
-    if not _confirmed(best):
-        trial = best.raw("trial")
-        for key in BASELINE_KEYS:
-            sub = baselines.obj(key)
-            if trial is not None and sub is not None and sub.raw("trial") == trial:
-                measured["tuned"] = measured[key]
-                break
-    base = measured["as_written"]
-    base_rate = base.examples_per_s if base is not None else None
-    rows = []
-    for key in (*BASELINE_KEYS, "tuned"):
-        m = measured[key]
-        if m is None and key in OPTIONAL_BASELINES:
-            continue
-        rate = m.examples_per_s if m is not None and m.complete else None
-        speedup = rate / base_rate if rate is not None and base_rate else None
-        rows.append(ComparisonRow(key, ROW_LABELS[key], m, speedup))
-    return tuple(rows)
 
 
 def _space(space: Reader | None) -> Space:
@@ -473,20 +376,8 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _state(t: Reader) -> TrialState | None:
-    """A trial's state, as tftune writes it (``failed``) or as Optuna names it (``FAIL``)."""
-    word = (t.string("state") or TrialState.COMPLETE.value).upper()
-    state = OPTUNA_STATES.get(word)
-    if state is None and word.lower() in {s.value for s in TrialState}:
-        state = TrialState(word.lower())
-    if state is None and word not in UNFINISHED_STATES:
-        known = (*OPTUNA_STATES, *UNFINISHED_STATES)
-        raise t.error("state", f"must be one of {', '.join(known)}, got {word!r}")
-    return state
-
-
 def _trial(t: Reader, objective: str) -> Trial:
-    state = _state(t)
+    state = trial_state(t)
     params_r = t.obj("params")
     params: tuple[tuple[str, str], ...] = ()
     if params_r is not None:

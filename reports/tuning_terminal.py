@@ -10,7 +10,7 @@
 
 They read only the JSON contract (docs/json.md: mappings as `tftune optimize`
 writes them), never the tuner's objects: a saved tuning JSON renders as a fresh one. The
-table's rows are `tuning_model.comparison`'s, as in the HTML: each row's honest figure
+table's rows are `tuning_comparison.comparison`'s, as in the HTML: each row's honest figure
 (the final round's, measured side by side with the winner's, where there is one) and its
 speed-up. ``null`` is "not measured", never 0.
 """
@@ -28,12 +28,8 @@ from rich.text import Text
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.probes.service_sizing import sizing_caption
 from tftune.reports.analysis_terminal import text_console
-from tftune.reports.tuning_model import (
-    Measurement,
-    break_even_sentence,
-    comparison,
-    training_sentences,
-)
+from tftune.reports.tuning_comparison import Measurement, comparison
+from tftune.reports.tuning_model import break_even_sentence, training_sentences
 
 NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
@@ -66,7 +62,7 @@ def _fmt_util(x: float | None) -> str:
     return NOT_MEASURED if x is None else percent(x)
 
 
-# The terminal's labels of the comparison's rows (`tuning_model.comparison`), in order;
+# The terminal's labels of the comparison's rows (`tuning_comparison.comparison`), in order;
 # the analysis-guided guess is the HTML's only.
 _ROW_LABELS = {
     "as_written": "as written",
@@ -77,7 +73,7 @@ _ROW_LABELS = {
 
 
 def _figures(data: Mapping[str, Any]) -> dict[str, Measurement | None]:
-    """Each row's honest figures, by key (`tuning_model.comparison`)."""
+    """Each row's honest figures, by key (`tuning_comparison.comparison`)."""
     return {row.key: row.measurement for row in comparison(data)}
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from tftune.core.vocabulary import TrialState
 from tftune.reports import tuning_terminal
-from tftune.reports.tuning_model import comparison
+from tftune.reports.tuning_comparison import comparison
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
 from tftune.tuner.emit import (
@@ -249,7 +249,7 @@ def _final(r: TrialRecord, eps: float, state: TrialState = TrialState.COMPLETE) 
 )
 def test_the_tables_tuned_speedup_is_the_tuners_own(case: str) -> None:
     # One rule: the tuned row's speed-up, read back from the JSON by both renderers
-    # (`tuning_model.comparison`), is the figure the tuner wrote.
+    # (`tuning_comparison.comparison`), is the figure the tuner wrote.
     out = _outcome()
     aw, best = out.baselines[Role.AS_WRITTEN], out.best
     if case == "final round":
