@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_tf
+from repo_paths import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py"))
 
 

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import ROOT
 
 import tftune
 from tftune import cli
 from tftune.core.errors import UserError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _modules_after(code: str) -> set[str]:

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from click.testing import CliRunner
 from conftest import requires_tf
+from repo_paths import ROOT
 
 from tftune import cli
 
 if TYPE_CHECKING:
     from tftune.tuner.options import OptimizeOptions
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 # Short windows keep the suite lean; the 4 ms latency makes the effect large anyway.

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_DIRS = ["tftune", "core", "probes", "tuner", "reports"]
 
 

@@ -42,10 +42,11 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_tf
+from repo_paths import REALSCRIPTS
 
 pytestmark = [pytest.mark.slow, requires_tf]
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "realscripts"
+SCRIPTS = REALSCRIPTS
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 PLAIN_TIMEOUT_S = 120  # a short run takes ~5 s

@@ -9,11 +9,11 @@ Handwritten inputs first, then traces recorded once per session (tests/tracegen_
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import tracegen_loops  # noqa: F401  (registers the cases)
+from repo_paths import FIXTURES
 
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
 from tftune.probes.analysis import Analysis, analyze, next_moves, step_advice
@@ -34,7 +34,6 @@ from tftune.reports.analysis_html import render_analysis_html
 from tftune.reports.analysis_terminal import render
 from tftune.reports.tuning_terminal import render_table
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WHEN = "2026-12-03T00:00:00Z"
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import FIXTURES
 
 from tftune.reports import render_report_json
 
 pytestmark = pytest.mark.browser
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
 CHROME_FLAGS = [
     "--headless",

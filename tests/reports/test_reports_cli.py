@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import FIXTURES
 
 from tftune import cli
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:

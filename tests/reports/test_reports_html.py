@@ -8,10 +8,10 @@ import html
 import json
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import FIXTURES
 
 from tftune.reports import render_report_json
 from tftune.reports.analysis_html import render_analysis_html
@@ -19,7 +19,6 @@ from tftune.reports.analysis_model import build_analysis_model
 from tftune.reports.tuning_html import render_tuning_html
 from tftune.reports.tuning_model import build_tuning_model
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
 
 

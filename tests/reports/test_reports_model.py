@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from repo_paths import FIXTURES
 
 from tftune.core.errors import UserError
 from tftune.core.vocabulary import TrialState, stage_kind
@@ -20,7 +20,6 @@ from tftune.reports.analysis_model import build_analysis_model
 from tftune.reports.tuning_html import render_tuning_html
 from tftune.reports.tuning_model import build_tuning_model
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WHEN = "2026-11-30 03:40 UTC"
 
 

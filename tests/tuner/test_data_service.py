@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import FIXTURES, ROOT
 
 from tftune.probes.service_sizing import (
     CpuMeter,
@@ -362,8 +363,6 @@ def test_sizing_from_a_trace(trace_case: Any) -> None:
 
 # --- the reports and the command line --------------------------------------------------
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
 
 def _with_sizing(name: str, where: str | None) -> tuple[dict[str, Any], str]:
     import json
@@ -411,7 +410,7 @@ def test_the_slurm_example_uses_real_options() -> None:
 
     from tftune.cli import main
 
-    text = (Path(__file__).resolve().parents[2] / "examples/slurm/data-service.sbatch").read_text()
+    text = (ROOT / "examples/slurm/data-service.sbatch").read_text()
     assert "#SBATCH hetjob" in text and "--het-group=1" in text
     for command in ("data-service", "optimize", "run"):
         help_text = CliRunner().invoke(main, [command, "--help"]).output

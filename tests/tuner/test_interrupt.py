@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import requires_tf
-from test_optimize_study import latency_bound, settings, space
+from studykit import latency_bound, settings, space
 
 from tftune.testing import FakeRunner
 from tftune.tuner.config import Config

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_paths import FIXTURES
 from rich.console import Console
+from studykit import SITES, latency_bound, render_table, settings, space, trial_line
 from test_crashes import GLIBC_ABORT, TF_NOISE
-from test_optimize_emit import render_table, trial_line
-from test_optimize_study import SITES, latency_bound, settings, space
 
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
@@ -100,7 +100,7 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
     # The script as written crashes on its first run, and two search runs crash too.
     runner = crashing({0, 6, 9})
     sp = space()
-    out = run_study(sp, runner, settings(tmp_path))
+    out = run_study(sp, runner, settings(tmp_path, n_trials=12))
     first = out.records[0]
     assert first.role is Role.AS_WRITTEN and first.state is TrialState.FAILED
     assert first.reason == "killed by signal 6"
@@ -152,7 +152,7 @@ def test_a_crashed_trial_keeps_its_stderr_and_an_unstable_script_is_said_to_be(
 def test_a_stable_script_has_no_instability(tmp_path: Path) -> None:
     runner = crashing(set())
     sp = space()
-    out = run_study(sp, runner, settings(tmp_path))
+    out = run_study(sp, runner, settings(tmp_path, n_trials=12))
     assert out.instability is None and _json(out, sp)["instability"] is None
     console = Console(width=200, record=True)
     console.print(render_table(out, None))
@@ -201,12 +201,12 @@ def test_a_crash_that_follows_a_value_is_blamed_on_it_when_the_script_is_stable(
 def test_a_script_as_written_that_always_crashes_says_its_message(tmp_path: Path) -> None:
     runner = crashing({0, 1})
     with pytest.raises(ScriptError, match=r"signal 6 \(corrupted double-linked list\)"):
-        run_study(space(), runner, settings(tmp_path))
+        run_study(space(), runner, settings(tmp_path, n_trials=12))
 
 
 # --- the report ---------------------------------------------------------------------
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tuning_latency.json"
+FIXTURE = FIXTURES / "tuning_latency.json"
 WHEN = "2026-11-30 03:40 UTC"
 
 

@@ -9,21 +9,17 @@ import shutil
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-from rich.console import Group
-from rich.table import Table
+from studykit import ceiling_sentence, outcome_json, render_table, table_rows, trial_line
 
 from tftune.core.vocabulary import TrialState
-from tftune.reports import tuning_terminal
 from tftune.reports.tuning_comparison import comparison
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
 from tftune.tuner.emit import (
     best_config_with_metrics,
     globals_snippet,
-    record_json,
     rewrite_sources,
     run_command,
     source_diff,
@@ -33,43 +29,6 @@ from tftune.tuner.emit import (
 from tftune.tuner.space import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-
-
-# The terminal's renderers read the tuning JSON (`reports.tuning_terminal`); these draw an
-# outcome as `tftune optimize` does: its JSON, as written to the file, then the renderer.
-def outcome_json(out: StudyOutcome, ceiling: Ceiling | None = None) -> dict[str, Any]:
-    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
-    data = tuning_json(
-        script="t.py",
-        outcome=out,
-        space=space,
-        ceiling=ceiling,
-        device="CPU_ONLY",
-        config_file="tftune-best.json",
-        command="tftune run --config tftune-best.json t.py",
-        diff="",
-        snippet="",
-        seed=0,
-    )
-    loaded: dict[str, Any] = json.loads(json.dumps(data))
-    return loaded
-
-
-def render_table(out: StudyOutcome, ceiling: Ceiling | None) -> Table | Group:
-    return tuning_terminal.render_table(outcome_json(out, ceiling))
-
-
-def table_rows(out: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
-    return tuning_terminal.table_rows(outcome_json(out))
-
-
-def ceiling_sentence(out: StudyOutcome, ceiling: Ceiling) -> str:
-    return tuning_terminal.ceiling_sentence(outcome_json(out, ceiling))
-
-
-def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:
-    return tuning_terminal.trial_line(record_json(r), best.number if best is not None else None)
-
 
 SCRIPT = """\
 import tensorflow as tf2
@@ -224,22 +183,6 @@ def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*tmp"))
 
 
-def _json(out: StudyOutcome) -> dict[str, Any]:
-    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
-    return tuning_json(
-        script="t.py",
-        outcome=out,
-        space=space,
-        ceiling=None,
-        device="CPU_ONLY",
-        config_file="b.json",
-        command="tftune run --config b.json t.py",
-        diff="",
-        snippet="",
-        seed=0,
-    )
-
-
 def _final(r: TrialRecord, eps: float, state: TrialState = TrialState.COMPLETE) -> TrialRecord:
     return replace(r, role=Role.CONFIRM, state=state, examples_per_s=eps)
 
@@ -260,7 +203,7 @@ def test_the_tables_tuned_speedup_is_the_tuners_own(case: str) -> None:
         out = replace(out, confirm=out.final[1])
     elif case == "as written kept":
         out = replace(out, best=aw, final=(_final(aw, 230.0),), confirm=None)
-    data = _json(out)
+    data = outcome_json(out)
     tuned = comparison(data)[-1]
     assert tuned.key == "tuned" and tuned.speedup is not None
     assert tuned.speedup == pytest.approx(data["best"]["speedup_vs_as_written"], abs=5e-4)

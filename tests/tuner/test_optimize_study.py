@@ -7,12 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import studykit
+from studykit import BATCH, CORES, MAP, SITES, latency_bound, space
 
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.space import build_space
 from tftune.tuner.study import (
     Objective,
     Role,
@@ -26,38 +28,12 @@ from tftune.tuner.study.baselines import guided_params
 from tftune.tuner.study.winner import choose_final, choose_winner, pareto_front
 from tftune.tuner.trial.discovery import CallSite
 
-MAP = "train.py:10"
 MAP_PAR = f"{MAP}/num_parallel_calls"
-BATCH = "train.py:11"
-CORES = 2
-SITES = [
-    CallSite(MAP, "map", (), SiteConfig(), None, 1),
-    CallSite(BATCH, "batch", (), SiteConfig(batch_size=32), None, 1),
-]
-
-
-def space(**kw: object) -> SearchSpace:
-    return build_space(SITES, cores=CORES, **kw)  # type: ignore[arg-type]
-
-
-def latency_bound(config: Config) -> tuple[float, float]:
-    """A 4 ms py_function map: parallelism is capped by the thread pool."""
-    s = config.sites.get(MAP) or SiteConfig()
-    pool = config.threadpool_size or CORES
-    par = s.num_parallel_calls or 1
-    par = pool if par == AUTOTUNE else par
-    eps = 250.0 * min(par, pool)
-    return eps, min(1.0, eps / 20000)
 
 
 def settings(tmp_path: Path, **kw: object) -> StudySettings:
-    base: dict[str, object] = {
-        "storage": str(tmp_path / "study.journal"),
-        "study_name": "t",
-        "n_trials": 12,
-    }
-    base.update(kw)
-    return StudySettings(**base)  # type: ignore[arg-type]
+    """12 trials unless said otherwise."""
+    return studykit.settings(tmp_path, **{"n_trials": 12, **kw})
 
 
 def test_baselines_run_first_and_the_search_finds_the_latency_fix(tmp_path: Path) -> None:
@@ -170,7 +146,7 @@ def test_a_search_best_that_repeats_a_baseline_is_judged_by_its_re_measure() -> 
 def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     """The search's best was a fluke; re-measured beside the others, AUTOTUNE everywhere
     (a real 2x) wins, and the table and JSON show the final round's figures."""
-    from test_optimize_emit import table_rows
+    from studykit import table_rows
 
     from tftune.tuner.emit import tuning_json
 

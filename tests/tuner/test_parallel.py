@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 from conftest import requires_tf
 from pgserver import postgres_server, server_bin
+from repo_paths import ROOT
+from studykit import latency_bound, space
 
 from tftune.core.errors import ConfigError
 from tftune.probes.nvml import GpuSample, NvmlSampler, PynvmlReader
@@ -52,10 +54,6 @@ from tftune.tuner.study.workers import (
 )
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_optimize_study import latency_bound, space
-
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
 
 

@@ -8,17 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from studykit import BATCH, MAP, settings, space
 
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_model import break_even_sentence
 from tftune.testing import FakeRunner
 from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
     Objective,
     Role,
-    StudySettings,
     TrialRecord,
     run_study,
     trial_budget,
@@ -26,18 +25,6 @@ from tftune.tuner.study import (
 from tftune.tuner.study.baselines import guided_params
 from tftune.tuner.study.contract import AUTO_PATIENCE, DEFAULT_TRIALS, GuidedHint
 from tftune.tuner.study.stopping import stop_reason, twin_of
-from tftune.tuner.trial.discovery import CallSite
-
-MAP = "train.py:10"
-BATCH = "train.py:11"
-SITES = [
-    CallSite(MAP, "map", (), SiteConfig(), None, 1),
-    CallSite(BATCH, "batch", (), SiteConfig(batch_size=32), None, 1),
-]
-
-
-def space() -> SearchSpace:
-    return build_space(SITES, cores=2)
 
 
 def plateau(config: Config) -> float:
@@ -49,12 +36,6 @@ def plateau(config: Config) -> float:
 def runs(model: Callable[[Config], float]) -> FakeRunner:
     """The shared fake over `model`: three windows a run, the consumer waiting 10%."""
     return FakeRunner(model, input_wait_share=0.1)
-
-
-def settings(tmp_path: Path, **kw: object) -> StudySettings:
-    base: dict[str, object] = {"storage": str(tmp_path / "s.journal"), "study_name": "t"}
-    base.update(kw)
-    return StudySettings(**base)  # type: ignore[arg-type]
 
 
 def rec(

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_tf
-
-ROOT = Path(__file__).resolve().parents[2]
+from repo_paths import ROOT
 
 pytestmark = requires_tf
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import requires_tf
+from repo_paths import ROOT
 
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
@@ -19,7 +20,6 @@ from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.measurement import FailureKind
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_stopping import settings
+from studykit import settings
 
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
