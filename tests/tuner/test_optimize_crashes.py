@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from repo_paths import FIXTURES
 from rich.console import Console
+from stderr_samples import GLIBC_ABORT, TF_NOISE
 from studykit import SITES, latency_bound, render_table, settings, space, trial_line
-from test_crashes import GLIBC_ABORT, TF_NOISE
 
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
