@@ -97,3 +97,17 @@ def test_architecture_map_lists_every_module() -> None:
     assert not modules - mapped, f"missing from the module map: {sorted(modules - mapped)}"
     assert not mapped - modules, f"in the map but gone: {sorted(mapped - modules)}"
     assert len(text.splitlines()) <= 400
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in helper modules (docs/ARCHITECTURE.md, "tests/"): a test
+    module that imports another runs the other's module-level code and couples the two."""
+    import re
+
+    pattern = re.compile(r"^\s*(?:from|import)\s+test_\w+", re.M)
+    offenders = [
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "tests").rglob("*.py")
+        if pattern.search(p.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, offenders
