@@ -364,3 +364,17 @@ def test_near_the_best_allows_the_measured_noise() -> None:
     assert near_the_best(trial, 1, 930.0)  # within 8%
     assert not near_the_best(trial, 1, 850.0)
     assert near_the_best(trial, 1, 850.0, noise=0.2)  # the as-written runs spread 20%
+
+
+def test_a_resumed_study_already_done_ends_cleanly(tmp_path: Path) -> None:
+    """--trials auto stopped a study; run again on its storage, it is done before TPE
+    samples anything: the search phase stops there and says why (Optuna refuses
+    `Study.stop` outside its optimize loop: this raised RuntimeError)."""
+    first = run_study(space(), runs(plateau), settings(tmp_path, n_trials=20, patience=2))
+    assert "gained nothing" in first.stop_reason
+    again = run_study(space(), runs(plateau), settings(tmp_path, n_trials=20, patience=2))
+    assert again.stop_reason.startswith("stopped after"), again.stop_reason
+    assert "gained nothing" in again.stop_reason
+    assert len([r for r in again.records if r.role is Role.SEARCH]) == len(
+        [r for r in first.records if r.role is Role.SEARCH]
+    )

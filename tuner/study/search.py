@@ -389,7 +389,8 @@ class Search:
         why = stop_reason(self.records(), self.settings.objective, self.settings.patience)
         if why is not None:
             self.stop_reason = why
-            study.stop()
+            if _t is not None:  # Optuna stops a study only from inside its optimize loop
+                study.stop()
 
     def _budget_words(self) -> str:
         n = self.settings.n_trials
