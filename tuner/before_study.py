@@ -389,6 +389,7 @@ def build_search_space(
         data_service=data_service,
         job_name=f"tftune-{path.stem}" if data_service else None,
         training_sites=found.training_sites(),
+        elsewhere_sites=found.elsewhere_sites(),
     )
     if space_file is not None:
         space = apply_space_file(space, space_file, found.site_keys())

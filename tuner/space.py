@@ -352,10 +352,13 @@ def build_space(
     data_service: str | None = None,
     job_name: str | None = None,
     training_sites: frozenset[str] | None = None,
+    elsewhere_sites: frozenset[str] = frozenset(),
 ) -> SearchSpace:
     """The default search space for the discovered call sites on this machine.
     `training_sites`: the sites the training dataset was built through (None: unknown);
-    a batch call outside them batches a validation or test set, and is not searched."""
+    a batch call outside them batches a validation or test set, and is not searched.
+    `elsewhere_sites`: sites only other datasets were built through (validation, an
+    ``adapt`` sample): none of their knobs is searched."""
     knobs: list[Knob] = []
     fixed: dict[str, KnobValue] = {}
     left: list[LeftOut] = []
@@ -363,7 +366,10 @@ def build_space(
     # A call site inside a function called twice is discovered twice; it is one knob.
     sites = list({(s.site, s.op): s for s in sites}.values())
     for s in sites:
-        knobs += _site_knobs(s)
+        if s.site in elsewhere_sites:
+            left += [LeftOut(k.name, NOT_TRAINING_SITE) for k in _site_knobs(s)]
+        else:
+            knobs += _site_knobs(s)
         if s.op in BATCH_OPS and training_sites is not None and s.site not in training_sites:
             left.append(LeftOut(site_knob_name(s.site, "batch_size"), NOT_TRAINING_BATCH))
         elif s.op in BATCH_OPS:
@@ -392,6 +398,10 @@ def build_space(
     return SearchSpace(tuple(unique.values()), fixed, tuple(left), tuple(warnings), cores)
 
 
+NOT_TRAINING_SITE = (
+    "only datasets that feed no training update are built here (validation, an adapt "
+    "sample): it cannot change the training rate"
+)
 NOT_TRAINING_BATCH = (
     "it batches a dataset that does not feed training (validation, a test set): its "
     "batch is not searched"

@@ -272,3 +272,46 @@ def test_the_screen_stops_after_the_script_as_written_when_the_model_is_the_limi
     assert all(e.error == NOT_SCREENED for e in screen.entries[1:])
     assert len(screen.entries) == len(candidates(space)) > 2
     assert "the pipeline is not the limit, so no other config was screened" in screen.summary()
+
+
+ADAPT = """\
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+
+x = np.random.rand(2048, 8).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+ds = tf.data.Dataset.from_tensor_slices((x, y)).map(lambda a, b: (a * 2.0, b)).batch(32)
+norm = keras.layers.Normalization()
+norm.adapt(ds.take(2).map(lambda a, b: a))
+model = keras.Sequential([keras.Input((8,)), norm, keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(ds.repeat(), steps_per_epoch=20, epochs=3, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_an_adapt_samples_own_map_is_no_knob_of_training(tmp_path: Path) -> None:
+    """``norm.adapt(ds.take(2).map(f))`` before ``fit``: the sample's map feeds no
+    update, so its parallelism is left out (said), and the training map's is searched."""
+    from tftune.tuner.space import NOT_TRAINING_SITE
+
+    script = tmp_path / "train.py"
+    script.write_text(ADAPT)
+    found = discover(script)
+    assert found.training is not None, found.streams
+    assert found.elsewhere_sites() == frozenset({"train.py:9"}), found.pipelines
+    training = found.training_sites() or frozenset()
+    assert "train.py:7" in training
+    space = build_space(
+        found.sites,
+        cores=2,
+        training_sites=found.training_sites(),
+        elsewhere_sites=found.elsewhere_sites(),
+    )
+    names = {k.name for k in space.knobs}
+    assert "train.py:7/num_parallel_calls" in names
+    assert "train.py:9/num_parallel_calls" not in names
+    assert ("train.py:9/num_parallel_calls", NOT_TRAINING_SITE) in {
+        (lo.name, lo.reason) for lo in space.left_out
+    }

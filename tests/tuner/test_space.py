@@ -294,3 +294,26 @@ def test_a_batch_outside_the_training_pipeline_is_not_searched() -> None:
     }
     unknown = build_space([MAP, train, test], cores=2)  # no lineage known: both searched
     assert {"train.py:20/batch_size", "train.py:21/batch_size"} <= {k.name for k in unknown.knobs}
+
+
+def test_a_site_only_other_datasets_are_built_through_is_not_searched() -> None:
+    """An ``adapt`` sample's own map (``ds.take(2).map(f)`` before ``fit``) and a
+    validation set's map cannot change the training rate: none of their knobs is searched,
+    each said; a site on no lineage (inside an interleave's function) stays."""
+    from tftune.tuner.space import NOT_TRAINING_SITE
+
+    adapt = site("train.py:30", "map")
+    inner = site("train.py:31", "map")
+    space = build_space(
+        [MAP, adapt, inner],
+        cores=2,
+        training_sites=frozenset({MAP.site}),
+        elsewhere_sites=frozenset({adapt.site}),
+    )
+    names = {k.name for k in space.knobs}
+    assert f"{MAP.site}/num_parallel_calls" in names
+    assert "train.py:31/num_parallel_calls" in names
+    assert "train.py:30/num_parallel_calls" not in names
+    assert ("train.py:30/num_parallel_calls", NOT_TRAINING_SITE) in {
+        (lo.name, lo.reason) for lo in space.left_out
+    }

@@ -134,6 +134,18 @@ class Discovery:
         found = {s for p in self.pipelines if p.stream == trains.stream for s in p.lineage}
         return frozenset(found) or None
 
+    def elsewhere_sites(self) -> frozenset[str]:
+        """The call sites that only datasets feeding no training update were built
+        through (a validation set, an ``adapt`` sample, a counting loop): their knobs
+        cannot change the training rate. Empty where the training lineage is unknown. A
+        site on no iterated lineage (one inside an interleave's function) is not one."""
+        training = self.training_sites()
+        if training is None:
+            return frozenset()
+        trains = {s.stream for s in self.streams if s.training}
+        found = {s for p in self.pipelines if p.stream not in trains for s in p.lineage}
+        return frozenset(found - training)
+
     def site_keys(self) -> frozenset[str]:
         return frozenset(s.site for s in self.sites)
 
