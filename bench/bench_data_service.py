@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.probes.analysis import analyze
-from tftune.probes.service_sizing import host_cores, parse_cpu_note
+from tftune.probes.service_sizing import host_cores
 from tftune.tuner import bounds
 from tftune.tuner.config import Config
 from tftune.tuner.trial import MeasureSpec, profile_script, run_trial
@@ -31,12 +31,11 @@ def _bounds(script: Path, args: list[str]) -> dict[str, Any]:
     spec = MeasureSpec(window_s=3.0, repeats=2, busiest_loop=True)
     pipe = run_trial(script, args, bounds.with_bound_mode(Config(), bounds.PIPELINE_ONLY), spec)
     model = run_trial(script, args, bounds.with_bound_mode(Config(), bounds.MODEL_ONLY), spec)
-    sizing = bounds.pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, model.examples_per_s)
-    cpu = parse_cpu_note(pipe.notes)
+    sizing = bounds.pipeline_sizing(pipe.cpu, pipe.examples, pipe.steps, model.examples_per_s)
     return {
         "pipeline_only_examples_per_s": pipe.examples_per_s,
         "model_only_examples_per_s": model.examples_per_s,
-        "pipeline_cpu": {"busy_cores": cpu[0], "elements_per_s": cpu[1]} if cpu else None,
+        "pipeline_cpu": pipe.cpu.to_json() if pipe.cpu is not None else None,
         "examples_per_element": pipe.examples / pipe.steps if pipe.steps else None,
         "sizing": sizing.to_json() if sizing is not None else None,
     }

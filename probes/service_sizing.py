@@ -4,8 +4,8 @@ One arithmetic (`size_service`), fed from two places:
 
 - **a tuning run** (`tftune optimize`'s bound analysis): the pipeline alone is drained
   and the child measures its process CPU time against the elements it delivered over a
-  short window (`CpuMeter`, reported to the parent as a note, `cpu_note` /
-  `parse_cpu_note`); the model alone gives the rate to reach;
+  short window (`CpuMeter`, reported to the parent as a typed `CpuUsage` event); the
+  model alone gives the rate to reach;
 - **a trace** (`tftune analyze`, `sizing_from_trace`): the busy time of the threads
   tf.data owns (``tf_data_*`` lines) over the steps, against the step time less the
   input wait (the model's own time per step).
@@ -28,7 +28,6 @@ from __future__ import annotations
 import enum
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,15 +42,30 @@ from tftune.probes.intervals import union_ps
 # better config cannot find idle cores on this host.
 SATURATED_SHARE = 0.8
 # `CpuMeter`: elements before this much time are warm-up (threads starting, buffers
-# filling); a note after each sample period (a trial's windows can be short).
+# filling); a report after each sample period (a trial's windows can be short).
 CPU_WARMUP_S = 0.5
 CPU_SAMPLE_S = 0.5
 # A pipeline within this share of the model's rate keeps up (noise, not a shortfall).
 KEEPS_UP_SHARE = 0.95
-_CPU_NOTE = "pipeline alone: {busy:.3f} cores busy at {rate:.3f} elements/s (process CPU time)"
-_CPU_NOTE_RE = re.compile(
-    r"pipeline alone: (?P<busy>[0-9.]+) cores busy at (?P<rate>[0-9.]+) elements/s"
-)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUsage:
+    """What a drained pipeline used: the process's busy cores (CPU time over wall time)
+    and the elements it delivered per second, over the same span (`CpuMeter`)."""
+
+    busy_cores: float
+    elements_per_s: float
+
+    def to_json(self) -> dict[str, float]:
+        return {"busy_cores": self.busy_cores, "elements_per_s": self.elements_per_s}
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> CpuUsage | None:
+        busy, rate = raw.get("busy_cores"), raw.get("elements_per_s")
+        if not isinstance(busy, (int, float)) or not isinstance(rate, (int, float)):
+            return None
+        return CpuUsage(float(busy), float(rate))
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,13 +275,12 @@ def process_cpu_s() -> float:
 class CpuMeter:
     """Counts the elements a drained pipeline delivers. After `CPU_WARMUP_S` it marks
     the process CPU time and the count; every `CPU_SAMPLE_S` after that it hands
-    `report` a note (`cpu_note`) of the figures since the mark, so that a trial stopped
-    at any time has its latest (the parent reads the last). Cheap per element: one
-    clock read."""
+    `report` the `CpuUsage` since the mark, so that a trial stopped at any time has its
+    latest (the parent keeps the last). Cheap per element: one clock read."""
 
     def __init__(
         self,
-        report: Callable[[str], None] | None,
+        report: Callable[[CpuUsage], None] | None,
         clock: Callable[[], float] = time.monotonic,
         cpu: Callable[[], float] = process_cpu_s,
     ) -> None:
@@ -294,20 +307,7 @@ class CpuMeter:
         busy = (self._cpu() - c) / (now - t)
         if busy > 0:
             self.reports += 1
-            self._report(cpu_note(busy, (self._count - n) / (now - t)))
-
-
-def cpu_note(busy_cores: float, elements_per_s: float) -> str:
-    return _CPU_NOTE.format(busy=busy_cores, rate=elements_per_s)
-
-
-def parse_cpu_note(notes: tuple[str, ...] | list[str]) -> tuple[float, float] | None:
-    """(busy cores, elements/s) from the last `cpu_note` among `notes`, or None."""
-    for note in reversed(list(notes)):
-        m = _CPU_NOTE_RE.search(note)
-        if m:
-            return float(m["busy"]), float(m["rate"])
-    return None
+            self._report(CpuUsage(busy, (self._count - n) / (now - t)))
 
 
 # --- a trace: tf.data threads' busy time against the step time ------------------------

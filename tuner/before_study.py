@@ -127,7 +127,7 @@ def measure_ceiling(
     else:
         pipe = runner.measure(Config(), mode=Mode.PIPELINE_ONLY, on_repeat=_first_windows)
         p, pn = _value(pipe)
-        c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.notes, pipe.examples, pipe.steps, mo))
+        c = Ceiling(p, mo, pn, mn, pipeline_sizing(pipe.cpu, pipe.examples, pipe.steps, mo))
     if on_note is not None:
         drained = c.pipeline_only_examples_per_s
         on_note(

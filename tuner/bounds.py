@@ -28,10 +28,10 @@ from typing import Any, NoReturn
 
 from tftune.probes.service_sizing import (
     CpuMeter,
+    CpuUsage,
     NotSized,
     ServiceSizing,
     host_cores,
-    parse_cpu_note,
 )
 from tftune.probes.service_sizing import size_service as _size_service
 from tftune.tuner.config import Config
@@ -121,17 +121,15 @@ def bound_mode(config: Config) -> str | None:
 
 
 def pipeline_sizing(
-    notes: tuple[str, ...], examples: int, steps: int, model_rate: float | None
+    cpu: CpuUsage | None, examples: int, steps: int, model_rate: float | None
 ) -> ServiceSizing | None:
-    """The sizing from the pipeline-alone trial: its child's CPU note (`CpuMeter`, in
+    """The sizing from the pipeline-alone trial: what its child measured (`CpuMeter`, in
     elements) scaled to examples by the trial's examples per element."""
-    cpu = parse_cpu_note(notes)
     if cpu is None or model_rate is None or steps <= 0 or examples <= 0:
         return None
-    busy, elements_per_s = cpu
     return _size_service(
-        pipeline_rate=elements_per_s * examples / steps,
-        busy_cores=busy,
+        pipeline_rate=cpu.elements_per_s * examples / steps,
+        busy_cores=cpu.busy_cores,
         model_rate=model_rate,
         host_cores=host_cores(),
         unit="examples",
@@ -170,11 +168,11 @@ def drain_pipeline_only(
     ds: Any,
     stream: int | None,
     iterate: Callable[[Any], Any],
-    on_note: Callable[[str], None] | None = None,
+    on_cpu: Callable[[CpuUsage], None] | None = None,
 ) -> None:
     """Iterate `ds` without training, its iterator timed by the step clock as the
     consumer's would be (stream `stream`), until the parent stops the process; then
-    leave without running the script's training. `on_note` gets the CPU the pipeline
+    leave without running the script's training. `on_cpu` gets the CPU the pipeline
     used (`CpuMeter`, for the service sizing)."""
     import tensorflow as tf
 
@@ -185,7 +183,7 @@ def drain_pipeline_only(
     iterator = iterate(ds)
     if stream is not None:
         iterator._tftune_stream = stream  # the patched __next__ times this iterator
-    meter = CpuMeter(on_note)
+    meter = CpuMeter(on_cpu)
     for _ in iterator:
         meter.tick()
     os._exit(0)  # the dataset ended: the parent measures what ran

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
+from tftune.probes.service_sizing import CpuUsage
 from tftune.probes.training_time import TrainingTime
 
 if TYPE_CHECKING:
@@ -68,6 +69,8 @@ class Measurement:
     # How training time was told apart: the preamble, other passes taken out, the epoch
     # stall spread over the epoch (`probes.training_time`).
     training: TrainingTime | None = None
+    # A pipeline drained alone (the bound analysis): the CPU it used, for the sizing.
+    cpu: CpuUsage | None = None
 
     @property
     def ok(self) -> bool:

@@ -28,7 +28,7 @@ from repo_paths import FIXTURES, ROOT
 
 from tftune.probes.service_sizing import (
     CpuMeter,
-    parse_cpu_note,
+    CpuUsage,
     size_service,
     sizing_from_trace,
 )
@@ -320,16 +320,15 @@ def test_sizing_arithmetic() -> None:
 
 def test_sizing_from_a_measured_per_core_rate() -> None:
     """The child's meter on a real CPU-heavy pipeline: its per-core rate, scaled."""
-    notes: list[str] = []
+    reports: list[CpuUsage] = []
     ds = _pipeline().unbatch().repeat()
-    meter = CpuMeter(notes.append)
+    meter = CpuMeter(reports.append)
     for _ in ds:
         meter.tick()
         if meter.reports >= 2:
             break
-    parsed = parse_cpu_note(notes)
-    assert parsed is not None
-    busy, rate = parsed
+    assert len(reports) == 2
+    busy, rate = reports[-1].busy_cores, reports[-1].elements_per_s
     assert 0 < busy <= (os.cpu_count() or 1) + 0.5 and rate > 0
     s = size_service(
         pipeline_rate=rate, busy_cores=busy, model_rate=10 * rate, host_cores=2, unit="ex"
@@ -422,3 +421,39 @@ def test_the_slurm_example_uses_real_options() -> None:
             if w.startswith("--") and w != "--"
         }
         assert used and used <= known, (command, used - known)
+
+
+PIPELINE_SCRIPT = """\
+import tensorflow as tf
+
+def heavy(i):
+    x = tf.random.stateless_normal([96, 96], seed=tf.stack([i, i]))
+    return tf.reduce_sum(tf.matmul(x, x)) * 0.0 + tf.cast(i, tf.float32)
+
+ds = tf.data.Dataset.range(10**9).map(heavy).batch(8)
+total = 0.0
+for x in ds:
+    total += float(tf.reduce_sum(x))
+"""
+
+
+@pytest.mark.slow
+def test_a_pipeline_drained_alone_reports_its_cpu_as_a_typed_event(tmp_path: Path) -> None:
+    """The bound analysis' pipeline-alone run: the child's meter reaches the parent as a
+    `CpuUsage` (an event, not text to parse), and sizes the service against a model
+    rate ten times the pipeline's."""
+    from tftune.tuner import bounds
+    from tftune.tuner.trial import MeasureSpec, run_trial
+
+    script = tmp_path / "t.py"
+    script.write_text(PIPELINE_SCRIPT)
+    spec = MeasureSpec(window_s=1.5, repeats=2, busiest_loop=True)
+    config = bounds.with_bound_mode(Config(), bounds.PIPELINE_ONLY)
+    pipe = run_trial(script, [], config, spec)
+    assert pipe.examples_per_s, (pipe.reason, pipe.stderr_tail)
+    assert isinstance(pipe.cpu, CpuUsage), pipe
+    assert 0 < pipe.cpu.busy_cores <= (os.cpu_count() or 1) + 0.5
+    assert pipe.cpu.elements_per_s > 0
+    assert not any("cores busy" in n for n in pipe.notes)
+    sizing = bounds.pipeline_sizing(pipe.cpu, pipe.examples, pipe.steps, 10 * pipe.examples_per_s)
+    assert sizing is not None and sizing.model_rate == pytest.approx(10 * pipe.examples_per_s)

@@ -213,6 +213,7 @@ def _wire(
     if writer is not None:
         hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)
         hooks.on_finding = lambda text: writer.event("notes", notes=[text])
+        hooks.on_cpu = lambda usage: writer.event("cpu", **usage.to_json())
         hooks.on_stream = lambda n, site, place: writer.event(
             "stream", stream=n, site=site, place=place
         )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tftune.probes.epoch_stall import PipelineStage
+from tftune.probes.service_sizing import CpuUsage
 from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
@@ -78,6 +79,8 @@ class Hooks:
     # A finding about the script as it runs (e.g. a 16-bit output layer), reported at
     # once: a measured trial is stopped by a signal, before any end-of-run hook.
     on_finding: Callable[[str], None] | None = None
+    # What a pipeline drained alone used (`probes.service_sizing.CpuMeter`), as it goes.
+    on_cpu: Callable[[CpuUsage], None] | None = None
     # A new stream: (stream, the call site that built its dataset, the place that
     # iterates it); and a stream found to be training: (stream, how it was told).
     on_stream: Callable[[int, str | None, str | None], None] | None = None

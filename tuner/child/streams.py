@@ -115,7 +115,7 @@ class Streams(DatasetOps, StepClock):
                 out._tftune_is_prepared = True
                 ds._tftune_prepared = weakref.ref(out)
         if bound == bounds.PIPELINE_ONLY:
-            bounds.drain_pipeline_only(out, stream, _original_iter(), self.hooks.on_finding)
+            bounds.drain_pipeline_only(out, stream, _original_iter(), self.hooks.on_cpu)
         return out
 
     def iterator_made(self, stream: int, dataset: Any, made_ns: int) -> None:

@@ -24,6 +24,7 @@ from dataclasses import replace
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
+from tftune.probes.service_sizing import CpuUsage
 from tftune.probes.training_time import Timeline, first_window_drained
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import FailureKind, Measurement
@@ -253,7 +254,13 @@ class _Trial(Observer):
             notes=self._notes(measured),
             streams=self.watch.streams(),
             config=self.config,
+            cpu=self._cpu(),
         )
+
+    def _cpu(self) -> CpuUsage | None:
+        """The child's last report of what a pipeline drained alone used."""
+        found = [e.payload for e in self.events if e.kind == "cpu"]
+        return CpuUsage.from_json(found[-1]) if found else None
 
     def _no_steps_reason(self) -> str:
         if self.main_stream is None:
