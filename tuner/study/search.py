@@ -386,11 +386,10 @@ class Search:
         # --trials auto: no gain beyond the noise in the last `patience` trials.
         if self.settings.patience is None or self.stop_reason:
             return
-        why = stop_reason(self.records(), self.settings.objective, self.settings.patience)
-        if why is not None:
-            self.stop_reason = why
-            if _t is not None:  # Optuna stops a study only from inside its optimize loop
-                study.stop()
+        s = self.settings
+        self.stop_reason = stop_reason(self.records(), s.objective, s.patience) or ""
+        if self.stop_reason and _t is not None:  # Optuna's stop: only inside optimize
+            study.stop()
 
     def _budget_words(self) -> str:
         n = self.settings.n_trials
