@@ -384,10 +384,10 @@ class Search:
 
     def _stop_when_done(self, study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
         # --trials auto: no gain beyond the noise in the last `patience` trials.
-        if self.settings.patience is None or self.stop_reason:
+        patience = self.settings.patience
+        if patience is None or self.stop_reason:
             return
-        s = self.settings
-        self.stop_reason = stop_reason(self.records(), s.objective, s.patience) or ""
+        self.stop_reason = stop_reason(self.records(), self.settings.objective, patience) or ""
         if self.stop_reason and _t is not None:  # Optuna's stop: only inside optimize
             study.stop()
 
