@@ -57,6 +57,11 @@ class Analysis:
     # The step clock's figures of the whole profiled run, where `tftune profile` wrote
     # them beside the trace: an epoch-start stall that steady profiled steps never show.
     training: TrainingTime | None = None
+    # Worked out once, when the analysis is made (`analyze_run`), so that `to_json` only
+    # writes: the fixes, one per idea; the next moves for the step; the service sizing.
+    recommendations: tuple[Recommendation, ...] = ()
+    moves: tuple[NextMove, ...] = ()
+    service_sizing: dict[str, Any] | None = None
 
     @property
     def input_share(self) -> float | None:
@@ -81,7 +86,6 @@ class Analysis:
             lo, hi = self.host.span_ps
             duration_ms = _ms(hi - lo)
         cores = self.stages.root_knobs.get("cpu_budget")
-        wait = self.breakdown.fractions().get("input_wait")
         notes = [*self.steps.notes, *self.notes, *f.notes]
         notes += [f"host {s.host} skipped: {s.reason}" for s in self.run.skipped]
         if len(self.run.hosts) > 1:
@@ -135,34 +139,37 @@ class Analysis:
             ],
             "recommendations": [
                 {**(_rec_json(r) or {}), "expected_gain": round(r.gain, 4)}
-                for r in dedupe(f.recommendations)
+                for r in self.recommendations
             ],
             "stages": [_stage_json(s) for s in self.stages.stages],
             "timeline": self.timeline.to_json() if self.timeline is not None else None,
-            "next_moves": [_move_json(m) for m in next_moves(self)],
+            "next_moves": [_move_json(m) for m in self.moves],
             "notes": notes,
         }
         out["training"] = self.training.to_json() if self.training is not None else None
         if self.xprof is not None:
             out["xprof"] = self.xprof.to_json()
-        # When one host is not enough (probes/service_sizing.py): tf.data CPU vs step time.
-        out["service_sizing"] = trace_sizing_json(self.host, self.steps, wait, cores, f.unsized)
+        out["service_sizing"] = self.service_sizing
         return out
 
 
 def next_moves(analysis: Analysis) -> tuple[NextMove, ...]:
     """What would speed up the step when the input pipeline is not the limit, best first
-    (precision policy, XLA, a larger batch, Keras' steps_per_execution), from what the
-    trace shows. Empty while the run is input-bound, has no steps, or its training loop's
-    own work outside tf.data is the top bottleneck. A move whose idea is already among
-    the fixes (a compute-bound step's fix is its best move) is not offered again. Pure:
-    the same analysis gives the same moves; `tftune optimize` reads them (`step_advice`)
-    from its guided profile before spending trials."""
-    tops = analysis.findings.bottlenecks[:1]
-    if analysis.facts is None or any(b.category == TRAINING_LOOP for b in tops):
+    (`_moves`); `tftune optimize` reads them (`step_advice`) from its guided profile
+    before spending trials."""
+    return analysis.moves
+
+
+def _moves(findings: Findings, facts: StepFacts | None, bd: Breakdown) -> tuple[NextMove, ...]:
+    """The next moves for the step (precision policy, XLA, a larger batch, Keras'
+    steps_per_execution), from what the trace shows. Empty while the run is input-bound,
+    has no steps, or its training loop's own work outside tf.data is the top bottleneck.
+    A move whose idea is already among the fixes (a compute-bound step's fix is its best
+    move) is not offered again. Pure: the same analysis gives the same moves."""
+    if facts is None or any(b.category == TRAINING_LOOP for b in findings.bottlenecks[:1]):
         return ()
-    fixed = {r.kind for r in analysis.findings.recommendations if r.stage is None}
-    moves = moves_from(analysis.facts, analysis.breakdown.fractions(), analysis.input_share)
+    fixed = {r.kind for r in findings.recommendations if r.stage is None}
+    moves = moves_from(facts, bd.fractions(), bd.input_share)
     return tuple(m for m in moves if m.kind not in fixed)
 
 
@@ -320,6 +327,9 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
     )
     timeline = extract_timeline(host, steps) if len(steps) else None
     check = compare_with_xprof(host.path, steps, bd) if xprof else None
+    # When one host is not enough (probes/service_sizing.py): tf.data CPU vs step time.
+    cores = tree.root_knobs.get("cpu_budget")
+    sizing = trace_sizing_json(host, steps, fractions.get("input_wait"), cores, findings.unsized)
     return Analysis(
         logdir,
         run,
@@ -335,6 +345,9 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         check,
         facts,
         training,
+        dedupe(findings.recommendations),
+        _moves(findings, facts, bd),
+        sizing,
     )
 
 

@@ -383,17 +383,3 @@ def trace_sizing_json(
         host_cores=cores,
     )
     return sizing.to_json() if sizing is not None else None
-
-
-def sizing_caption(raw: object) -> str | None:
-    """The reports' line from a ``service_sizing`` JSON object: its sentence when the
-    host is not enough (more workers needed) or when the pipeline was not sized on
-    purpose (``"sized": false``: what to do instead), else None (nothing to add)."""
-    if not isinstance(raw, Mapping):
-        return None
-    more, sentence = raw.get("more_workers"), raw.get("sentence")
-    if not isinstance(sentence, str):
-        return None
-    if raw.get("sized") is False or (isinstance(more, int) and more > 0):
-        return sentence
-    return None

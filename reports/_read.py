@@ -5,7 +5,7 @@ JSON fails as one line: ``analysis.json: field 'steps.mean_ms' must be a number,
 `top_reader` checks the schema, `detect_kind` tells an analysis JSON from a tuning JSON,
 `timestamp_now` stamps a report (or honours $SOURCE_DATE_EPOCH), and `epoch_stall_of`
 reads a named epoch-start stall from either document's training figures; `trial_state` a
-trial's state as tftune or Optuna writes it.
+trial's state as tftune or Optuna writes it; `sizing_caption` the service sizing's line.
 """
 
 from __future__ import annotations
@@ -258,3 +258,17 @@ def trial_state(t: Reader) -> TrialState | None:
         known = (*OPTUNA_STATES, *UNFINISHED_STATES)
         raise t.error("state", f"must be one of {', '.join(known)}, got {word!r}")
     return state
+
+
+def sizing_caption(raw: object) -> str | None:
+    """A report's line from either document's ``service_sizing`` object: its sentence
+    when the host is not enough (more workers needed) or when the pipeline was not sized
+    on purpose (``"sized": false``: what to do instead), else None (nothing to add)."""
+    if not isinstance(raw, Mapping):
+        return None
+    more, sentence = raw.get("more_workers"), raw.get("sentence")
+    if not isinstance(sentence, str):
+        return None
+    if raw.get("sized") is False or (isinstance(more, int) and more > 0):
+        return sentence
+    return None

@@ -19,8 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tftune.core.vocabulary import Band, category_label, percent, stage_kind, stage_short_name
-from tftune.probes.service_sizing import sizing_caption
-from tftune.reports._read import epoch_stall_of
+from tftune.reports._read import epoch_stall_of, sizing_caption
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
 MAX_BOTTLENECKS = 5
@@ -233,7 +232,7 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
     console.print(_stages(data))
     for note in data.get("notes") or []:
         console.print(Text(f"note: {note}", style="dim"))
-    sizing = sizing_caption(data.get("service_sizing"))  # probes/service_sizing.py
+    sizing = sizing_caption(data.get("service_sizing"))
     if sizing is not None:
         console.print(Text(sizing, style="bold"))
     return buf.getvalue()

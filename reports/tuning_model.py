@@ -17,8 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
-from tftune.probes.service_sizing import sizing_caption
-from tftune.reports._read import Reader, dump, epoch_stall_of, share, top_reader, trial_state
+from tftune.reports._read import (
+    Reader,
+    dump,
+    epoch_stall_of,
+    share,
+    sizing_caption,
+    top_reader,
+    trial_state,
+)
 from tftune.reports.tuning_comparison import ComparisonRow, Measurement, comparison, measurement_of
 
 MAX_TRIALS = 2000

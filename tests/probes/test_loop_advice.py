@@ -27,9 +27,9 @@ from tftune.probes.service_sizing import (
     ServiceSizing,
     Unsized,
     sizing_at_best,
-    sizing_caption,
 )
 from tftune.probes.stages import StageTree
+from tftune.reports._read import sizing_caption
 from tftune.reports.analysis_html import render_analysis_html
 from tftune.reports.analysis_terminal import render
 from tftune.reports.tuning_terminal import render_table
