@@ -46,7 +46,7 @@ class ProgressView:
 
     def trial(self, r: TrialRecord, best: TrialRecord | None) -> None:
         from tftune.reports.tuning_terminal import trial_line
-        from tftune.tuner.emit import record_json
+        from tftune.tuner.tuning_doc import record_json
 
         line = trial_line(record_json(r), best.number if best is not None else None)
         self.progress.console.print(line, highlight=False, markup=False)

@@ -50,7 +50,6 @@ from tftune.tuner.before_study import (
     with_bounds,
 )
 from tftune.tuner.bounds import Ceiling
-from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import Config
 from tftune.tuner.options import OptimizeOptions, default_study_name
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
@@ -62,7 +61,6 @@ from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
 from tftune.tuner.study import (
     GuidedHint,
     Objective,
-    Role,
     Runner,
     StudyOutcome,
     StudySettings,
@@ -312,7 +310,7 @@ def _emit_winner(
 ) -> _Winner:
     """Writes the winner's config (with the reproducibility record and the findings);
     builds the diff of the user's lines and the snippet of what no line holds."""
-    from tftune.tuner import emit
+    from tftune.tuner import emit, tuning_doc
     from tftune.tuner.config import save_config
 
     # Mixed precision with a 16-bit output layer: recommended only with the fix.
@@ -323,7 +321,7 @@ def _emit_winner(
         note(advice)
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
-    best = emit.best_config_with_metrics(outcome, command)
+    best = tuning_doc.best_config_with_metrics(outcome, command)
     extra: dict[str, Any] = {"record": record, "findings": findings}
     if advice is not None:
         extra["notes"] = [advice]
@@ -378,9 +376,17 @@ def _tuning_report(
 ) -> dict[str, Any]:
     """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
     record and the precision findings."""
-    from tftune.tuner import emit
+    from tftune.tuner import tuning_doc
 
-    report = emit.tuning_json(
+    run = tuning_doc.RunFacts(
+        wall_s=time.monotonic() - started,
+        training=tuning_doc.training_json(found, won.outcome),
+        record=record,
+        findings=tuple(won.findings),
+        advice=won.advice,
+        requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
+    )
+    return tuning_doc.tuning_json(
         script=str(script),
         outcome=won.outcome,
         space=space,
@@ -391,29 +397,14 @@ def _tuning_report(
         diff=won.diff,
         snippet=won.snippet,
         seed=seed,
+        run=run,
     )
-    report["wall_s"] = round(time.monotonic() - started, 2)
-    aw = won.outcome.remeasured(won.outcome.baselines.get(Role.AS_WRITTEN))
-    tuned = emit.tuned_record(won.outcome)
-    report["break_even"] = BreakEven(
-        report["wall_s"],
-        aw.examples_per_s if aw is not None else None,
-        tuned.examples_per_s if won.outcome.best.role is not Role.AS_WRITTEN else None,
-    ).to_json()
-    report["stop_reason"] = won.outcome.stop_reason
-    report["training"] = emit.training_json(found, won.outcome)
-    report["record"] = record
-    report["findings"] = won.findings
-    if won.advice is not None:
-        report["notes"] = [*report.get("notes", []), won.advice]
-        report["best"]["requires"] = [FLOAT32_OUTPUT_FIX]
-    return report
 
 
 def _write_json(report: dict[str, Any], json_file: str | os.PathLike[str] | None) -> Path | None:
-    from tftune.tuner import emit
+    from tftune.tuner import tuning_doc
 
-    return emit.write_json_atomic(report, json_file) if json_file is not None else None
+    return tuning_doc.write_json_atomic(report, json_file) if json_file is not None else None
 
 
 def _write_html(

@@ -2,7 +2,7 @@
 
     python tests/golden/make_tuning_input.py
 
-It is the tuning JSON `tftune optimize` writes (`tuner.emit.tuning_json`, written as
+It is the tuning JSON `tftune optimize` writes (`tuner.tuning_doc.tuning_json`, written as
 `write_json_atomic` writes it) for a handwritten GPU study, so every figure is fixed: a
 Keras script on a GPU host, tuned for ``--objective both`` with NVML utilization, with the
 four baselines and a guided trial, a mixed-precision winner re-measured in a final round,
@@ -23,10 +23,11 @@ from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, SiteConfig
 from tftune.tuner.crashes import CrashKind, CrashSummary
-from tftune.tuner.emit import globals_snippet, source_diff, tuning_json, write_json_atomic
+from tftune.tuner.emit import globals_snippet, source_diff
 from tftune.tuner.space import build_space, config_from_values
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
+from tftune.tuner.tuning_doc import tuning_json, write_json_atomic
 
 TARGET = Path(__file__).resolve().parents[1] / "fixtures" / "tuning_gpu_both.json"
 SCRIPT = "train.py"

@@ -14,10 +14,10 @@ from rich.table import Table
 from tftune.reports import tuning_terminal
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.emit import record_json, tuning_json
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
+from tftune.tuner.tuning_doc import record_json, tuning_json
 
 MAP = "train.py:10"
 BATCH = "train.py:11"

@@ -23,7 +23,6 @@ from tftune.testing import Failure, FakeRunner, FigureLike
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
-from tftune.tuner.emit import tuning_json
 from tftune.tuner.measurement import FailureKind
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import (
@@ -33,6 +32,7 @@ from tftune.tuner.study import (
     run_study,
 )
 from tftune.tuner.study.records import CRASH_ATTR, DEAD_AFTER, STDERR_TAIL_ATTR, dead_values
+from tftune.tuner.tuning_doc import tuning_json
 
 # What the runner keeps of a crashed run: up to 200 lines, the crash at the end.
 LONG_TAIL = "".join(f"step {i}: loss 0.{i:03d}\n" for i in range(180)) + GLIBC_ABORT

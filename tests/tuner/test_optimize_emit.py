@@ -17,18 +17,11 @@ from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_comparison import comparison
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
-from tftune.tuner.emit import (
-    best_config_with_metrics,
-    globals_snippet,
-    rewrite_sources,
-    run_command,
-    source_diff,
-    tuning_json,
-    write_json_atomic,
-)
+from tftune.tuner.emit import globals_snippet, rewrite_sources, run_command, source_diff
 from tftune.tuner.space import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
+from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_json, write_json_atomic
 
 SCRIPT = """\
 import tensorflow as tf2
@@ -306,3 +299,45 @@ def test_ceiling_is_the_lower_half_and_says_what_was_not_measured() -> None:
     assert data["pipeline_only_examples_per_s"] is None  # never 0 for "not measured"
     assert data["notes"] == ["not measured (in a tf.function)"]
     assert Ceiling(None, None).examples_per_s is None
+
+
+def test_what_the_whole_run_adds_is_part_of_the_one_document() -> None:
+    """`tftune optimize`'s JSON is assembled in one step: the run's wall time replaces the
+    study's, and the break-even, stop reason, training, record, findings, the precision
+    advice (a note) and what the winner requires all sit in it."""
+    from tftune.tuner.tuning_doc import RunFacts
+
+    out = replace(_outcome(), stop_reason="ran the 5 trials asked for (--trials 5)")
+    run = RunFacts(
+        wall_s=61.234,
+        training={"loop": None},
+        record={"argv": ["t.py"]},
+        findings=("mixed precision: ...",),
+        advice="keep the output layer in float32",
+        requires="Dense(..., dtype='float32')",
+    )
+    plain = outcome_json(out)
+    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
+    data = tuning_json(
+        script="t.py",
+        outcome=out,
+        space=space,
+        ceiling=None,
+        device="CPU_ONLY",
+        config_file="tftune-best.json",
+        command="tftune run --config tftune-best.json t.py",
+        diff="",
+        snippet="",
+        seed=0,
+        run=run,
+    )
+    assert plain["wall_s"] == 12.0 and data["wall_s"] == 61.23
+    assert data["break_even"]["tuning_s"] == 61.23
+    assert data["break_even"]["tuned_examples_per_s"] == 4000.0
+    assert data["stop_reason"] == out.stop_reason
+    assert data["training"] == {"loop": None} and data["record"] == {"argv": ["t.py"]}
+    assert data["findings"] == ["mixed precision: ..."]
+    assert data["notes"][-1] == "keep the output layer in float32"
+    assert data["best"]["requires"] == ["Dense(..., dtype='float32')"]
+    assert list(data)[: len(plain)] == list(plain)  # the study's fields, then the run's
+    assert "break_even" not in plain and "requires" not in plain["best"]

@@ -148,7 +148,7 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     (a real 2x) wins, and the table and JSON show the final round's figures."""
     from studykit import table_rows
 
-    from tftune.tuner.emit import tuning_json
+    from tftune.tuner.tuning_doc import tuning_json
 
     first_seen: dict[str, int] = {}
 
