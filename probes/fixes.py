@@ -20,12 +20,16 @@ Beside `probes.recommendations` (same `Recommendation` type, same `gain` convent
 
 from __future__ import annotations
 
-import re
-
 from tftune.core.vocabulary import percent
 from tftune.probes.ideas import DISTRIBUTED_PREFETCH, MERGE_FILES, PARALLEL_READS
 from tftune.probes.input_work import StageWork, ms
-from tftune.probes.recommendations import Recommendation, one_at_a_time, runs_python
+from tftune.probes.recommendations import (
+    Change,
+    ChangeKind,
+    Recommendation,
+    one_at_a_time,
+    runs_python,
+)
 from tftune.probes.stages import Stage, StageTree
 
 # Reading files this short is dominated by opening them: merge into shards of this size.
@@ -87,6 +91,7 @@ def file_open_recs(w: StageWork, share: float, cores: int | None) -> list[Recomm
     how = "flat_map" if st.kind == "FlatMap" else "interleave with cycle_length=1"
     parallel = Recommendation(
         kind=PARALLEL_READS,
+        change=Change(ChangeKind.CYCLE_LENGTH, cycle),
         summary=(
             f"Files are opened and read one after another ({how}: {st.function_calls} "
             f"files, {per_file:.2f} ms each): read {cycle} at once with a parallel interleave"
@@ -156,15 +161,6 @@ def distributed_prefetch_rec(tree: StageTree, wait: float) -> Recommendation:
     )
 
 
-# A knob-only map fix (`ds.map(fn, num_parallel_calls=AUTOTUNE)`, fn maybe renamed by
-# `at_site`), not a rewrite such as `fn_in_tf_ops`.
-_PLAIN_MAP_RE = re.compile(
-    r"^ds = ds\.map\((?!\w*_in_tf_ops)\w+, num_parallel_calls=tf\.data\.AUTOTUNE\)(\s*#.*)?$"
-)
-_POOL_RE = re.compile(r"private_threadpool_size = (\d+)")
-_CYCLE_RE = re.compile(r"interleave\(.*cycle_length=(\d+)", re.DOTALL)
-
-
 def _last_stage(tree: StageTree) -> Stage | None:
     root = tree.root
     top = tree.children(root.name) if root is not None else ()
@@ -172,33 +168,42 @@ def _last_stage(tree: StageTree) -> Stage | None:
 
 
 def in_place(r: Recommendation, tree: StageTree) -> str | None:
-    """Why the trace shows the change `r` proposes is already there, else None."""
-    code = r.code.split("\n", 1)[1] if r.code.startswith("# ") else r.code
-    st = tree.by_name(r.stage) if r.stage else None
+    """Why the trace shows the change `r` proposes (`Recommendation.change`) is already
+    there, else None."""
     if r.kind == DISTRIBUTED_PREFETCH:
         top, _ = _distributed_top(tree)
         if top is not None and top.kind == "Prefetch":
             return f"the distributed dataset already ends in a prefetch ({top.name})"
         return None
-    if code.startswith("ds = ds.prefetch("):
+    change = r.change
+    if change is None:
+        return None
+    if change.kind is ChangeKind.FINAL_PREFETCH:
         last = _last_stage(tree)
         if last is not None and last.kind == "Prefetch":
             return f"the pipeline already ends in a prefetch ({last.name})"
-    if ".cache()" in code:
+    if change.kind is ChangeKind.CACHE:
         cached = next((s for s in tree.stages if "Cache" in s.kind), None)
         if cached is not None:
             return f"the pipeline already caches ({cached.name})"
-    if st is None:
-        return None
-    par = st.knob("parallelism")
-    if _PLAIN_MAP_RE.match(code) and not one_at_a_time(st):
+    st = tree.by_name(r.stage) if r.stage else None
+    return _stage_has(st, change) if st is not None else None
+
+
+def _stage_has(st: Stage, change: Change) -> str | None:
+    """Why stage `st` already has `change`, else None."""
+    par, want = st.knob("parallelism"), change.at_least or 0
+    if change.kind is ChangeKind.PARALLEL_CALLS and not one_at_a_time(st):
         return f"{st.kind} already runs {par or 'several'} calls at once"
-    m = _POOL_RE.search(code)
     pool = st.knob("threadpool_size")
-    if m and isinstance(pool, int) and pool >= int(m.group(1)):
+    if change.kind is ChangeKind.THREADPOOL and isinstance(pool, int) and pool >= want:
         return f"the threadpool already has {pool} threads"
-    m = _CYCLE_RE.search(code)
     cycle = st.knob("cycle_length")
-    if m and not _sequential(st) and isinstance(cycle, int) and cycle >= int(m.group(1)):
+    if (
+        change.kind is ChangeKind.CYCLE_LENGTH
+        and not _sequential(st)
+        and isinstance(cycle, int)
+        and cycle >= want
+    ):
         return f"{st.kind} already reads {cycle} files at once"
     return None

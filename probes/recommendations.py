@@ -10,6 +10,7 @@ training loop, step markers) are in `probes.step_fixes`.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -53,6 +54,25 @@ def _cacheable_ops(st: Stage) -> list[tuple[str, int]]:
     return [(op, ps) for op, ps in st.ops_ps if _CACHEABLE_OP_RE.match(op)]
 
 
+class ChangeKind(enum.Enum):
+    """The plain knob changes a fix can make, which a trace can show already made."""
+
+    FINAL_PREFETCH = "final_prefetch"  # a prefetch at the pipeline's end
+    CACHE = "cache"  # a cache() after the deterministic work
+    PARALLEL_CALLS = "parallel_calls"  # the stage's map runs several calls at once
+    THREADPOOL = "threadpool"  # a private threadpool of at least `at_least` threads
+    CYCLE_LENGTH = "cycle_length"  # an interleave reading at least `at_least` inputs
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a fix changes, where it is a knob rather than a rewrite of the user's code:
+    `probes.fixes.in_place` compares it with the trace to drop a fix already made."""
+
+    kind: ChangeKind
+    at_least: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     summary: str
@@ -62,6 +82,7 @@ class Recommendation:
     stage: str | None
     evidence: Mapping[str, Any] = field(default_factory=dict)
     kind: str = ""  # the idea (`probes.ideas`): one fix per idea and target is shown
+    change: Change | None = None  # the knob it changes (None: a rewrite, or several)
 
 
 def py_dataset_rec(
@@ -196,6 +217,7 @@ def _threadpool_rec(
     target = max(32, 4 * (pool or cores or 1))
     return Recommendation(
         kind=THREADPOOL,
+        change=Change(ChangeKind.THREADPOOL, target),
         summary=(
             f"The map waits on storage/network, not CPU: raise the private threadpool "
             f"together with num_parallel_calls (AUTOTUNE stops at the threadpool size, "
@@ -216,6 +238,7 @@ def _threadpool_rec(
 def _generator_rec(st: Stage, share: float, category: str, ev: dict[str, Any]) -> Recommendation:
     return Recommendation(
         kind=PARALLEL_GENERATORS,
+        change=Change(ChangeKind.CYCLE_LENGTH, 4),
         summary=(
             "Dataset.from_generator runs your Python generator one element at a time "
             "under the GIL: produce the data with tf.data sources (from_tensor_slices, "
@@ -265,6 +288,7 @@ def _python_recs(
         recs.append(
             Recommendation(
                 kind=THREADPOOL,
+                change=Change(ChangeKind.THREADPOOL, target),
                 summary=(
                     f"If this function waits on storage or the network, its parallelism is "
                     f"stuck at the {st.capped_by.replace('_', ' ')} ({par}): raise the "
@@ -285,6 +309,7 @@ def _python_recs(
         recs.append(
             Recommendation(
                 kind=PARALLEL_MAP,
+                change=Change(ChangeKind.PARALLEL_CALLS),
                 summary=(
                     "Until then, run the Python UDF in parallel: it helps only while the "
                     "function releases the GIL (I/O, NumPy)"
@@ -330,6 +355,7 @@ def _cpu_map_recs(
         recs.append(
             Recommendation(
                 kind=PARALLEL_MAP,
+                change=Change(ChangeKind.PARALLEL_CALLS),
                 summary=(
                     f"The map runs one element at a time ({how}): let tf.data run "
                     f"it on all {n} cores"
@@ -375,6 +401,7 @@ def cache_rec(w: StageWork, share: float) -> Recommendation | None:
     ops = sorted({op for op, _ in found[:4]})
     return Recommendation(
         kind=CACHE,
+        change=Change(ChangeKind.CACHE),
         summary=(
             f"{round(100 * frac)}% of the map is deterministic work ({', '.join(ops)}): "
             "decode once, cache(), and keep only the random augmentation after the cache"
@@ -425,6 +452,7 @@ def io_rec(w: StageWork, share: float) -> Recommendation | None:
         return None
     return Recommendation(
         kind=PARALLEL_READS,
+        change=Change(ChangeKind.CYCLE_LENGTH, 8),
         summary=(
             f"Files are read one at a time ({st.kind}, {ms(st.self_ps)} ms reading): shard the "
             "data and read several files at once"
@@ -448,6 +476,7 @@ def prefetch_rec(tree: StageTree, input_share: float, host_share: float) -> Reco
         return None
     return Recommendation(
         kind=PREFETCH,
+        change=Change(ChangeKind.FINAL_PREFETCH),
         summary=(
             f"The pipeline does not end in prefetch (top stage: {top[0].kind}): the next batch is "
             "only prepared while the step waits"

@@ -9,8 +9,14 @@ import pytest
 
 from tftune.core.vocabulary import stage_kind, stage_parent
 from tftune.probes.findings import find
-from tftune.probes.fixes import in_place, interleave_code
-from tftune.probes.recommendations import Recommendation, prefetch_rec
+from tftune.probes.fixes import in_place
+from tftune.probes.recommendations import (
+    Change,
+    ChangeKind,
+    Recommendation,
+    at_site,
+    prefetch_rec,
+)
 from tftune.probes.stages import Stage, StageTree
 
 MS = 1_000_000_000
@@ -47,12 +53,12 @@ def _stage(name: str, *, fn_ops: tuple[tuple[str, int], ...] = (), **knobs: Any)
     )
 
 
-def _rec(code: str, stage: str | None) -> Recommendation:
-    return Recommendation("fix", code, 0.5, "preprocessing", stage)
+def _rec(stage: str | None, change: Change | None) -> Recommendation:
+    return Recommendation("fix", "ds = ...", 0.5, "preprocessing", stage, change=change)
 
 
 MAP = "Iterator::Root::ParallelMapV2"
-PLAIN = "ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)"
+PARALLEL = Change(ChangeKind.PARALLEL_CALLS)
 
 
 @pytest.mark.parametrize(
@@ -62,23 +68,30 @@ PLAIN = "ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)"
 def test_parallel_map_is_not_told_to_add_parallelism(knobs: dict[str, Any], expected: bool) -> None:
     # A ParallelMapV2 whose parallelism the trace missed is parallel all the same.
     tree = StageTree((_stage("Iterator::Root"), _stage(MAP, **knobs)), 10 * MS)
-    assert (in_place(_rec(PLAIN, MAP), tree) is not None) is expected
-    # A fix at the user's line, calling their function, is the same change.
-    assert (in_place(_rec(f"# t.py:3\n{PLAIN.replace('fn', 'aug')}", MAP), tree) is not None) is (
-        expected
-    )
-    # Rewriting the function is a change, whatever the parallelism.
-    rewrite = "ds = ds.map(fn_in_tf_ops, num_parallel_calls=tf.data.AUTOTUNE)"
-    assert in_place(_rec(rewrite, MAP), tree) is None
+    assert (in_place(_rec(MAP, PARALLEL), tree) is not None) is expected
+    # Rewriting the function is no knob change, whatever the parallelism.
+    assert in_place(_rec(MAP, None), tree) is None
+
+
+def test_a_fix_at_the_users_line_keeps_its_change() -> None:
+    """`in_place` reads a fix's change, never its code: a fix tied to the user's line
+    (the site prefixed, the function renamed) is the same change."""
+    stage = _stage(MAP, parallelism=4)
+    tree = StageTree((_stage("Iterator::Root"), stage), 10 * MS)
+    fix = at_site(_rec(MAP, PARALLEL), "t.py:3", "aug")
+    assert fix.code.startswith("# t.py:3") and fix.change == PARALLEL
+    assert in_place(fix, tree) is not None
+    prefetch = prefetch_rec(tree, 0.5, 0.3)
+    assert prefetch is not None and prefetch.change == Change(ChangeKind.FINAL_PREFETCH)
 
 
 def test_prefetch_already_last_is_not_recommended() -> None:
     pre = "Iterator::Root::Prefetch"
     with_prefetch = StageTree((_stage("Iterator::Root"), _stage(pre, buffer_limit=8)), MS)
     without = StageTree((_stage("Iterator::Root"), _stage("Iterator::Root::MapAndBatch")), MS)
-    code = "ds = ds.prefetch(tf.data.AUTOTUNE)"
-    assert in_place(_rec(code, pre), with_prefetch) is not None
-    assert in_place(_rec(code, None), without) is None
+    final = Change(ChangeKind.FINAL_PREFETCH)
+    assert in_place(_rec(pre, final), with_prefetch) is not None
+    assert in_place(_rec(None, final), without) is None
     assert prefetch_rec(with_prefetch, 0.5, 0.3) is None
 
 
@@ -92,12 +105,11 @@ def test_threadpool_interleave_and_cache_already_there() -> None:
         ),
         MS,
     )
-    pool = "options.threading.private_threadpool_size = 32\nds = ds.map(fn, num_parallel_calls=32)"
-    assert in_place(_rec(pool, inter), tree) is not None
-    assert in_place(_rec(pool.replace("32", "64"), inter), tree) is None
-    assert in_place(_rec(interleave_code(8), inter), tree) is not None
-    assert in_place(_rec(interleave_code(32), inter), tree) is None
-    assert in_place(_rec("ds = ds.map(decode).cache()", inter), tree) is not None
+    assert in_place(_rec(inter, Change(ChangeKind.THREADPOOL, 32)), tree) is not None
+    assert in_place(_rec(inter, Change(ChangeKind.THREADPOOL, 64)), tree) is None
+    assert in_place(_rec(inter, Change(ChangeKind.CYCLE_LENGTH, 8)), tree) is not None
+    assert in_place(_rec(inter, Change(ChangeKind.CYCLE_LENGTH, 32)), tree) is None
+    assert in_place(_rec(inter, Change(ChangeKind.CACHE)), tree) is not None
 
 
 def test_find_drops_the_parallelism_fix_for_an_already_parallel_map() -> None:
