@@ -24,25 +24,17 @@ from tftune.core.vocabulary import (
     percent,
 )
 from tftune.probes.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
-from tftune.probes.fixes import (
-    distributed_iterator_stage,
-    distributed_prefetch_rec,
-    file_open_recs,
-    in_place,
-)
 from tftune.probes.input_work import StageWork, input_split, ms, opens_files
 from tftune.probes.loop_work import LOOP_WORK_MIN_MS, LOOP_WORK_SHARE, LoopWork
+from tftune.probes.map_fixes import cache_rec, map_recs, py_dataset_rec, vectorize_rec
 from tftune.probes.next_moves import StepFacts
+from tftune.probes.read_fixes import distributed_prefetch_rec, file_open_recs, io_rec, prefetch_rec
 from tftune.probes.recommendations import (
     Recommendation,
     at_site,
-    cache_rec,
-    io_rec,
-    map_recs,
-    prefetch_rec,
-    py_dataset_rec,
+    distributed_iterator_stage,
+    in_place,
     runs_python,
-    vectorize_rec,
 )
 from tftune.probes.service_sizing import NotSized, Unsized
 from tftune.probes.stage_events import PY_UDF_OPS

@@ -1,57 +1,27 @@
-"""What to change in the pipeline: one typed `Recommendation` per fix, from a stage's work.
+"""What a fix is: one typed `Recommendation` per fix, the knob it changes (`Change`),
+its place in the user's code (`at_site`), and whether the trace shows it made already
+(`in_place`: a map already parallel, a pipeline already ending in a prefetch, a
+threadpool already that large, an interleave already parallel; `probes.findings` drops
+such fixes). The stage predicates the builders share sit here too.
 
-Each `*_rec` builder reads the evidence a finder gathered (a `StageWork`, a category's
-share of step time) and returns the fix with its code, the category and stage it targets,
-and `gain`: an estimate of the fraction of step time it saves, used to rank fixes, not a
-promise. `probes.findings` decides which builders apply; `at_site` ties a fix to the
-user's line once the call site is known. Fixes for the step itself (compute, copies, the
-training loop, step markers) are in `probes.step_fixes`.
+The builders: `probes.map_fixes` (a map stage's work: Python functions, CPU-heavy maps,
+cache, vectorize, a Keras PyDataset), `probes.read_fixes` (reading and handing over: I/O,
+files opened one by one, the final prefetch, a tf.distribute dataset) and
+`probes.step_fixes` (the step itself: compute, copies, the training loop, step markers).
+Each returns fixes with their code, the category and stage they target, and `gain`: an
+estimate of the fraction of step time saved, used to rank fixes, not a promise.
 """
 
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tftune.core.units import PS_PER_MS
-from tftune.core.vocabulary import STAGE_SEPARATOR
-from tftune.probes.callsites import RecordedSite
-from tftune.probes.ideas import (
-    CACHE,
-    MORE_CPUS,
-    NUMPY_FUNCTION,
-    PARALLEL_GENERATORS,
-    PARALLEL_MAP,
-    PARALLEL_READS,
-    PREFETCH,
-    PY_DATASET_WORKERS,
-    TF_OPS,
-    THREADPOOL,
-    VECTORIZE,
-)
-from tftune.probes.input_work import StageWork, is_io_source, ms
+from tftune.probes.ideas import DISTRIBUTED_PREFETCH
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
-
-# A map function call this short is dominated by per-element overhead: vectorize.
-VECTORIZE_MAX_CALL_MS = 0.05
-# Share of a category's work that must be deterministic decode/parse to suggest cache().
-CACHEABLE_MIN_FRACTION = 0.3
-# Deterministic decode/parse kernels whose output can be cached.
-_CACHEABLE_OP_RE = re.compile(r"^(Decode.*|Parse.*|ParseExample.*|.*Resize.*|DecodeRaw)$")
-# Kernels whose output changes from one epoch to the next: a map with one is not cached whole.
-_RANDOM_OP_RE = re.compile(r"(Random|Shuffle|Dropout|Multinomial)", re.IGNORECASE)
-
-
-def _cacheable_ops(st: Stage) -> list[tuple[str, int]]:
-    """The kernels whose output cache() could keep: all of a map with nothing random (or
-    Python) in it, else its decode/parse/resize kernels."""
-    if st.ops_ps and not any(_RANDOM_OP_RE.search(op) or op in PY_UDF_OPS for op, _ in st.ops_ps):
-        return list(st.ops_ps)
-    return [(op, ps) for op, ps in st.ops_ps if _CACHEABLE_OP_RE.match(op)]
 
 
 class ChangeKind(enum.Enum):
@@ -67,7 +37,7 @@ class ChangeKind(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Change:
     """What a fix changes, where it is a knob rather than a rewrite of the user's code:
-    `probes.fixes.in_place` compares it with the trace to drop a fix already made."""
+    `in_place` compares it with the trace to drop a fix already made."""
 
     kind: ChangeKind
     at_least: int | None = None
@@ -83,33 +53,6 @@ class Recommendation:
     evidence: Mapping[str, Any] = field(default_factory=dict)
     kind: str = ""  # the idea (`probes.ideas`): one fix per idea and target is shown
     change: Change | None = None  # the knob it changes (None: a rewrite, or several)
-
-
-def py_dataset_rec(
-    st: Stage, share: float, category: str, site: RecordedSite, cores: int | None
-) -> Recommendation:
-    """A Keras PyDataset read by Keras one batch at a time: its own knobs, not tf.data's
-    (Keras feeds the batches to a `from_generator` pipeline; tf.data cannot parallelize
-    them)."""
-    workers = max(8, cores or 1)
-    name = site.function or "your PyDataset"
-    return Recommendation(
-        kind=PY_DATASET_WORKERS,
-        summary=(
-            f"Keras fetches the batches of {name} one at a time from __getitem__: give it "
-            f"workers (threads help while it waits on storage or in NumPy; add "
-            f"use_multiprocessing=True when it computes in Python), or let tftune optimize "
-            f"choose them"
-        ),
-        code=(
-            f"super().__init__(workers={workers}, use_multiprocessing=True, "
-            f"max_queue_size={2 * workers}, **kwargs)"
-        ),
-        gain=share * 0.8,
-        category=category,
-        stage=st.name,
-        evidence={"py_dataset": name},
-    )
 
 
 # The node of tftune's own request marks in a profiled pipeline (tuner/child/step_clock.py): a
@@ -136,6 +79,47 @@ def one_at_a_time(st: Stage) -> bool:
     return not st.kind.startswith("ParallelMap")
 
 
+# Interleave kinds that read one input at a time.
+SEQUENTIAL_OPENERS = frozenset({"Interleave", "FlatMap"})
+
+
+def opens_one_at_a_time(st: Stage) -> bool:
+    par, cycle = st.knob("parallelism"), st.knob("cycle_length")
+    if st.kind in SEQUENTIAL_OPENERS:
+        return True
+    return not (isinstance(par, int) and par > 1) and not (isinstance(cycle, int) and cycle > 1)
+
+
+# TF's rebatch of a distributed dataset's global batch for the replicas.
+REBATCH_KINDS = frozenset({"Rebatch", "LegacyRebatch"})
+
+
+def distributed_iterator_stage(st: Stage) -> bool:
+    """The MultiDeviceIterator's per-replica `Generator` (in a trace that reads a
+    tf.distribute dataset): a generator that runs no Python, whose function fetches the
+    replica's share from the shared pipeline. Its time is that wait, not user work."""
+    return st.kind == "Generator" and not runs_python(st)
+
+
+def distributed_top(tree: StageTree) -> tuple[Stage | None, bool]:
+    """The user's top stage under a tf.distribute dataset, and whether it came through
+    `experimental_distribute_dataset` (a rebatch above it)."""
+    rebatch = next((s for s in tree.stages if s.kind in REBATCH_KINDS), None)
+    if rebatch is not None:
+        below = tree.children(rebatch.name)
+        return (below[0] if below else None), True
+    root = tree.root
+    tops = tree.children(root.name) if root is not None else ()
+    users = [s for s in tops if not distributed_iterator_stage(s)]
+    return (users[0] if users else None), False
+
+
+def last_stage(tree: StageTree) -> Stage | None:
+    root = tree.root
+    top = tree.children(root.name) if root is not None else ()
+    return top[0] if top else None
+
+
 def at_site(r: Recommendation, site: str, function: str | None) -> Recommendation:
     """`r` tied to the user's line: its code says where, and calls their function by name."""
     code = r.code
@@ -145,345 +129,43 @@ def at_site(r: Recommendation, site: str, function: str | None) -> Recommendatio
     return replace(r, code=f"# {site}\n{code}", evidence={**r.evidence, "call_site": site})
 
 
-def _numpy_function_rec(
-    st: Stage, share: float, category: str, ev: dict[str, Any]
-) -> list[Recommendation]:
-    """`tf.py_function` (EagerPyFunc) wraps every argument and result in eager tensors:
-    on 2 cores with 32 calls in flight it did ~1,300-2,400 calls/s where
-    `tf.numpy_function` did ~4,400 (bench/cases/latency_io.py). Worth saying wherever a
-    py_function is the bottleneck and the function needs NumPy values only."""
-    if not any(op == "EagerPyFunc" for op, _ in st.ops_ps):
-        return []
-    return [
-        Recommendation(
-            kind=NUMPY_FUNCTION,
-            summary=(
-                "It calls tf.py_function, which wraps every argument and result in eager "
-                "tensors; if the function only needs NumPy values, tf.numpy_function costs "
-                "about half the CPU per call (and the function should not run TF ops itself)"
-            ),
-            code=(
-                "def fn_np(x):  # gets and returns NumPy values, no eager tensors\n"
-                "    ...\n"
-                "ds = ds.map(lambda x: tf.numpy_function(fn_np, [x], tf.float32),\n"
-                "            num_parallel_calls=tf.data.AUTOTUNE)"
-            ),
-            gain=share * 0.2,
-            category=category,
-            stage=st.name,
-            evidence=ev,
-        )
-    ]
+def in_place(r: Recommendation, tree: StageTree) -> str | None:
+    """Why the trace shows the change `r` proposes (`Recommendation.change`) is already
+    there, else None."""
+    if r.kind == DISTRIBUTED_PREFETCH:
+        top, _ = distributed_top(tree)
+        if top is not None and top.kind == "Prefetch":
+            return f"the distributed dataset already ends in a prefetch ({top.name})"
+        return None
+    change = r.change
+    if change is None:
+        return None
+    if change.kind is ChangeKind.FINAL_PREFETCH:
+        last = last_stage(tree)
+        if last is not None and last.kind == "Prefetch":
+            return f"the pipeline already ends in a prefetch ({last.name})"
+    if change.kind is ChangeKind.CACHE:
+        cached = next((s for s in tree.stages if "Cache" in s.kind), None)
+        if cached is not None:
+            return f"the pipeline already caches ({cached.name})"
+    st = tree.by_name(r.stage) if r.stage else None
+    return _stage_has(st, change) if st is not None else None
 
 
-def map_recs(w: StageWork, share: float, cores: int | None, category: str) -> list[Recommendation]:
-    """The fixes for a stage that runs a function (a map, a generator): by what the
-    function does (waits, runs Python, tokenizes in Python, computes) and how parallel
-    it already runs."""
-    st = w.stage
-    ev = _map_evidence(st, cores)
-    if w.latency_bound:
-        waits = _threadpool_rec(st, share, cores, category, ev)
-        return [waits, *_numpy_function_rec(st, share, category, ev)]
-    if category == "python" and "Generator" in st.kind:
-        return [_generator_rec(st, share, category, ev)]
-    if category == "python":
-        return _python_recs(w, share, cores, category, ev)
-    if category == "tokenization" and runs_python(st):
-        return [_py_tokenizer_rec(st, share, category, ev)]
-    return _cpu_map_recs(st, share, cores, category, ev)
-
-
-def _map_evidence(st: Stage, cores: int | None) -> dict[str, Any]:
-    return {
-        "stage": st.name,
-        "op": st.op,
-        "parallelism": st.knob("parallelism"),
-        "autotune": st.knob("autotune"),
-        "threadpool_size": st.knob("threadpool_size"),
-        "cores": cores,
-        "capped_by": st.capped_by,
-        "function_calls": st.function_calls,
-        "function_ms": ms(st.function_ps),
-        "wait_ms": ms(st.wait_ps) if st.wait_ps is not None else None,
-    }
-
-
-def _threadpool_rec(
-    st: Stage, share: float, cores: int | None, category: str, ev: dict[str, Any]
-) -> Recommendation:
-    """A map that waits (storage, network): more calls in flight than AUTOTUNE allows."""
+def _stage_has(st: Stage, change: Change) -> str | None:
+    """Why stage `st` already has `change`, else None."""
+    par, want = st.knob("parallelism"), change.at_least or 0
+    if change.kind is ChangeKind.PARALLEL_CALLS and not one_at_a_time(st):
+        return f"{st.kind} already runs {par or 'several'} calls at once"
     pool = st.knob("threadpool_size")
-    target = max(32, 4 * (pool or cores or 1))
-    return Recommendation(
-        kind=THREADPOOL,
-        change=Change(ChangeKind.THREADPOOL, target),
-        summary=(
-            f"The map waits on storage/network, not CPU: raise the private threadpool "
-            f"together with num_parallel_calls (AUTOTUNE stops at the threadpool size, "
-            f"{pool}); e.g. {target} calls in flight"
-        ),
-        code=(
-            f"options = tf.data.Options()\n"
-            f"options.threading.private_threadpool_size = {target}\n"
-            f"ds = ds.map(fn, num_parallel_calls={target}).with_options(options)"
-        ),
-        gain=share * 0.9,
-        category=category,
-        stage=st.name,
-        evidence=ev,
-    )
-
-
-def _generator_rec(st: Stage, share: float, category: str, ev: dict[str, Any]) -> Recommendation:
-    return Recommendation(
-        kind=PARALLEL_GENERATORS,
-        change=Change(ChangeKind.CYCLE_LENGTH, 4),
-        summary=(
-            "Dataset.from_generator runs your Python generator one element at a time "
-            "under the GIL: produce the data with tf.data sources (from_tensor_slices, "
-            "TFRecordDataset) and TF ops, or at least run several generators in "
-            "parallel (a Keras PyDataset is read this way too: give it workers in its "
-            "super().__init__; a profile from tftune profile names its line)"
-        ),
-        code=(
-            "ds = tf.data.Dataset.range(4).interleave(\n"
-            "    lambda i: tf.data.Dataset.from_generator(gen, output_signature=spec, "
-            "args=(i,)),\n"
-            "    cycle_length=4, num_parallel_calls=tf.data.AUTOTUNE)"
-        ),
-        gain=share * 0.6,
-        category=category,
-        stage=st.name,
-        evidence=ev,
-    )
-
-
-def _python_recs(
-    w: StageWork, share: float, cores: int | None, category: str, ev: dict[str, Any]
-) -> list[Recommendation]:
-    """A map that runs Python under the GIL: rewrite it in TF ops; meanwhile more calls in
-    flight, in case it waits."""
-    st = w.stage
-    par = st.knob("parallelism")
-    pool = st.knob("threadpool_size")
-    recs: list[Recommendation] = []
-    recs.append(
-        Recommendation(
-            kind=TF_OPS,
-            summary=(
-                "The map runs Python (py_function/numpy_function), which holds the GIL: "
-                "rewrite it with TensorFlow ops so it can run in parallel, then map with "
-                "num_parallel_calls=tf.data.AUTOTUNE"
-            ),
-            code="ds = ds.map(fn_in_tf_ops, num_parallel_calls=tf.data.AUTOTUNE)",
-            gain=share * 0.8,
-            category=category,
-            stage=st.name,
-            evidence=ev,
-        )
-    )
-    if st.capped_by is not None and w.latency_bound is None:
-        target = max(32, 4 * (pool or cores or 1))
-        recs.append(
-            Recommendation(
-                kind=THREADPOOL,
-                change=Change(ChangeKind.THREADPOOL, target),
-                summary=(
-                    f"If this function waits on storage or the network, its parallelism is "
-                    f"stuck at the {st.capped_by.replace('_', ' ')} ({par}): raise the "
-                    "private threadpool together with num_parallel_calls"
-                ),
-                code=(
-                    f"options = tf.data.Options()\n"
-                    f"options.threading.private_threadpool_size = {target}\n"
-                    f"ds = ds.map(fn, num_parallel_calls={target}).with_options(options)"
-                ),
-                gain=share * 0.4,
-                category=category,
-                stage=st.name,
-                evidence=ev,
-            )
-        )
-    if one_at_a_time(st):
-        recs.append(
-            Recommendation(
-                kind=PARALLEL_MAP,
-                change=Change(ChangeKind.PARALLEL_CALLS),
-                summary=(
-                    "Until then, run the Python UDF in parallel: it helps only while the "
-                    "function releases the GIL (I/O, NumPy)"
-                ),
-                code="ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)",
-                gain=share * 0.3,
-                category=category,
-                stage=st.name,
-                evidence=ev,
-            )
-        )
-    return recs + _numpy_function_rec(st, share, category, ev)
-
-
-def _py_tokenizer_rec(st: Stage, share: float, category: str, ev: dict[str, Any]) -> Recommendation:
-    return Recommendation(
-        kind=TF_OPS,
-        summary=(
-            "Tokenization runs in a Python tokenizer (GIL-bound): use TF text ops "
-            "(tf.strings / tensorflow_text) and a parallel map"
-        ),
-        code=(
-            "tokenizer = tensorflow_text.WhitespaceTokenizer()  # or tf.strings.split\n"
-            "ds = ds.map(lambda s: tokenizer.tokenize(tf.strings.lower(s)),\n"
-            "            num_parallel_calls=tf.data.AUTOTUNE)"
-        ),
-        gain=share * 0.8,
-        category=category,
-        stage=st.name,
-        evidence=ev,
-    )
-
-
-def _cpu_map_recs(
-    st: Stage, share: float, cores: int | None, category: str, ev: dict[str, Any]
-) -> list[Recommendation]:
-    """A map that computes: run it on every core, or say that it already does."""
-    par = st.knob("parallelism")
-    recs: list[Recommendation] = []
-    if one_at_a_time(st):
-        n = cores or 1
-        how = f"parallelism {par}" if isinstance(par, int) else "a synchronous map"
-        recs.append(
-            Recommendation(
-                kind=PARALLEL_MAP,
-                change=Change(ChangeKind.PARALLEL_CALLS),
-                summary=(
-                    f"The map runs one element at a time ({how}): let tf.data run "
-                    f"it on all {n} cores"
-                ),
-                code="ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)",
-                gain=share * (1 - 1 / max(n, 1)) if n > 1 else share * 0.1,
-                category=category,
-                stage=st.name,
-                evidence=ev,
-            )
-        )
-    elif st.capped_by is not None:
-        recs.append(
-            Recommendation(
-                kind=MORE_CPUS,
-                summary=(
-                    f"Parallelism is already at the {st.capped_by.replace('_', ' ')} "
-                    f"({par}) and the CPU work still blocks the step: do less per element "
-                    "(cache, vectorize), move the work offline, or give the pipeline more "
-                    "CPUs with the tf.data service"
-                ),
-                # Not the parallelism again (it is in place): more CPUs, on service workers.
-                code=(
-                    "ds = ds.apply(tf.data.experimental.service.distribute(\n"
-                    '    processing_mode="distributed_epoch", service="grpc://DISPATCHER:5050"))'
-                ),
-                gain=share * 0.05,
-                category=category,
-                stage=st.name,
-                evidence=ev,
-            )
-        )
-    return recs
-
-
-def cache_rec(w: StageWork, share: float) -> Recommendation | None:
-    st = w.stage
-    found = _cacheable_ops(st)
-    cacheable = sum(ps for _, ps in found)
-    if not st.function_ps or cacheable < CACHEABLE_MIN_FRACTION * st.function_ps:
-        return None
-    frac = min(1.0, cacheable / st.function_ps)
-    ops = sorted({op for op, _ in found[:4]})
-    return Recommendation(
-        kind=CACHE,
-        change=Change(ChangeKind.CACHE),
-        summary=(
-            f"{round(100 * frac)}% of the map is deterministic work ({', '.join(ops)}): "
-            "decode once, cache(), and keep only the random augmentation after the cache"
-        ),
-        code=(
-            "ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).cache()\n"
-            "ds = ds.map(augment, num_parallel_calls=tf.data.AUTOTUNE)"
-        ),
-        gain=share * frac * 0.9,
-        category="preprocessing",
-        stage=st.name,
-        evidence={"cacheable_ms": ms(cacheable), "function_ms": ms(st.function_ps)},
-    )
-
-
-def vectorize_rec(w: StageWork, share: float) -> Recommendation | None:
-    st = w.stage
-    if st.function_calls == 0 or (st.kind == "MapAndBatch" and st.knob("batch_size") is None):
-        return None
-    per_call_ms = st.function_ps / st.function_calls / PS_PER_MS
-    if per_call_ms > VECTORIZE_MAX_CALL_MS or runs_python(st):
-        return None
-    return Recommendation(
-        kind=VECTORIZE,
-        summary=(
-            f"Each map call does little work ({per_call_ms * 1000:.0f} µs over "
-            f"{st.function_calls} calls): batch first, then map the function over whole batches"
-        ),
-        code=(
-            "ds = ds.batch(batch_size).map(lambda records: tf.io.parse_example(records, spec),\n"
-            "                              num_parallel_calls=tf.data.AUTOTUNE)"
-            if any(op.startswith("ParseExample") for op, _ in st.ops_ps)
-            else "ds = ds.batch(batch_size).map(fn_on_batch, num_parallel_calls=tf.data.AUTOTUNE)"
-        ),
-        gain=share * 0.5,
-        category=(w.by_category and max(w.by_category, key=lambda k: w.by_category[k])) or "other",
-        stage=st.name,
-        evidence={"per_call_ms": round(per_call_ms, 4), "calls": st.function_calls},
-    )
-
-
-def io_rec(w: StageWork, share: float) -> Recommendation | None:
-    st = w.stage
-    if not is_io_source(st):
-        return None
-    under_interleave = any("Interleave" in part for part in st.name.split(STAGE_SEPARATOR))
-    if under_interleave:
-        return None
-    return Recommendation(
-        kind=PARALLEL_READS,
-        change=Change(ChangeKind.CYCLE_LENGTH, 8),
-        summary=(
-            f"Files are read one at a time ({st.kind}, {ms(st.self_ps)} ms reading): shard the "
-            "data and read several files at once"
-        ),
-        code=(
-            'files = tf.data.Dataset.list_files("data-*.tfrecord", shuffle=True)\n'
-            "ds = files.interleave(tf.data.TFRecordDataset, cycle_length=8,\n"
-            "                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)"
-        ),
-        gain=share * 0.8,
-        category="io",
-        stage=st.name,
-        evidence={"source": st.kind, "op": st.op, "read_ms": ms(st.self_ps), "calls": st.calls},
-    )
-
-
-def prefetch_rec(tree: StageTree, input_share: float, host_share: float) -> Recommendation | None:
-    root = tree.root
-    top = tree.children(root.name) if root is not None else ()
-    if not top or top[0].kind == "Prefetch":
-        return None
-    return Recommendation(
-        kind=PREFETCH,
-        change=Change(ChangeKind.FINAL_PREFETCH),
-        summary=(
-            f"The pipeline does not end in prefetch (top stage: {top[0].kind}): the next batch is "
-            "only prepared while the step waits"
-        ),
-        code="ds = ds.prefetch(tf.data.AUTOTUNE)",
-        gain=min(input_share, max(host_share, 0.0)),
-        category="other",
-        stage=top[0].name,
-        evidence={"top_stage": top[0].name},
-    )
+    if change.kind is ChangeKind.THREADPOOL and isinstance(pool, int) and pool >= want:
+        return f"the threadpool already has {pool} threads"
+    cycle = st.knob("cycle_length")
+    if (
+        change.kind is ChangeKind.CYCLE_LENGTH
+        and not opens_one_at_a_time(st)
+        and isinstance(cycle, int)
+        and cycle >= want
+    ):
+        return f"{st.kind} already reads {cycle} files at once"
+    return None

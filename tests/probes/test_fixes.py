@@ -9,13 +9,13 @@ import pytest
 
 from tftune.core.vocabulary import stage_kind, stage_parent
 from tftune.probes.findings import find
-from tftune.probes.fixes import in_place
+from tftune.probes.read_fixes import prefetch_rec
 from tftune.probes.recommendations import (
     Change,
     ChangeKind,
     Recommendation,
     at_site,
-    prefetch_rec,
+    in_place,
 )
 from tftune.probes.stages import Stage, StageTree
 
@@ -127,8 +127,8 @@ def test_find_drops_the_parallelism_fix_for_an_already_parallel_map() -> None:
 
 
 def test_flat_map_over_files_gets_the_parallel_interleave() -> None:
-    from tftune.probes.fixes import file_open_recs
     from tftune.probes.input_work import StageWork, opens_files
+    from tftune.probes.read_fixes import file_open_recs
 
     flat = "Iterator::Root::FlatMap"
     opener = _stage(flat, fn_ops=(("TFRecordDataset", 30 * MS),))
@@ -226,7 +226,8 @@ def test_a_reader_fed_one_file_at_a_time_gets_a_parallel_read_fix(opener: str) -
 def test_distributed_prefetch_goes_under_the_rebatch_unless_in_place() -> None:
     """TF 2.21's experimental_distribute_dataset: Prefetch::Rebatch over the user's
     pipeline, beside the MultiDeviceIterator's per-replica Generator."""
-    from tftune.probes.fixes import distributed_iterator_stage, distributed_prefetch_rec
+    from tftune.probes.read_fixes import distributed_prefetch_rec
+    from tftune.probes.recommendations import distributed_iterator_stage
 
     top = "Iterator::Root::Prefetch"
     gen, reb = _stage(top + "::Generator"), _stage(top + "::Rebatch")

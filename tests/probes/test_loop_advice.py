@@ -18,10 +18,9 @@ from repo_paths import FIXTURES
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
 from tftune.probes.analysis import Analysis, analyze, next_moves, step_advice
 from tftune.probes.findings import dedupe, find, verdict
-from tftune.probes.fixes import distributed_iterator_stage
 from tftune.probes.loop_work import LoopWork
 from tftune.probes.next_moves import StepFacts
-from tftune.probes.recommendations import Recommendation
+from tftune.probes.recommendations import Recommendation, distributed_iterator_stage
 from tftune.probes.service_sizing import (
     NotSized,
     ServiceSizing,

@@ -14,8 +14,8 @@ from tftune.core.vocabulary import TRAINING_LOOP
 from tftune.probes.analysis import Analysis, analyze, next_moves
 from tftune.probes.callsites import RecordedSite, write_sites
 from tftune.probes.findings import NOT_THE_LIMIT
-from tftune.probes.fixes import in_place
 from tftune.probes.locate import locate
+from tftune.probes.recommendations import in_place
 from tftune.reports.analysis_html import render_analysis_html
 from tftune.reports.analysis_terminal import render
 
