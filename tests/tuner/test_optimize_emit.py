@@ -341,3 +341,34 @@ def test_what_the_whole_run_adds_is_part_of_the_one_document() -> None:
     assert data["best"]["requires"] == ["Dense(..., dtype='float32')"]
     assert list(data)[: len(plain)] == list(plain)  # the study's fields, then the run's
     assert "break_even" not in plain and "requires" not in plain["best"]
+
+
+def test_a_replayed_tuning_run_writes_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same study (seed, runner, clock) replayed from scratch in another folder
+    writes a byte-identical tuning JSON: nothing in it depends on the dict order of a
+    run, an address or the wall clock but what the run measured."""
+    import itertools
+
+    from studykit import latency_bound, settings, space
+
+    from tftune.testing import FakeRunner
+    from tftune.tuner.study import run_study
+
+    def once(folder: Path) -> bytes:
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        ticks = itertools.count()
+        out = run_study(
+            space(),
+            FakeRunner(latency_bound),
+            settings(folder, n_trials=10, storage="study.journal"),
+            clock=lambda: float(next(ticks)),
+            sleep=lambda _s: None,
+        )
+        return write_json_atomic(outcome_json(out), folder / "tuning.json").read_bytes()
+
+    first, again = once(tmp_path / "a"), once(tmp_path / "b")
+    assert first == again
+    assert b'"examples_per_s"' in first and len(first) > 2000
