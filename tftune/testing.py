@@ -2,7 +2,7 @@
 
 `FakeRunner` honours the `tftune.tuner.study.Runner` contract as the real runner
 (`tftune.tuner.study.ScriptRunner`, the user's script in a child process) does, and
-`tests/tuner/test_runner_contract.py` checks both against it; but it runs nothing. What
+`tests/tuner/study/test_runner_contract.py` checks both against it; but it runs nothing. What
 each run measures comes from a function of the config, so a study over it is fast and
 deterministic::
 
