@@ -9,7 +9,7 @@ time of a window and that figure.
 over another stream: Keras ``fit``'s validation after an epoch, ``evaluate``, ``predict``
 in a callback, an eager validation loop. That time is not training: it is taken out from
 the other stream's iterator made (else its first request inside the gap) to the training
-stream's next iterator made (else its next request) (`Timeline.step_ns`). What stays is
+stream's next iterator made (else its next request) (`PassTimeline.step_ns`). What stays is
 training: the last step's own work before the pass and its iterator's teardown, the
 callbacks, making the next training iterator and the next element's wait, which holds a
 shuffle buffer's refill or a rebuilt iterator's start. A stream iterated concurrently from another
@@ -21,7 +21,7 @@ do not: a shuffle buffer filled behind an expensive map, a pipeline without ``ca
 restarting, an iterator rebuilt. That stall is training time and the knobs change it, but
 a window holds it or not by chance, which moved a trial's figure by the stall's size.
 `EpochCost` measures it over the run (the run's first step by its wait, a later epoch's
-by its whole step) and `Timeline.window` spreads it evenly over the epoch's steps, so a
+by its whole step) and `PassTimeline.window` spreads it evenly over the epoch's steps, so a
 window's figure is the whole epoch's rate wherever the window falls. An epoch's length is
 the steps between two starts once one has been seen, else tf.data's cardinality; where
 neither is known (an unknown or infinite cardinality and one epoch so far) nothing is
@@ -32,7 +32,7 @@ warm-up drains delivers faster than the pipeline produces. Once the buffer is dr
 consumer waits for nearly every element (an input-bound run); only then do deliveries
 count production. A window of such a run starts at its first dry step
 (`drained_prefix`), and a run whose first window never waited while its last mostly did
-drops the first (`Timeline` callers: `tuner.trial.measure`). A compute-bound run never
+drops the first (`PassTimeline` callers: `tuner.trial.measure`). A compute-bound run never
 waits and keeps its buffers full: nothing is trimmed.
 
 Pure Python: no TensorFlow here.
@@ -148,7 +148,7 @@ class WindowStats:
         return min(1.0, self.input_wait_s / self.duration_s) if self.duration_s > 0 else 0.0
 
 
-class Timeline:
+class PassTimeline:
     """A run's other-stream passes and epoch starts, to time its training steps."""
 
     def __init__(self) -> None:

@@ -209,7 +209,7 @@ def _embed_json(data_json: str) -> str:
     return f'<script type="application/json" id="tftune-data">{safe}</script>'
 
 
-class Ids:
+class ElementIds:
     """Deterministic element ids for copy targets."""
 
     def __init__(self) -> None:
@@ -220,7 +220,7 @@ class Ids:
         return f"{prefix}-{self.n}"
 
 
-def codebox(code: str, ids: Ids, *, diff: bool = False) -> str:
+def codebox(code: str, ids: ElementIds, *, diff: bool = False) -> str:
     target = ids.next("code")
     if diff:
         lines = []

@@ -16,7 +16,7 @@ from tftune.core.vocabulary import Band, stage_kind
 from tftune.reports import _svg
 from tftune.reports._page import (
     NOT_MEASURED,
-    Ids,
+    ElementIds,
     codebox,
     color_of,
     esc,
@@ -66,7 +66,7 @@ def render_analysis_html(
     """
     if not isinstance(model, AnalysisReport):
         model = build_analysis_model(model, generated_at=generated_at or timestamp_now())
-    ids = Ids()
+    ids = ElementIds()
     body = [
         _verdict_section(model),
         _stall_section(model, ids),
@@ -122,7 +122,7 @@ def _verdict_section(m: AnalysisReport) -> str:
     )
 
 
-def _stall_section(m: AnalysisReport, ids: Ids) -> str:
+def _stall_section(m: AnalysisReport, ids: ElementIds) -> str:
     """An epoch-start stall the step clock named: profiled steps never show it."""
     if m.epoch_stall is None:
         return ""
@@ -169,7 +169,7 @@ def _xprof_section(m: AnalysisReport) -> str:
     )
 
 
-def _bottleneck_section(m: AnalysisReport, ids: Ids) -> str:
+def _bottleneck_section(m: AnalysisReport, ids: ElementIds) -> str:
     if not m.bottlenecks:
         return (
             '<section id="bottlenecks"><h2>What to fix</h2><p class="sub">No input-pipeline '
@@ -184,7 +184,7 @@ def _bottleneck_section(m: AnalysisReport, ids: Ids) -> str:
     )
 
 
-def _moves_section(m: AnalysisReport, ids: Ids) -> str:
+def _moves_section(m: AnalysisReport, ids: ElementIds) -> str:
     """The next moves for the step, when the input pipeline is not the limit."""
     if not m.next_moves:
         return ""
@@ -201,7 +201,7 @@ def _moves_section(m: AnalysisReport, ids: Ids) -> str:
     )
 
 
-def _bottleneck_card(b: Bottleneck, ids: Ids) -> str:
+def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
     where = []
     if b.call_site:
         where.append(f"at <code>{esc(b.call_site)}</code>")

@@ -17,7 +17,7 @@ from tftune.core.vocabulary import TrialState, percent
 from tftune.reports import _svg
 from tftune.reports._page import (
     NOT_MEASURED,
-    Ids,
+    ElementIds,
     codebox,
     esc,
     fmt_pct,
@@ -46,7 +46,7 @@ def render_tuning_html(
     """
     if not isinstance(model, TuningReport):
         model = build_tuning_model(model, generated_at=generated_at or timestamp_now())
-    ids = Ids()
+    ids = ElementIds()
     body = [
         _tuning_hero(model),
         _instability_section(model),
@@ -210,7 +210,7 @@ def _comparison_section(m: TuningReport) -> str:
     )
 
 
-def _winner_section(m: TuningReport, ids: Ids) -> str:
+def _winner_section(m: TuningReport, ids: ElementIds) -> str:
     out = ['<section id="winner"><h2>The winning config</h2>']
     if _winner_changes_batch(m):  # the batch-size warning concerns this config
         out += [f'<div class="warn">{esc(w)}</div>' for w in m.warnings]

@@ -8,7 +8,7 @@ import pytest
 from tftune.probes.clock import StepRecord
 from tftune.probes.training_time import (
     EpochStart,
-    Timeline,
+    PassTimeline,
     TrainingTime,
     drained_prefix,
     dry_steps,
@@ -38,7 +38,7 @@ def test_a_validation_pass_between_steps_is_not_training_time() -> None:
     val = _steps(train[4].deliver_ns + 3 * MS, 20, 100, 100, stream=2)
     shift = 2_003 * MS
     after = [StepRecord(1, r.request_ns + shift, r.deliver_ns + shift, 8) for r in train[5:]]
-    timeline = Timeline()
+    timeline = PassTimeline()
     for r in val:
         timeline.other(r)
     stats = timeline.window(0, [*train[:5], *after])
@@ -62,7 +62,7 @@ def test_making_the_training_iterator_is_training_and_making_the_passs_is_not() 
     test = _steps(test_made + 150 * MS, 5, 20, 20, stream=2)
     train_made = test[-1].deliver_ns + 400 * MS
     first = StepRecord(1, train_made + 250 * MS, train_made + 251 * MS, 8)
-    timeline = Timeline()
+    timeline = PassTimeline()
     for r in test:
         timeline.other(r)
     timeline.epoch(EpochStart(2, test_made, 5))
@@ -72,7 +72,7 @@ def test_making_the_training_iterator_is_training_and_making_the_passs_is_not() 
     assert timeline.step_ns(last.deliver_ns, first) == 254 * MS
     # Without the iterators seen, the pass runs from its first request to the next one:
     # making the test iterator counts, making the training one does not.
-    plain = Timeline()
+    plain = PassTimeline()
     for r in test:
         plain.other(r)
     assert plain.step_ns(last.deliver_ns, first) == 3 * MS + 150 * MS + 1 * MS
@@ -81,7 +81,7 @@ def test_making_the_training_iterator_is_training_and_making_the_passs_is_not() 
 def test_the_same_window_without_other_streams_counts_the_whole_gap() -> None:
     train = _steps(0, 5, 10, 1)
     late = StepRecord(1, 2_050 * MS, 2_051 * MS, 8)
-    stats = Timeline().window(0, [*train, late])
+    stats = PassTimeline().window(0, [*train, late])
     assert stats is not None and stats.excluded_s == 0.0
     assert stats.duration_s == pytest.approx(2.051)
 
@@ -90,13 +90,13 @@ def test_another_stream_still_running_at_the_next_request_is_not_taken_out() -> 
     # A pass whose element is delivered after the next training request overlaps
     # training (another thread): nothing is taken out for it.
     train = _steps(0, 3, 10, 1)
-    timeline = Timeline()
+    timeline = PassTimeline()
     timeline.other(StepRecord(2, 21 * MS, 40 * MS, 1))
     assert timeline.excluded_ns(train[1].deliver_ns, train[2]) == 0
 
 
 def test_forgetting_a_stream_that_turned_out_to_train() -> None:
-    timeline = Timeline()
+    timeline = PassTimeline()
     timeline.other(StepRecord(2, 11 * MS, 12 * MS, 1))
     rec = StepRecord(1, 30 * MS, 31 * MS, 8)
     assert timeline.step_ns(10 * MS, rec) == 2 * MS
@@ -104,10 +104,12 @@ def test_forgetting_a_stream_that_turned_out_to_train() -> None:
     assert timeline.step_ns(10 * MS, rec) == 21 * MS
 
 
-def _epochs(n_epochs: int, per_epoch: int, stall_ms: float) -> tuple[Timeline, list[StepRecord]]:
+def _epochs(
+    n_epochs: int, per_epoch: int, stall_ms: float
+) -> tuple[PassTimeline, list[StepRecord]]:
     """Epochs of `per_epoch` 10-ms steps; each epoch's first element waits `stall_ms`
     more (a shuffle buffer's fill)."""
-    timeline, records, t = Timeline(), [], 0
+    timeline, records, t = PassTimeline(), [], 0
     for _ in range(n_epochs):
         timeline.epoch(EpochStart(1, t, per_epoch))
         for i in range(per_epoch):
@@ -147,7 +149,7 @@ def test_the_first_epoch_alone_is_measured_by_its_first_wait() -> None:
 
 
 def test_an_unknown_epoch_length_spreads_nothing() -> None:
-    timeline = Timeline()
+    timeline = PassTimeline()
     timeline.epoch(EpochStart(1, 0, -2))
     records = _steps(0, 30, 10, 1)
     cost = timeline.epoch_cost(1, records)
@@ -157,7 +159,7 @@ def test_an_unknown_epoch_length_spreads_nothing() -> None:
 
 
 def test_another_streams_epochs_are_not_the_training_streams() -> None:
-    timeline = Timeline()
+    timeline = PassTimeline()
     timeline.epoch(EpochStart(2, 0, 10))
     assert timeline.epoch_cost(1, _steps(0, 10, 10, 1)) is None
 
@@ -167,7 +169,7 @@ def test_a_drained_buffer_is_trimmed_from_an_input_bound_window() -> None:
     # for every element: production is one element per 10 ms.
     buffered = _steps(0, 10, 2, 0.01)
     dry = _steps(buffered[-1].deliver_ns, 30, 10, 8)
-    stats = Timeline().window(0, [*buffered, *dry])
+    stats = PassTimeline().window(0, [*buffered, *dry])
     assert stats is not None
     assert stats.drained_steps == 10
     assert stats.examples_per_s == pytest.approx(800.0)
@@ -175,7 +177,7 @@ def test_a_drained_buffer_is_trimmed_from_an_input_bound_window() -> None:
 
 def test_a_compute_bound_window_is_not_trimmed() -> None:
     steady = _steps(0, 30, 10, 0.01)
-    stats = Timeline().window(0, steady)
+    stats = PassTimeline().window(0, steady)
     assert stats is not None and stats.drained_steps == 0 and stats.dry_share == 0.0
 
 
@@ -190,7 +192,7 @@ def test_dry_steps_and_prefixes() -> None:
 
 
 def test_a_first_window_that_never_waited_before_an_input_bound_one_is_drained() -> None:
-    timeline = Timeline()
+    timeline = PassTimeline()
     first = timeline.window(0, _steps(0, 20, 2, 0.01))
     second = timeline.window(40 * MS, _steps(40 * MS, 20, 10, 8))
     assert first is not None and second is not None
@@ -215,7 +217,7 @@ def test_a_window_over_whole_epochs_reads_them_start_to_start() -> None:
     """Where a window holds an epoch's first step and the next one's, its figure is the
     whole epochs between them: however uneven the steps within an epoch (a buffer that
     fills slowly, then drains fast), nothing is trimmed nor spread."""
-    timeline, records = Timeline(), []
+    timeline, records = PassTimeline(), []
     t = 0
     for _ in range(4):
         timeline.epoch(EpochStart(1, t, 10))

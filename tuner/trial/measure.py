@@ -25,7 +25,7 @@ from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.service_sizing import CpuUsage
-from tftune.probes.training_time import Timeline, first_window_drained
+from tftune.probes.training_time import PassTimeline, first_window_drained
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import FailureKind, Measurement
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
@@ -92,7 +92,7 @@ class _Trial(Observer):
             step_timeout_s=spec.step_timeout_s,
         )
         self.events: list[ClockEvent] = []
-        self.timeline = Timeline()  # other passes and epoch starts (`probes.training_time`)
+        self.timeline = PassTimeline()  # other passes and epoch starts (`probes.training_time`)
         self.win = Windows(spec, self.timeline, on_report, self._settled, self._opened)
         self.sampler: NvmlSampler | NotMeasured | None = None
 

@@ -19,7 +19,7 @@ from typing import Literal
 
 from tftune.probes.callsites import newest_run_dir
 from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.training_time import Timeline, TrainingTime, write_clock_file
+from tftune.probes.training_time import PassTimeline, TrainingTime, write_clock_file
 from tftune.tuner.config import Config
 from tftune.tuner.trial.launch import (
     ChildRun,
@@ -93,7 +93,7 @@ class _ProfileWatch(Observer):
         # stream's steps, the other streams' passes, epoch starts and pipelines.
         self.main: int | None = None
         self.records: list[StepRecord] = []
-        self.timeline = Timeline()
+        self.timeline = PassTimeline()
 
     def launched(self, now: float) -> None:
         self.watch.start = now

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tftune.probes.clock import StepRecord, percentile
-from tftune.probes.training_time import EpochCost, Timeline, WindowStats
+from tftune.probes.training_time import EpochCost, PassTimeline, WindowStats
 from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
@@ -88,7 +88,7 @@ class Windows:
     def __init__(
         self,
         spec: MeasureSpec,
-        timeline: Timeline,
+        timeline: PassTimeline,
         on_report: ReportFn | None,
         settled: Callable[[float], bool],
         on_open: Callable[[], None],
