@@ -100,7 +100,7 @@ def list_runs(path: Path) -> tuple[RunInfo, ...]:
             )
         raise TraceError(
             f"{path}: no profiler runs found (expected plugins/profile/<run>/<host>{SUFFIX}; "
-            "capture one with `tftune profile train.py -o LOGDIR`)"
+            "capture one with `tftune profile train.py --logdir LOGDIR`)"
         )
     return tuple(sorted(with_files, key=lambda r: (r.name.split("/")[-1], r.name)))
 

@@ -206,8 +206,14 @@ def text_console(file: io.StringIO, width: int, color: bool) -> Console:
     )
 
 
+def plain_lines(text: str) -> str:
+    """`text` without the padding a console adds to fill its width (trailing spaces on
+    table, panel and code lines): what a pipe or a file gets."""
+    return "\n".join(line.rstrip() for line in text.split("\n"))
+
+
 def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
-    """The summary as text (ANSI-styled when `color`)."""
+    """The summary as text: ANSI-styled when `color` (a terminal), else plain lines."""
     buf = io.StringIO()
     console = text_console(buf, width, color)
     console.print(_header(data))
@@ -235,4 +241,4 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
     sizing = sizing_caption(data.get("service_sizing"))
     if sizing is not None:
         console.print(Text(sizing, style="bold"))
-    return buf.getvalue()
+    return buf.getvalue() if color else plain_lines(buf.getvalue())

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.reports._read import sizing_caption
-from tftune.reports.analysis_terminal import text_console
+from tftune.reports.analysis_terminal import plain_lines, text_console
 from tftune.reports.tuning_comparison import Measurement, comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences
 
@@ -251,8 +251,8 @@ def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
 
 
 def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
-    """The tuning JSON as text (ANSI-styled when `color`): each trial's status line, the
-    winner starred, then the table with its caption."""
+    """The tuning JSON as text (ANSI-styled when `color`, else plain lines): each trial's
+    status line, the winner starred, then the table with its caption."""
     buf = io.StringIO()
     console = text_console(buf, width, color)
     best = (data.get("best") or {}).get("trial")
@@ -260,4 +260,4 @@ def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> st
         line = trial_line(record, best if isinstance(best, int) else None)
         console.print(line, markup=False, highlight=False)
     console.print(render_table(data))
-    return buf.getvalue()
+    return buf.getvalue() if color else plain_lines(buf.getvalue())

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from tftune.core.errors import Terminated
 
@@ -62,6 +62,35 @@ class ProgressView:
         self.progress.stop()
 
 
+class _PlainLines:
+    """A text stream for rich: on a terminal it passes through; elsewhere (a pipe, a
+    file, a CI log) each line loses the padding rich adds to fill its width."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self.pending = stream, ""
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def write(self, text: str) -> int:
+        if self.stream.isatty():
+            return self.stream.write(text)
+        *whole, self.pending = (self.pending + text).split("\n")
+        for line in whole:
+            self.stream.write(line.rstrip() + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
 def _invocation() -> list[str] | None:
     """The command line as typed, for the reproducibility record; None when the command
     was invoked in-process (e.g. a test's CliRunner), where sys.argv is someone else's."""
@@ -71,11 +100,19 @@ def _invocation() -> list[str] | None:
     return None
 
 
-def run_optimize_command(script: str, script_args: list[str], options: OptimizeOptions) -> None:
-    """Runs `tftune.optimize` with the options the command built, showing progress."""
+def run_optimize_command(
+    script: str, script_args: list[str], options: OptimizeOptions, words: TextIO | None
+) -> None:
+    """Runs `tftune.optimize` with the options the command built, showing progress and
+    the summary on `words` (None: --quiet; standard error where a document takes
+    standard output). Off a terminal the lines are plain: no colour, no padding."""
+    import io
+
     from rich.console import Console
 
-    console = Console(stderr=False, highlight=False)
+    quiet = words is None
+    target = words if words is not None else io.StringIO()
+    console = Console(file=cast(TextIO, _PlainLines(target)), highlight=False, quiet=quiet)
     view = ProgressView(console)
     with _sigterm_as_interrupt():
         _run(script, script_args, options, console, view)

@@ -8,16 +8,17 @@ and works without TensorFlow.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 
 from tftune import __version__
 from tftune._data_service_cli import data_service
 from tftune.core.errors import Terminated, UserError
-from tftune.core.userfiles import write_text_atomic
+from tftune.core.userfiles import STDOUT, check_writable, write_output
 
 
 class _Group(click.Group):
@@ -34,6 +35,27 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("tftune: interrupted", err=True)
             sys.exit(130)
+
+
+def use_color(stream: TextIO) -> bool:
+    """ANSI colour only on a terminal, and never under NO_COLOR (no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def human_stream(quiet: bool, *outputs: object) -> TextIO | None:
+    """Where a command's words go: nowhere under --quiet, standard error when one of its
+    documents takes standard output (`-`), else standard output."""
+    if quiet:
+        return None
+    return sys.stderr if any(str(o) == STDOUT for o in outputs if o is not None) else sys.stdout
+
+
+def say(stream: TextIO | None, text: str) -> None:
+    if stream is not None:
+        click.echo(text, file=stream)
+
+
+QUIET = click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,9 +94,10 @@ _STEP_TIMEOUT_HELP = (
 @click.option(
     "--config", "config_path", metavar="FILE", help="Config JSON [none: the script as written]."
 )
+@QUIET
 @click.argument("script")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
-def run(config_path: str | None, script: str, script_args: tuple[str, ...]) -> None:
+def run(config_path: str | None, quiet: bool, script: str, script_args: tuple[str, ...]) -> None:
     """Run SCRIPT with a tuned config applied: it just trains, faster.
 
     \b
@@ -89,7 +112,7 @@ def run(config_path: str | None, script: str, script_args: tuple[str, ...]) -> N
     config = load_config(config_path) if config_path else Config()
     check_script(script)
     diffs = environment_differences(config.meta)
-    if diffs and config_path:
+    if diffs and config_path and not quiet:
         click.echo(f"tftune: {mismatch_warning(config_path, diffs)}", err=True)
     sys.exit(run_script(script, script_args, config))
 
@@ -111,13 +134,14 @@ def _step_range(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     help="Profile steps START (inclusive) to STOP (exclusive).",
 )
 @click.option(
-    "-o",
     "--logdir",
     default="tftune-profile",
     show_default=True,
     metavar="DIR",
     help="TensorBoard log directory to write the trace to.",
 )
+@click.option("-o", "old_logdir", hidden=True, help="Deprecated: --logdir.")
+@QUIET
 @click.option(
     "--config",
     "config_path",
@@ -134,6 +158,8 @@ def profile(
     script: str,
     steps: tuple[int, int],
     logdir: str,
+    old_logdir: str | None,
+    quiet: bool,
     config_path: str | None,
     timeout: float | None,
     step_timeout: float | None,
@@ -142,12 +168,17 @@ def profile(
     """Capture a TensorBoard profile of SCRIPT, unmodified, with step markers.
 
     \b
-    tftune profile train.py --steps 20:40 -o logdir/ -- --epochs 1
+    tftune profile train.py --steps 20:40 --logdir logdir/ -- --epochs 1
     then: tftune analyze logdir/
     """
     from tftune.core.errors import ScriptError
     from tftune.tuner.config import load_config
     from tftune.tuner.trial import profile_script
+
+    if old_logdir is not None:  # -o is a file everywhere else
+        click.echo("tftune: profile's -o is deprecated: use --logdir", err=True)
+        logdir = old_logdir
+    words = human_stream(quiet)
 
     config = load_config(config_path) if config_path else None
     result = profile_script(
@@ -164,17 +195,18 @@ def profile(
         raise ScriptError(f"{script}: no profile captured: {result.reason}")
     first, last = result.steps or (steps[0], steps[1] - 1)
     ended = " (the script ended first)" if last < steps[1] - 1 else ""
-    click.echo(f"profile of training steps {first}-{last}{ended} written to {result.logdir}")
+    say(words, f"profile of training steps {first}-{last}{ended} written to {result.logdir}")
     for seen in result.streams:
-        click.echo(f"  {seen.role}: the dataset {seen.where()} ({seen.elements:,} elements)")
+        say(words, f"  {seen.role}: the dataset {seen.where()} ({seen.elements:,} elements)")
     stall = result.training.stall if result.training is not None else None
     if stall is not None:
-        click.echo(f"step clock: {stall.sentence()}")
-    click.echo(f"next: tftune analyze {logdir}")
+        say(words, f"step clock: {stall.sentence()}")
+    say(words, f"next: tftune analyze {logdir}")
     # TensorFlow no longer installs TensorBoard; XProf's server comes with tftune.
-    click.echo(
+    say(
+        words,
         f"view it in TensorBoard's Profile tab: tensorboard --logdir {logdir} "
-        f"(pip install tensorboard), or in XProf: xprof server --logdir {logdir}"
+        f"(pip install tensorboard), or in XProf: xprof server --logdir {logdir}",
     )
 
 
@@ -219,7 +251,12 @@ def profile(
     type=click.Path(dir_okay=False),
     help="Where to write the winning config.",
 )
-@click.option("--json", "json_file", type=click.Path(dir_okay=False), help="Tuning JSON.")
+@click.option(
+    "--json",
+    "json_file",
+    type=click.Path(dir_okay=False),
+    help="Tuning JSON (- for standard output).",
+)
 @click.option(
     "-o",
     "--output",
@@ -266,7 +303,8 @@ def profile(
     help="Pin each concurrent trial to its own K CPUs.",
 )
 @click.option("--data-service", help="Also search a tf.data service cut (grpc://HOST:PORT).")
-def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
+@QUIET
+def optimize(script: str, script_args: tuple[str, ...], quiet: bool, **opts: Any) -> None:
     """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
 
     Arguments after `--` go to the script: tftune optimize train.py -- --epochs 1
@@ -275,7 +313,9 @@ def optimize(script: str, script_args: tuple[str, ...], **opts: Any) -> None:
     from tftune.tuner.options import OptimizeOptions
 
     # The options' destinations are OptimizeOptions' field names: built once, here.
-    run_optimize_command(script, list(script_args), OptimizeOptions(**opts))
+    options = OptimizeOptions(**opts)
+    words = human_stream(quiet, options.json_file, options.html_file)
+    run_optimize_command(script, list(script_args), options, words)
 
 
 main.add_command(data_service)
@@ -284,8 +324,17 @@ main.add_command(data_service)
 @main.command("status")
 @click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal].")
 @click.option("--study-name", help="The study [the storage's only study].")
-@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(storage: str | None, study_name: str | None, as_json: bool) -> None:
+@click.option(
+    "--json",
+    "json_out",
+    is_flag=False,
+    flag_value=STDOUT,
+    type=click.Path(dir_okay=False),
+    metavar="[FILE]",
+    help="Write the status as JSON to FILE (- or no FILE: standard output).",
+)
+@QUIET
+def status(storage: str | None, study_name: str | None, json_out: str | None, quiet: bool) -> None:
     """Progress, running trials and the best result of a study, across all its workers.
 
     \b
@@ -296,8 +345,12 @@ def status(storage: str | None, study_name: str | None, as_json: bool) -> None:
 
     from tftune.tuner.status import render_status, study_status
 
+    if json_out is not None:
+        check_writable(json_out, "--json")
     s = study_status(storage, study_name)
-    click.echo(json.dumps(s.to_json(), indent=2) if as_json else render_status(s))
+    if json_out is not None:
+        write_output(json_out, json.dumps(s.to_json(), indent=2) + "\n")
+    say(human_stream(quiet, json_out), render_status(s))
 
 
 # ----------------------------------------------------------------------------- files
@@ -326,20 +379,34 @@ def read_json_file(path: Path) -> Any:
     "-o",
     "--output",
     type=click.Path(path_type=Path),
-    help="Where to write the HTML (default: next to the JSON, as <name>.html).",
+    help="Where to write the HTML, - for standard output (default: next to the JSON, as "
+    "<name>.html).",
 )
-def report(json_file: Path, output: Path | None) -> None:
+@QUIET
+def report(json_file: Path, output: Path | None, quiet: bool) -> None:
     """Render the HTML report of a saved analysis or tuning JSON.
 
     Needs neither the trace nor TensorFlow. The kind of report is read from the JSON.
     """
     from tftune.reports import render_report_json
 
+    target = output if output is not None else json_file.with_suffix(".html")
+    check_writable(target, "-o")
+    if json_file.is_dir():
+        raise UserError(
+            f"{json_file}: is a directory, expected a saved analysis or tuning JSON (for a "
+            f"profiler logdir: tftune analyze {json_file} -o report.html)"
+        )
+    if json_file.name.endswith((".pb", ".pb.gz")):
+        raise UserError(
+            f"{json_file}: a profiler trace, not a saved JSON: run tftune analyze "
+            f"{json_file} -o report.html (tftune report renders an analysis or tuning JSON)"
+        )
     data = read_json_file(json_file)
     html = render_report_json(data, generated_at=generated_at(), source=json_file.name)
-    target = output if output is not None else json_file.with_suffix(".html")
-    write_text_atomic(target, html)
-    click.echo(str(target))
+    write_output(target, html)
+    if str(target) != STDOUT:
+        say(human_stream(quiet), str(target))
 
 
 @main.command("analyze")
@@ -348,9 +415,18 @@ def report(json_file: Path, output: Path | None) -> None:
 @click.option("--host", help="Host to analyze (default: the one with the most tf.data work).")
 @click.option("--list", "list_runs", is_flag=True, help="List the runs and hosts, then exit.")
 @click.option(
-    "--json", "json_out", type=click.Path(path_type=Path), help="Write the analysis JSON here."
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path),
+    help="Write the analysis JSON here (- for standard output).",
 )
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the HTML report here.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Write the HTML report here (- for standard output).",
+)
+@QUIET
 @click.option(
     "--xprof",
     is_flag=True,
@@ -364,6 +440,7 @@ def analyze(
     list_runs: bool,
     json_out: Path | None,
     output: Path | None,
+    quiet: bool,
     xprof: bool,
 ) -> None:
     """Name the input-pipeline bottleneck in a profiler LOGDIR, and the fix."""
@@ -374,6 +451,11 @@ def analyze(
     from tftune.probes.locate import list_runs as find_runs
     from tftune.reports.analysis_terminal import render
 
+    if json_out is not None and output is not None and str(json_out) == str(output) == STDOUT:
+        raise UserError("--json - and -o -: only one of them can go to standard output")
+    for path, flag in ((json_out, "--json"), (output, "-o")):
+        if path is not None:  # fail now, not after the analysis
+            check_writable(path, flag)
     if list_runs:
         for info in find_runs(logdir):
             click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {info.path}")
@@ -381,14 +463,18 @@ def analyze(
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
         return
     data = run_analysis(logdir, run=run_name, host=host, xprof=xprof).to_json()
-    width = min(shutil.get_terminal_size((100, 24)).columns, 140)
-    click.echo(render(data, width=width, color=sys.stdout.isatty()), nl=False)
+    words = human_stream(quiet, json_out, output)
+    if words is not None:
+        width = min(shutil.get_terminal_size((100, 24)).columns, 140)
+        click.echo(render(data, width=width, color=use_color(words)), nl=False, file=words)
     if json_out is not None:
-        write_text_atomic(json_out, json.dumps(data, indent=1) + "\n")
-        click.echo(f"analysis JSON: {json_out}")
+        write_output(json_out, json.dumps(data, indent=1) + "\n")
+        if str(json_out) != STDOUT:
+            say(words, f"analysis JSON: {json_out}")
     if output is not None:
         from tftune.reports import render_report_json
 
         html = render_report_json(data, generated_at=generated_at(), source=str(logdir))
-        write_text_atomic(output, html)
-        click.echo(f"report: {output}")
+        write_output(output, html)
+        if str(output) != STDOUT:
+            say(words, f"report: {output}")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.userfiles import check_writable
 from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
@@ -42,7 +43,7 @@ def check_inputs(script: str | os.PathLike[str], options: OptimizeOptions) -> Pa
     open_storage(options.storage)  # fail fast on an unreachable URL, before any trial runs
     for out_path, flag in options.outputs():
         if out_path is not None:  # fail now, not after the whole study
-            check_writable(out_path, flag)
+            check_writable(out_path, flag, ConfigError)
     return path
 
 
@@ -68,19 +69,6 @@ def gpu_visible() -> bool:
         return False
     reader.close()
     return True
-
-
-def check_writable(path: str | os.PathLike[str], flag: str) -> None:
-    """`ConfigError` unless a file can be written at `path` (its folder exists and is
-    writable, and it is not a folder itself)."""
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise ConfigError(f"{flag} {path}: is a directory, expected a file name")
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path}: cannot write: no such directory {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise ConfigError(f"{flag} {path}: cannot write: permission denied")
 
 
 ModelHalf = tuple[float | None, str | None]  # the model alone: examples/s, or why not

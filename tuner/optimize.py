@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
-from tftune.core.userfiles import write_text_atomic
+from tftune.core.userfiles import write_output
 from tftune.probes.environment import Environment, collect
 from tftune.tuner.before_study import (
     GUIDE_PROFILE_STEPS,
@@ -37,7 +37,6 @@ from tftune.tuner.before_study import (
     build_search_space,
     check_inputs,
     check_search_options,
-    check_writable,
     discover_training,
     gpu_visible,
     guided_hint,
@@ -77,7 +76,6 @@ __all__ = [
     "OptimizeOptions",
     "OptimizeResult",
     "TrialCallback",
-    "check_writable",
     "default_study_name",
     "discover_training",
     "gpu_visible",
@@ -415,4 +413,5 @@ def _write_html(
     """The HTML tuning report, where the caller gave a renderer."""
     if html_file is None or render_html is None:
         return None
-    return write_text_atomic(html_file, str(render_html(report)), ConfigError)
+    write_output(html_file, str(render_html(report)), ConfigError)
+    return Path(html_file)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
-from tftune.core.userfiles import write_text_atomic
+from tftune.core.userfiles import write_output
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.breakeven import BreakEven
@@ -114,8 +114,9 @@ def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
 
 
 def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """Write JSON atomically (see `tftune.core.userfiles`)."""
-    return write_text_atomic(path, json.dumps(data, indent=2) + "\n", ConfigError)
+    """Write JSON atomically (see `tftune.core.userfiles`); `-` is standard output."""
+    write_output(path, json.dumps(data, indent=2) + "\n", ConfigError)
+    return Path(path)
 
 
 @dataclass(frozen=True, slots=True)

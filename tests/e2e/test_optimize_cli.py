@@ -141,7 +141,7 @@ def _built_options(
     import tftune._optimize_cli as optimize_cli
 
     seen: list[tuple[str, list[str], OptimizeOptions]] = []
-    monkeypatch.setattr(optimize_cli, "run_optimize_command", lambda *a: seen.append(a))
+    monkeypatch.setattr(optimize_cli, "run_optimize_command", lambda *a: seen.append(a[:3]))
     result = CliRunner().invoke(cli.main, argv)
     assert result.exit_code == 0, result.output
     (built,) = seen

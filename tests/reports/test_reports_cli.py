@@ -78,7 +78,7 @@ def test_existing_output_is_replaced_whole(saved: Path, tmp_path: Path) -> None:
         ('{"schema": 1, "hello": 2}', "not a tftune analysis or tuning JSON"),
         ("[1, 2]", "expected a JSON object"),
         ('{"schema": 1, "bottlenecks": [], "breakdown": {}}', "field 'steps' is missing"),
-        (b"\xff\xfe{", "cannot read"),
+        (b"\xff\xfe{", "not a JSON file"),
     ],
 )
 def test_bad_input_is_one_line_exit_1(

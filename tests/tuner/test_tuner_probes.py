@@ -17,7 +17,7 @@ from tftune.probes.clock import (
     spread,
 )
 from tftune.probes.nvml import GpuFigures, GpuSample, NotMeasured, NvmlSampler, NvmlUnavailable
-from tftune.probes.training_time import Timeline
+from tftune.probes.training_time import PassTimeline
 
 MS = 1_000_000
 
@@ -52,7 +52,7 @@ def test_window_stats_step_aligned() -> None:
     recs = [
         StepRecord(1, start + i * 10 * MS + 6 * MS, start + (i + 1) * 10 * MS, 8) for i in range(4)
     ]
-    timeline = Timeline()
+    timeline = PassTimeline()
     stats = timeline.window(start, recs)
     assert stats is not None
     assert stats.duration_s == pytest.approx(0.040)

@@ -372,7 +372,7 @@ def _status_cli(*args: str) -> tuple[int, str]:
     from tftune import cli
 
     r = CliRunner().invoke(cli.main, ["status", *args])
-    return r.exit_code, r.output
+    return r.exit_code, r.stdout if r.exit_code == 0 else r.output
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
@@ -408,9 +408,12 @@ def test_status_reads_progress_running_and_best(kind: str, tmp_path: Path, reque
 
     code, out = _status_cli("--storage", storage, "--study-name", name, "--json")
     assert code == 0, out
-    data = json.loads(out)
+    data = json.loads(out)  # standard output holds the document alone
     assert data["trials"]["running"] == 1 and data["best"]["number"] == s.best.number
     assert data["running"][0]["since"] is not None
+    saved = tmp_path / "status.json"
+    code, out = _status_cli("--storage", storage, "--study-name", name, "--json", str(saved), "-q")
+    assert code == 0 and out == "" and json.loads(saved.read_text())["trials"] == data["trials"]
     finished = [t for t in study.get_trials() if t.state.is_finished()]
     assert {t.user_attrs[WORKER_ATTR]["pid"] for t in finished} == {os.getpid()}
     running.set_user_attr(WORKER_ATTR, this_worker())
