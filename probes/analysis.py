@@ -8,8 +8,8 @@ analyzed host's file sit beside tftune's (`probes.xprof_check`, the JSON's optio
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,28 @@ class Analysis:
     recommendations: tuple[Recommendation, ...] = ()
     moves: tuple[NextMove, ...] = ()
     service_sizing: dict[str, Any] | None = None
+    # What draws it in a notebook cell (`tftune.analyze` hands it in: probes/ may not
+    # import reports/); None: the cell shows `__repr__`.
+    inline: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
+
+    def __repr__(self) -> str:
+        """One line: the run, the verdict, the top bottleneck and the step time."""
+        f = self.findings
+        share = self.input_share
+        wait = "input wait not measured" if share is None else f"{share:.0%} waiting for input"
+        bound = f.verdict.input_bound
+        verdict = "no verdict" if bound is None else ("" if bound else "not ") + "input-bound"
+        top = f.bottlenecks[0] if f.bottlenecks else None
+        where = top.call_site or top.stage if top is not None else None
+        top_words = f"; top: {top.category} ({top.share:.0%})" if top is not None else ""
+        top_words += f" at {where}" if where else ""
+        step = self.steps.summary().get("mean_ms")
+        step_words = f"; {step:,.1f} ms/step" if isinstance(step, (int, float)) else ""
+        text = f"<tftune Analysis {self.run.name}: {verdict}, {wait}"
+        return (text + top_words + step_words)[:290] + ">"
+
+    def _repr_html_(self) -> str | None:
+        return self.inline(self.to_json()) if self.inline is not None else None
 
     @property
     def input_share(self) -> float | None:

@@ -3,7 +3,8 @@
 The public API lives here; the command line is `tftune.cli` (which nothing imports).
 Nothing heavy is imported at package import: each function imports what it needs, and
 the exported types (`Analysis`, `OptimizeOptions`, `OptimizeResult`, `Config`,
-`UserError`) are imported on first use (`__getattr__`).
+`UserError`) are imported on first use (`__getattr__`). `dir(tftune)` lists the public
+API only.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ __all__ = [
     "analyze",
     "apply",
     "optimize",
+    "report",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public API only: what `dir(tftune)` and a notebook's completion offer.
+    return sorted(__all__)
 
 
 def analyze(
@@ -57,9 +64,24 @@ def analyze(
     Raises `tftune.core.errors.TraceError` (a `UserError`) on unreadable input.
     Does not import TensorFlow.
     """
+    from dataclasses import replace
+
+    from tftune._notebook import inline
     from tftune.probes.analysis import analyze as _analyze
 
-    return _analyze(Path(path), run=run, host=host, tool_version=__version__, xprof=xprof)
+    found = _analyze(Path(path), run=run, host=host, tool_version=__version__, xprof=xprof)
+    return replace(found, inline=inline)
+
+
+def report(obj: object, path: str | os.PathLike[str] | None = None) -> str | Path:
+    """The self-contained HTML report of an `Analysis`, an `OptimizeResult`, a JSON
+    mapping or the path of a saved analysis or tuning JSON: returned as text, or
+    written to `path` (atomically; ``"-"`` is standard output) and its path returned.
+    In a notebook, an `Analysis` or `OptimizeResult` as a cell's last line shows this
+    report inline. Does not import TensorFlow."""
+    from tftune._notebook import report as _report
+
+    return _report(obj, path)
 
 
 def apply(config: str | os.PathLike[str] | Config) -> None:
@@ -119,7 +141,10 @@ def optimize(
         from tftune.reports.tuning_html import render_tuning_html
 
         render_html = render_tuning_html
+    from tftune._notebook import inline
+
     hooks = OptimizeHooks(
+        inline=inline,
         on_trial=on_trial,
         on_start=on_start,
         on_note=on_note,

@@ -22,9 +22,9 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +102,30 @@ class OptimizeResult:
     diff: str
     snippet: str
     report: dict[str, Any]
+    # What draws it in a notebook cell (`tftune.optimize` hands it in: the tuner may not
+    # import reports/); None: the cell shows `__repr__`.
+    inline: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
 
     @property
     def best_config(self) -> Config:
         return self.outcome.best_config
+
+    def __repr__(self) -> str:
+        """One line: the winner, its rate and speed-up over the script as written, and
+        where its config is."""
+        best, speedup = self.report.get("best") or {}, None
+        if isinstance(best, Mapping):
+            speedup = best.get("speedup_vs_as_written")
+        o = self.outcome
+        rate = f", {o.best.examples_per_s:,.1f} ex/s" if o.best.examples_per_s else ""
+        gain = f", {speedup:.2f}x the script as written" if speedup else ""
+        return (
+            f"<tftune OptimizeResult: winner trial {o.best.number} ({o.best.role.value}){rate}"
+            f"{gain}; {len(o.records)} trials; config {self.best_file}>"
+        )
+
+    def _repr_html_(self) -> str | None:
+        return self.inline(self.report) if self.inline is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +141,7 @@ class OptimizeHooks:
     on_start: Callable[[int, int], None] | None = None
     on_note: Callable[[str], None] | None = None
     render_html: HtmlRenderer | None = None
+    inline: Callable[[Mapping[str, Any]], str] | None = None  # `OptimizeResult.inline`
     invocation: Sequence[str] | None = None
     runner: Runner | None = None
     environment: Callable[[], Environment] | None = None
@@ -174,6 +195,7 @@ def optimize(
         won.diff,
         won.snippet,
         report,
+        inline=h.inline,
     )
 
 
