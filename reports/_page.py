@@ -65,7 +65,10 @@ body { margin:0; background:var(--bg); color:var(--ink);
 main { max-width:1100px; margin:0 auto; padding:20px 24px 40px; }
 header.top { display:flex; justify-content:space-between; align-items:baseline;
   color:var(--muted); font-size:12px; margin-bottom:10px; }
+header.top h1 { font-size:12px; font-weight:normal; margin:0; }
 header.top b { color:var(--ink); font-size:14px; letter-spacing:.02em; }
+caption.sr { position:absolute; width:1px; height:1px; overflow:hidden;
+  clip:rect(0 0 0 0); white-space:nowrap; }
 section { background:var(--card); border:1px solid var(--line); border-radius:10px;
   padding:18px 22px; margin:14px 0; }
 h2 { font-size:17px; margin:0 0 4px; }
@@ -268,7 +271,7 @@ def page(title: str, body: str, data_json: str, generated_at: str, source: str) 
         '<meta name="generator" content="tftune">'
         '<link rel="icon" href="data:,">'
         f"<title>{esc(title)}</title><style>{_CSS}</style></head><body><main>"
-        f'<header class="top"><span><b>tftune</b> · {esc(title)}</span>'
+        f'<header class="top"><h1><b>tftune</b> · {esc(title)}</h1>'
         f"<span>{esc(source)} · generated {esc(generated_at)}</span></header>"
         f"{body}"
         "<footer>Self-contained report: no network access. The data behind it is embedded "

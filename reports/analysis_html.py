@@ -41,6 +41,7 @@ from tftune.reports.analysis_model import (
     Timeline,
     build_analysis_model,
 )
+from tftune.reports.words import device_label, evidence_label, lane_label
 
 MAX_STEP_COLUMNS = 240  # beyond this the per-step chart shows evenly spaced steps
 # Timeline event classes: what a reader needs to tell apart at a glance.
@@ -102,7 +103,7 @@ def _verdict_section(m: AnalysisReport) -> str:
             f"p50 {esc(fmt_ms(m.steps.p50_ms))} · p90 {esc(fmt_ms(m.steps.p90_ms))}",
         ),
         stat("Steps", f"{m.steps.count:,}", esc(m.run.step_detection or NOT_MEASURED)),
-        stat("Device", or_nm(m.run.device or "", unknown=m.run.device is None)),
+        stat("Device", or_nm(device_label(m.run.device) or "", unknown=m.run.device is None)),
     ]
     if m.bottlenecks:
         top = m.bottlenecks[0]
@@ -161,7 +162,8 @@ def _xprof_section(m: AnalysisReport) -> str:
         '<section id="xprof"><h2>Cross-check with XProf</h2>'
         '<p class="sub">XProf\'s input-pipeline analyzer read the same trace: its step time '
         "and the share of it spent waiting for input, beside tftune's.</p>"
-        '<table><thead><tr><th>read by</th><th class="num">mean step</th>'
+        '<table><caption class="sr">Step time and input wait, by tftune and by XProf</caption>'
+        '<thead><tr><th>read by</th><th class="num">mean step</th>'
         '<th class="num">waiting for input</th></tr></thead><tbody>'
         f"{row('XProf', x.steptime_ms, x.input_share)}"
         f"{row('tftune', x.tftune_steptime_ms, x.tftune_input_share)}"
@@ -219,7 +221,8 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
     evidence = ""
     if b.evidence:
         rows = "".join(
-            f"<dt>{esc(k)}</dt><dd>{nm() if v is None else esc(_value(v))}</dd>"
+            f'<dt title="{esc(k)}">{esc(evidence_label(k))}</dt>'
+            f"<dd>{nm() if v is None else esc(_value(v))}</dd>"
             for k, v in b.evidence
         )
         opened = " open" if b.rank == 1 else ""
@@ -369,7 +372,8 @@ def _stages_section(m: AnalysisReport) -> str:
         '<section id="stages"><h2>tf.data pipeline</h2>'
         '<p class="sub">The iterator tree as it ran (after TensorFlow\'s graph rewrites), with '
         "each stage's own time and the values AUTOTUNE chose.</p>"
-        '<table><thead><tr><th>stage</th><th class="num">self time</th>'
+        '<table><caption class="sr">The tf.data stages, their own time and tuned values</caption>'
+        '<thead><tr><th>stage</th><th class="num">self time</th>'
         '<th class="num">per call</th><th class="num">calls</th><th>AUTOTUNE chose</th>'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}</section>"
     )
@@ -408,7 +412,7 @@ def _timeline_section(m: AnalysisReport) -> str:
             used.add(cls)
             events.append((ev.start_ms, ev.duration_ms, ev.name, _EVENT_CLASSES[cls][0]))
         note = f"{tr.dropped:,} short events not shown" if tr.dropped else ""
-        lanes.append(_svg.Lane(tr.name, tr.kind, tuple(events), note))
+        lanes.append(_svg.Lane(lane_label(tr.name), tr.kind, tuple(events), note))
     markers = [
         (r.start_ms, f"step {r.step}")
         for r in m.per_step
@@ -447,7 +451,7 @@ def _run_section(m: AnalysisReport) -> str:
         row("TensorFlow", r.tf_version),
         row("hosts", ", ".join(r.hosts) if r.hosts else None),
         row("devices", ", ".join(r.devices) if r.devices else None),
-        row("device kind", r.device),
+        row("device kind", device_label(r.device)),
         row("CPU cores", str(r.cores) if r.cores is not None else None),
         row("step detection", r.step_detection),
         row("profile run", r.run),

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from tftune.core.vocabulary import Band, category_label, percent, stage_kind, stage_short_name
 from tftune.reports._read import epoch_stall_of, sizing_caption
+from tftune.reports.words import device_label
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
 MAX_BOTTLENECKS = 5
@@ -45,7 +46,7 @@ def _header(d: Mapping[str, Any]) -> Text:
     t = Text()
     t.append("tftune analyze", style="bold")
     t.append(f"  run {d.get('run')}  host {d.get('host') or ','.join(d.get('hosts', []))}")
-    t.append(f"  {d.get('device')}")
+    t.append(f"  {device_label(d.get('device'))}")
     if steps.get("count"):
         t.append(f"\n{steps['count']} steps ({det}), mean {_ms(steps.get('mean_ms'))} ms, ")
         t.append(f"p90 {_ms(steps.get('p90_ms'))} ms")

@@ -34,6 +34,7 @@ from tftune.reports._page import (
 )
 from tftune.reports._read import timestamp_now
 from tftune.reports.tuning_model import Trial, TuningReport, build_tuning_model
+from tftune.reports.words import device_label
 
 
 def render_tuning_html(
@@ -203,7 +204,8 @@ def _comparison_section(m: TuningReport) -> str:
         '<section id="comparison"><h2>As written, AUTOTUNE, tuned</h2>'
         '<p class="sub">Each measured in this run, on this machine. Spread is '
         "(max − min) / median over the repeats: speed-ups smaller than it are noise.</p>"
-        f'<table><thead><tr><th>configuration</th><th class="num">examples/s</th>'
+        '<table><caption class="sr">Each configuration measured, and its speed-up</caption>'
+        f'<thead><tr><th>configuration</th><th class="num">examples/s</th>'
         f'<th class="num">utilization{esc(kind)}</th><th class="num">spread</th>'
         f'<th class="num">speed-up vs as written</th></tr></thead><tbody>{"".join(rows)}'
         "</tbody></table></section>"
@@ -227,7 +229,8 @@ def _winner_section(m: TuningReport, ids: ElementIds) -> str:
             for c in m.config
         )
         out.append(
-            '<table><thead><tr><th>call site</th><th>knob</th><th class="num">value</th></tr>'
+            '<table><caption class="sr">The winning value of each knob, by call site</caption>'
+            '<thead><tr><th>call site</th><th>knob</th><th class="num">value</th></tr>'
             f"</thead><tbody>{rows}</tbody></table>"
         )
     else:
@@ -262,7 +265,8 @@ def _space_section(m: TuningReport) -> str:
             for k in m.knobs
         )
         out.append(
-            "<table><thead><tr><th>knob</th><th>choices</th><th>why</th></tr></thead>"
+            '<table><caption class="sr">The knobs searched, their choices and why</caption>'
+            "<thead><tr><th>knob</th><th>choices</th><th>why</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>"
         )
     if m.fixed:
@@ -407,7 +411,8 @@ def _failures_section(m: TuningReport) -> str:
     )
     if bad:
         table = (
-            '<table><thead><tr><th class="num">trial</th><th>state</th><th>reason</th>'
+            '<table><caption class="sr">Failed and pruned trials, and why</caption>'
+            '<thead><tr><th class="num">trial</th><th>state</th><th>reason</th>'
             f"<th>config</th></tr></thead><tbody>{rows}</tbody></table>"
         )
     else:
@@ -425,7 +430,8 @@ def _failures_section(m: TuningReport) -> str:
         else ""
     )
     all_table = (
-        f"<details><summary>All trials{esc(more)}</summary><table><thead><tr>"
+        f"<details><summary>All trials{esc(more)}</summary><table>"
+        '<caption class="sr">Every trial, its state, rate and config</caption><thead><tr>'
         '<th class="num">trial</th><th>state</th><th class="num">examples/s</th>'
         f'<th class="num">utilization</th><th>config</th></tr></thead><tbody>{every}</tbody>'
         "</table></details>"
@@ -441,7 +447,7 @@ def _tuning_run_section(m: TuningReport) -> str:
         row("script", m.script),
         row("objective", m.objective),
         row("utilization from", m.utilization_kind),
-        row("device", m.device),
+        row("device", device_label(m.device)),
         row(
             "pipeline alone",
             fmt_rate(m.ceiling_pipeline) if m.ceiling_pipeline is not None else None,

@@ -353,3 +353,25 @@ def test_device_to_device_is_a_category_like_any_other() -> None:
 def test_the_verdict_is_styled_and_named_by_its_band(name: str, level: str, badge: str) -> None:
     head = f'<section class="verdict {level}" id="verdict"><span class="level">{badge}</span>'
     assert head in analysis(load(name))
+
+
+def test_each_page_reads_as_words_with_one_heading_and_captioned_tables() -> None:
+    """One <h1>; a caption on every table; evidence keys, device kinds and trace lanes
+    in words (the keys stay in the JSON and in a title)."""
+    import re
+
+    from repo_paths import TESTS
+
+    pages = sorted((TESTS / "golden").glob("*/report.html"))
+    assert len(pages) >= 6
+    for path in pages:
+        page = path.read_text()
+        assert page.count("<h1") == 1, path
+        assert page.count("<table") == page.count("<caption"), path
+        shown = re.sub(r'title="[^"]*"', "", page.split('id="tftune-data"')[0])
+        for raw in ("udf_concurrency", "stage_self_ms", "top_ops_ms", "CPU_ONLY"):
+            assert f">{raw}<" not in shown and f"> {raw}<" not in shown, (path, raw)
+        assert "tf_data_private_threadpool/" not in shown, path
+    pyfunc = (TESTS / "golden" / "analysis_cpu_pyfunc" / "report.html").read_text()
+    assert "Python calls at once" in pyfunc and "CPU only" in pyfunc
+    assert "tf.data thread pool (thread 5)" in pyfunc
