@@ -210,3 +210,16 @@ def _summary(console: Any, result: OptimizeResult) -> None:
     for path in (result.json_file, result.html_file):
         if path is not None:
             console.print(f"wrote {path}")
+    console.print(f"every trial in a browser: {dashboard_command(o.storage)}", soft_wrap=True)
+
+
+def dashboard_command(storage: str) -> str:
+    """The optuna-dashboard command for a study's storage (a journal file or a URL), with
+    how to get it where the extra is not installed."""
+    import importlib.util
+    import shlex
+
+    command = f"optuna-dashboard {shlex.quote(storage)}"
+    if importlib.util.find_spec("optuna_dashboard") is None:
+        command += "  (pip install 'tftune[dashboard]')"
+    return command
