@@ -39,6 +39,7 @@ __all__ = [
     "__version__",
     "analyze",
     "apply",
+    "keras",
     "optimize",
     "report",
 ]
@@ -174,6 +175,10 @@ def __getattr__(name: str) -> object:
         from tftune.tuner.config import Config
 
         return Config
+    if name == "keras":  # tftune.keras.Profile: imports Keras, so only when asked for
+        import importlib
+
+        return importlib.import_module("tftune.keras")
     if name == "UserError":
         from tftune.core.errors import UserError
 

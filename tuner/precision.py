@@ -8,7 +8,7 @@ output layer: ``Dense(..., dtype="float32")`` (or a final float32 ``Activation``
 
 `check_output_layer(model)` inspects a built Keras model (duck-typed: nothing is imported
 here) and returns a finding when an output is 16-bit. The child bootstrap runs it at the
-start of ``fit`` (tuner.child.keras); the finding travels to the parent as a trial note
+start of ``fit`` (tuner.child.keras_fit); the finding travels to the parent as a trial note
 starting with `FINDING_PREFIX`, and `tftune optimize` then recommends mixed precision
 only together with the float32 output layer.
 """

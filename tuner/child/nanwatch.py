@@ -1,6 +1,6 @@
 """Child side: tell when a custom training loop diverged, from its weights.
 
-Keras ``fit`` reports its loss to a callback (tuner/child/keras.py); a custom loop has no
+Keras ``fit`` reports its loss to a callback (tuner/child/keras_fit.py); a custom loop has no
 such place. `_WeightWatch` watches a few of the variables each Keras optimizer trains
 (registered by the optimizer hook) and the clock's thread checks them every
 `WEIGHT_CHECK_S` (tuner/child/step_clock.py).

@@ -18,7 +18,7 @@ What is patched:
   clock (tuner/child/step_clock.py, tuner/child/distribute.py).
 - ``keras.Model.fit``: a callback that reports a NaN/inf loss; the global mixed precision
   policy is set when Keras loads, before the script can build a model
-  (tuner/child/keras.py).
+  (tuner/child/keras_fit.py).
 - When measuring: what tells training apart (tuner/child/roles.py).
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 from tftune.tuner.child.datasets import _DATASET_METHODS
 from tftune.tuner.child.distribute import DistributePatches
 from tftune.tuner.child.imports import _PostImportHook
-from tftune.tuner.child.keras import KerasPatches
+from tftune.tuner.child.keras_fit import KerasPatches
 from tftune.tuner.child.roles import is_trainable_float
 from tftune.tuner.child.screen_drain import SCREEN_META_KEY, record_methods
 from tftune.tuner.config import Config
