@@ -9,7 +9,7 @@ analyzed host's file sit beside tftune's (`probes.xprof_check`, the JSON's optio
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from tftune.probes.locate import locate
 from tftune.probes.loop_work import find_loop_work
 from tftune.probes.next_moves import NextMove, StepFacts, moves_from, step_facts
 from tftune.probes.recommendations import Recommendation
+from tftune.probes.remote import fetched, is_url
 from tftune.probes.service_sizing import trace_sizing_json
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
@@ -65,6 +66,10 @@ class Analysis:
     # What draws it in a notebook cell (`tftune.analyze` hands it in: probes/ may not
     # import reports/); None: the cell shows `__repr__`.
     inline: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
+    # The URL of a logdir in object storage, analyzed from a local copy (`probes.remote`),
+    # and each copied file's URL by its name: the JSON names them, not the copy.
+    origin: str | None = None
+    origin_files: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:
         """One line: the run, the verdict, the top bottleneck and the step time."""
@@ -84,6 +89,11 @@ class Analysis:
 
     def _repr_html_(self) -> str | None:
         return self.inline(self.to_json()) if self.inline is not None else None
+
+    def _where(self, p: Path) -> str:
+        """`p` as the JSON names it: for a copy of a logdir in object storage, the URL
+        the file was copied from."""
+        return dict(self.origin_files).get(p.name, str(p)) if self.origin else str(p)
 
     @property
     def input_share(self) -> float | None:
@@ -123,13 +133,13 @@ class Analysis:
             "host": self.host.host,
             "device": self.device,
             "source": {
-                "logdir": str(self.logdir.resolve()),
+                "logdir": self.origin or str(self.logdir.resolve()),
                 "files": [
-                    {"host": h.host, "path": str(h.path), "bytes": h.size_bytes}
+                    {"host": h.host, "path": self._where(h.path), "bytes": h.size_bytes}
                     for h in self.run.hosts
                 ],
                 "skipped": [
-                    {"host": s.host, "path": str(s.path), "reason": s.reason}
+                    {"host": s.host, "path": self._where(s.path), "reason": s.reason}
                     for s in self.run.skipped
                 ],
             },
@@ -381,7 +391,12 @@ def analyze(
     xprof: bool = False,
 ) -> Analysis:
     """Analyze the newest run under `path` (or `run`), optionally one `host` only;
-    `xprof`: put XProf's own step time and input share beside tftune's."""
+    `xprof`: put XProf's own step time and input share beside tftune's. `path` may be a
+    URL (``gs://``, ``s3://``, any fsspec one: `probes.remote`)."""
+    if is_url(path):
+        with fetched(str(path), run, host) as (local, urls):
+            found = analyze(local, None, host, tool_version, xprof)
+        return replace(found, origin=str(path), origin_files=urls)
     p = Path(path)
     info = locate(p, run=run, host=host)
     loaded = load_run(info.name, info.path, [(h.host, h.path) for h in info.hosts])

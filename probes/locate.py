@@ -107,14 +107,19 @@ def list_runs(path: Path) -> tuple[RunInfo, ...]:
 
 def locate(path: Path, run: str | None = None, host: str | None = None) -> RunInfo:
     """The run to analyze (newest by default), narrowed to one host if asked."""
-    runs = list_runs(path)
+    return choose(list_runs(path), run, host, str(path))
+
+
+def choose(runs: tuple[RunInfo, ...], run: str | None, host: str | None, where: str) -> RunInfo:
+    """Of `runs` (oldest first, found at `where`), the newest or the one named `run`,
+    narrowed to `host` if asked: for a local logdir and one in object storage alike."""
     if run is None:
         chosen = runs[-1]
     else:
         matches = [r for r in runs if r.name == run or r.name.split("/")[-1] == run]
         if not matches:
             names = ", ".join(r.name for r in runs)
-            raise TraceError(f"{path}: no run named {run!r} (runs: {names})")
+            raise TraceError(f"{where}: no run named {run!r} (runs: {names})")
         chosen = matches[-1]
     if host is None:
         return chosen

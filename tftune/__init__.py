@@ -57,6 +57,8 @@ def analyze(
     xprof: bool = False,
 ) -> Analysis:
     """Analyze a profiler logdir (or run folder, or `.xplane.pb`): the newest run by default.
+    A logdir in object storage is a URL (``gs://``, ``s3://``, any fsspec one; the
+    ``remote`` extra).
 
     Returns a frozen `Analysis`; `analysis.to_json()` is the documented JSON contract.
     `xprof=True` also runs XProf's own input-pipeline analyzer on the analyzed host's
@@ -70,7 +72,8 @@ def analyze(
     from tftune._notebook import inline
     from tftune.probes.analysis import analyze as _analyze
 
-    found = _analyze(Path(path), run=run, host=host, tool_version=__version__, xprof=xprof)
+    where = path if isinstance(path, str) and "://" in path else Path(path)
+    found = _analyze(where, run=run, host=host, tool_version=__version__, xprof=xprof)
     return replace(found, inline=inline)
 
 

@@ -374,7 +374,7 @@ def read_json_file(path: Path) -> Any:
 
 
 @main.command("report")
-@click.argument("json_file", type=click.Path(path_type=Path, dir_okay=True))
+@click.argument("source")
 @click.option(
     "-o",
     "--output",
@@ -383,26 +383,29 @@ def read_json_file(path: Path) -> Any:
     "<name>.html).",
 )
 @QUIET
-def report(json_file: Path, output: Path | None, quiet: bool) -> None:
-    """Render the HTML report of a saved analysis or tuning JSON.
+def report(source: str, output: Path | None, quiet: bool) -> None:
+    """Render the HTML report of a saved analysis or tuning JSON (a path or a URL).
 
     Needs neither the trace nor TensorFlow. The kind of report is read from the JSON.
     """
+    from tftune.probes.remote import is_url, read_json_url
     from tftune.reports import render_report_json
 
+    remote = is_url(source)
+    json_file = Path(source.rsplit("/", 1)[-1] if remote else source)
     target = output if output is not None else json_file.with_suffix(".html")
     check_writable(target, "-o")
-    if json_file.is_dir():
+    if not remote and json_file.is_dir():
         raise UserError(
             f"{json_file}: is a directory, expected a saved analysis or tuning JSON (for a "
             f"profiler logdir: tftune analyze {json_file} -o report.html)"
         )
     if json_file.name.endswith((".pb", ".pb.gz")):
         raise UserError(
-            f"{json_file}: a profiler trace, not a saved JSON: run tftune analyze "
-            f"{json_file} -o report.html (tftune report renders an analysis or tuning JSON)"
+            f"{source}: a profiler trace, not a saved JSON: run tftune analyze "
+            f"{source} -o report.html (tftune report renders an analysis or tuning JSON)"
         )
-    data = read_json_file(json_file)
+    data = read_json_url(source) if remote else read_json_file(json_file)
     html = render_report_json(data, generated_at=generated_at(), source=json_file.name)
     write_output(target, html)
     if str(target) != STDOUT:
@@ -410,7 +413,7 @@ def report(json_file: Path, output: Path | None, quiet: bool) -> None:
 
 
 @main.command("analyze")
-@click.argument("logdir", type=click.Path(path_type=Path))
+@click.argument("logdir")
 @click.option("--run", "run_name", help="Run to analyze (default: the newest).")
 @click.option("--host", help="Host to analyze (default: the one with the most tf.data work).")
 @click.option("--list", "list_runs", is_flag=True, help="List the runs and hosts, then exit.")
@@ -434,7 +437,7 @@ def report(json_file: Path, output: Path | None, quiet: bool) -> None:
     "beside tftune's.",
 )
 def analyze(
-    logdir: Path,
+    logdir: str,
     run_name: str | None,
     host: str | None,
     list_runs: bool,
@@ -457,7 +460,10 @@ def analyze(
         if path is not None:  # fail now, not after the analysis
             check_writable(path, flag)
     if list_runs:
-        for info in find_runs(logdir):
+        from tftune.probes.remote import is_url
+        from tftune.probes.remote import list_runs as remote_runs
+
+        for info in remote_runs(logdir)[1] if is_url(logdir) else find_runs(Path(logdir)):
             click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {info.path}")
             for h in info.hosts:
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
