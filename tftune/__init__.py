@@ -157,7 +157,21 @@ def optimize(
         runner=runner,
         environment=environment,
     )
-    return _optimize(script, args, chosen, hooks)
+    if chosen.tensorboard is not None:  # fail now, not after the study
+        import importlib.util
+
+        from tftune.core.errors import ConfigError
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError(
+                f"--tensorboard {chosen.tensorboard}: needs TensorBoard: pip install tensorboard"
+            )
+    result = _optimize(script, args, chosen, hooks)
+    if chosen.tensorboard is not None:
+        from tftune.reports.hparams import write_hparams
+
+        write_hparams(result.report, chosen.tensorboard)
+    return result
 
 
 def __getattr__(name: str) -> object:

@@ -303,6 +303,11 @@ def profile(
     help="Pin each concurrent trial to its own K CPUs.",
 )
 @click.option("--data-service", help="Also search a tf.data service cut (grpc://HOST:PORT).")
+@click.option(
+    "--tensorboard",
+    metavar="LOGDIR",
+    help="Also write every trial to TensorBoard's HParams dashboard under LOGDIR.",
+)
 @QUIET
 def optimize(script: str, script_args: tuple[str, ...], quiet: bool, **opts: Any) -> None:
     """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.

@@ -93,6 +93,8 @@ class OptimizeOptions:
     repeats: int | None = field(default=None, metadata=_cli("--repeats", _CHANGED))
     # --json: where the tuning JSON is written (None: not written)
     json_file: PathOption = field(default=None, metadata=_cli("--json", _CHANGED))
+    # --tensorboard: a logdir for TensorBoard's HParams dashboard, a run per trial
+    tensorboard: PathOption = field(default=None, metadata=_cli("--tensorboard"))
     # --data-service: also search a tf.data service cut at this dispatcher
     data_service: str | None = field(default=None, metadata=_cli("--data-service", _CHANGED))
     # --seed: the TPE sampler's seed
