@@ -17,7 +17,7 @@ from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import record_json, tuning_json
+from tftune.tuner.tuning_doc import RunFacts, record_json, tuning_json
 
 MAP = "train.py:10"
 BATCH = "train.py:11"
@@ -50,20 +50,30 @@ def settings(tmp_path: Path, **kw: object) -> StudySettings:
     return StudySettings(**base)  # type: ignore[arg-type]
 
 
-def outcome_json(out: StudyOutcome, ceiling: Ceiling | None = None) -> dict[str, Any]:
-    """`out`'s tuning JSON as written to the file (the terminal's renderers read it)."""
-    space_ = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
+def outcome_json(
+    out: StudyOutcome,
+    ceiling: Ceiling | None = None,
+    *,
+    script: str = "t.py",
+    searched: SearchSpace | None = None,
+    run: RunFacts | None = None,
+) -> dict[str, Any]:
+    """`out`'s tuning JSON as written to the file (the terminal's renderers read it):
+    `script` tuned over `searched` (a one-map space by default), with what the whole run
+    adds (`run`)."""
+    one_map = [CallSite(f"{script}:3", "map", (), SiteConfig(), None, 1)]
     data = tuning_json(
-        script="t.py",
+        script=script,
         outcome=out,
-        space=space_,
+        space=searched or build_space(one_map, cores=2),
         ceiling=ceiling,
         device="CPU_ONLY",
         config_file="tftune-best.json",
-        command="tftune run --config tftune-best.json t.py",
+        command=f"tftune run --config tftune-best.json {script}",
         diff="",
         snippet="",
         seed=0,
+        run=run,
     )
     loaded: dict[str, Any] = json.loads(json.dumps(data))
     return loaded

@@ -13,7 +13,15 @@ import pytest
 from repo_paths import FIXTURES
 from rich.console import Console
 from stderr_samples import GLIBC_ABORT, TF_NOISE
-from studykit import SITES, latency_bound, render_table, settings, space, trial_line
+from studykit import (
+    SITES,
+    latency_bound,
+    outcome_json,
+    render_table,
+    settings,
+    space,
+    trial_line,
+)
 
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
@@ -32,7 +40,6 @@ from tftune.tuner.study import (
     run_study,
 )
 from tftune.tuner.study.records import CRASH_ATTR, DEAD_AFTER, STDERR_TAIL_ATTR, dead_values
-from tftune.tuner.tuning_doc import tuning_json
 
 # What the runner keeps of a crashed run: up to 200 lines, the crash at the end.
 LONG_TAIL = "".join(f"step {i}: loss 0.{i:03d}\n" for i in range(180)) + GLIBC_ABORT
@@ -72,19 +79,7 @@ def _bf16() -> SearchSpace:
 
 
 def _json(out: StudyOutcome, sp: SearchSpace) -> dict[str, Any]:
-    data = tuning_json(
-        script="train.py",
-        outcome=out,
-        space=sp,
-        ceiling=None,
-        device="CPU_ONLY",
-        config_file="tftune-best.json",
-        command="tftune run --config tftune-best.json train.py",
-        diff="",
-        snippet="",
-        seed=0,
-    )
-    return json.loads(json.dumps(data))  # as written to the file
+    return outcome_json(out, script="train.py", searched=sp)  # as written to the file
 
 
 def _stored(tmp_path: Path) -> list[Any]:

@@ -316,21 +316,7 @@ def test_what_the_whole_run_adds_is_part_of_the_one_document() -> None:
         advice="keep the output layer in float32",
         requires="Dense(..., dtype='float32')",
     )
-    plain = outcome_json(out)
-    space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
-    data = tuning_json(
-        script="t.py",
-        outcome=out,
-        space=space,
-        ceiling=None,
-        device="CPU_ONLY",
-        config_file="tftune-best.json",
-        command="tftune run --config tftune-best.json t.py",
-        diff="",
-        snippet="",
-        seed=0,
-        run=run,
-    )
+    plain, data = outcome_json(out), outcome_json(out, run=run)
     assert plain["wall_s"] == 12.0 and data["wall_s"] == 61.23
     assert data["break_even"]["tuning_s"] == 61.23
     assert data["break_even"]["tuned_examples_per_s"] == 4000.0

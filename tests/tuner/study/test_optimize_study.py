@@ -146,9 +146,7 @@ def test_a_search_best_that_repeats_a_baseline_is_judged_by_its_re_measure() -> 
 def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     """The search's best was a fluke; re-measured beside the others, AUTOTUNE everywhere
     (a real 2x) wins, and the table and JSON show the final round's figures."""
-    from studykit import table_rows
-
-    from tftune.tuner.tuning_doc import tuning_json
+    from studykit import outcome_json, table_rows
 
     first_seen: dict[str, int] = {}
 
@@ -178,18 +176,7 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     rows = {r[0]: r for r in table_rows(out)}
     assert rows["tuned"][1] == "2,000.0" and rows["tuned"][4] == "2.00x"
     assert rows["AUTOTUNE everywhere"][1] == "2,000.0"
-    data = tuning_json(
-        script="t.py",
-        outcome=out,
-        space=space(),
-        ceiling=None,
-        device="CPU_ONLY",
-        config_file="b.json",
-        command="c",
-        diff="",
-        snippet="",
-        seed=0,
-    )
+    data = outcome_json(out, searched=space())
     assert data["best"]["confirmed"]["examples_per_s"] == 2000.0
     assert data["best"]["speedup_vs_as_written"] == 2.0
     assert data["baselines"]["as_written"]["confirmed"]["examples_per_s"] == 1000.0
