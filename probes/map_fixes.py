@@ -149,25 +149,32 @@ def _map_evidence(st: Stage, cores: int | None) -> dict[str, Any]:
 
 
 def _threadpool_rec(
-    st: Stage, share: float, cores: int | None, category: str, ev: dict[str, Any]
+    st: Stage,
+    share: float,
+    cores: int | None,
+    category: str,
+    ev: dict[str, Any],
+    waits: str | None = None,
 ) -> Recommendation:
-    """A map that waits (storage, network): more calls in flight than AUTOTUNE allows."""
+    """More calls in flight than AUTOTUNE allows, for a map that waits (storage, network):
+    `waits` None where the trace shows it waits, else why it might."""
     pool = st.knob("threadpool_size")
     target = max(32, 4 * (pool or cores or 1))
+    summary = (
+        f"The map waits on storage/network, not CPU: raise the private threadpool together "
+        f"with num_parallel_calls (AUTOTUNE stops at the threadpool size, {pool}); e.g. "
+        f"{target} calls in flight"
+    )
     return Recommendation(
         kind=THREADPOOL,
         change=Change(ChangeKind.THREADPOOL, target),
-        summary=(
-            f"The map waits on storage/network, not CPU: raise the private threadpool "
-            f"together with num_parallel_calls (AUTOTUNE stops at the threadpool size, "
-            f"{pool}); e.g. {target} calls in flight"
-        ),
+        summary=summary if waits is None else waits,
         code=(
             f"options = tf.data.Options()\n"
             f"options.threading.private_threadpool_size = {target}\n"
             f"ds = ds.map(fn, num_parallel_calls={target}).with_options(options)"
         ),
-        gain=share * 0.9,
+        gain=share * (0.9 if waits is None else 0.4),
         category=category,
         stage=st.name,
         evidence=ev,
@@ -205,7 +212,6 @@ def _python_recs(
     flight, in case it waits."""
     st = w.stage
     par = st.knob("parallelism")
-    pool = st.knob("threadpool_size")
     recs: list[Recommendation] = []
     recs.append(
         Recommendation(
@@ -223,27 +229,12 @@ def _python_recs(
         )
     )
     if st.capped_by is not None and w.latency_bound is None:
-        target = max(32, 4 * (pool or cores or 1))
-        recs.append(
-            Recommendation(
-                kind=THREADPOOL,
-                change=Change(ChangeKind.THREADPOOL, target),
-                summary=(
-                    f"If this function waits on storage or the network, its parallelism is "
-                    f"stuck at the {st.capped_by.replace('_', ' ')} ({par}): raise the "
-                    "private threadpool together with num_parallel_calls"
-                ),
-                code=(
-                    f"options = tf.data.Options()\n"
-                    f"options.threading.private_threadpool_size = {target}\n"
-                    f"ds = ds.map(fn, num_parallel_calls={target}).with_options(options)"
-                ),
-                gain=share * 0.4,
-                category=category,
-                stage=st.name,
-                evidence=ev,
-            )
+        waits = (
+            f"If this function waits on storage or the network, its parallelism is stuck at "
+            f"the {st.capped_by.replace('_', ' ')} ({par}): raise the private threadpool "
+            "together with num_parallel_calls"
         )
+        recs.append(_threadpool_rec(st, share, cores, category, ev, waits))
     if one_at_a_time(st):
         recs.append(
             Recommendation(
