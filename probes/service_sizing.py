@@ -109,7 +109,7 @@ class ServiceSizing:
         cost = (
             f"the pipeline delivers {self.per_core_rate:,.1f} {u}/s per busy core and needs "
             f"{self.cores_needed:,.1f} cores; this host peaks near {self.host_best_rate:,.1f} "
-            f"{u}/s (tf.data service: docs/cluster.md)"
+            f"{u}/s (a tf.data service on more hosts: tftune data-service)"
         )
         if self.saturated:
             return f"one host is not enough: {need}: {cost}"

@@ -372,6 +372,8 @@ def test_each_page_reads_as_words_with_one_heading_and_captioned_tables() -> Non
         for raw in ("udf_concurrency", "stage_self_ms", "top_ops_ms", "CPU_ONLY"):
             assert f">{raw}<" not in shown and f"> {raw}<" not in shown, (path, raw)
         assert "tf_data_private_threadpool/" not in shown, path
+        # A self-contained page names no docs file it cannot link to.
+        assert not re.search(r"docs/\w+\.md", shown), path
     pyfunc = (TESTS / "golden" / "analysis_cpu_pyfunc" / "report.html").read_text()
     assert "Python calls at once" in pyfunc and "CPU only" in pyfunc
     assert "tf.data thread pool (thread 5)" in pyfunc
