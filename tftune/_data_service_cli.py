@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -63,7 +64,8 @@ DEFAULT_PORT = 5050
     type=click.FloatRange(min=0.1),
     help="Seconds after which the dispatcher drops a silent worker [TensorFlow's default].",
 )
-def data_service(**opts: Any) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Print only the ready line.")
+def data_service(quiet: bool, **opts: Any) -> None:
     """Run a tf.data service dispatcher and/or workers until SIGTERM or Ctrl-C.
 
     \b
@@ -82,19 +84,20 @@ def data_service(**opts: Any) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    servers = _start(opts)
-    click.echo(READY)
+    servers = _start(opts, (lambda _line: None) if quiet else click.echo)
+    click.echo(READY)  # what scripts wait for: said even under --quiet
     sys.stdout.flush()
     while not stop.wait(0.5):
         pass
     for server in reversed(servers):  # workers first, then the dispatcher
         with contextlib.suppress(Exception):
             server._stop()
-    click.echo("tftune data-service: stopped")
+    if not quiet:
+        click.echo("tftune data-service: stopped")
 
 
-def _start(opts: dict[str, Any]) -> list[Any]:
-    """The servers, started, each announced on one line."""
+def _start(opts: dict[str, Any], say: Callable[[str], None]) -> list[Any]:
+    """The servers, started, each announced on one line (`say`)."""
     import tensorflow as tf
 
     from tftune.tuner.service import check_address
@@ -115,9 +118,9 @@ def _start(opts: dict[str, Any]) -> list[Any]:
         port = int(dispatcher.target.rsplit(":", 1)[1])
         host = opts["host"] or socket.gethostname()
         address = address or f"grpc://localhost:{port}"
-        click.echo(f"tftune data-service: dispatcher grpc://{host}:{port}")
+        say(f"tftune data-service: dispatcher grpc://{host}:{port}")
         if opts["work_dir"]:
-            click.echo(f"tftune data-service: fault tolerant, journal in {opts['work_dir']}")
+            say(f"tftune data-service: fault tolerant, journal in {opts['work_dir']}")
     count = opts["workers"] if opts["workers"] is not None else (0 if opts["dispatcher"] else 1)
     assert address is not None
     for i in range(count):
@@ -131,5 +134,5 @@ def _start(opts: dict[str, Any]) -> list[Any]:
             )
         )
         servers.append(worker)
-        click.echo(f"tftune data-service: worker {host}:{worker._address.rsplit(':', 1)[1]}")
+        say(f"tftune data-service: worker {host}:{worker._address.rsplit(':', 1)[1]}")
     return servers

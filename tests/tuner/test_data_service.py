@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from repo_paths import FIXTURES, ROOT
 
+from tftune._data_service_cli import READY
 from tftune.probes.service_sizing import (
     CpuMeter,
     CpuUsage,
@@ -121,8 +122,10 @@ def service() -> Iterator[str]:
         procs.append(disp)
         address = next(ln.split()[-1] for ln in lines if "dispatcher grpc://" in ln)
         address = check_address(address.replace("grpc://localhost", "grpc://127.0.0.1"))
-        for _ in range(2):
-            procs.append(_start(["--dispatcher-address", address])[0])
+        procs.append(_start(["--dispatcher-address", address])[0])
+        quiet, said = _start(["--dispatcher-address", address, "-q"])
+        procs.append(quiet)
+        assert said == [READY], said  # --quiet: only the line scripts wait for
         yield address
     finally:
         for p in procs:  # all at once: each takes a moment to stop its servers
