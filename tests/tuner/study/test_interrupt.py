@@ -244,7 +244,7 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
     marks.mkdir()
     journal = str(tmp_path / "s.journal")
     cmd = [
-        sys.executable, "-m", "tftune", "optimize", str(script), "--trials", "6",
+        sys.executable, "-m", "tftune", "optimize", str(script), "--trials", "10",
         "--window", "0.5", "--repeats", "1", "--no-bounds", "--no-guided",
         "--storage", journal, "--study-name", "t", "--json", "t.json", "--", str(marks),
     ]  # fmt: skip
@@ -287,7 +287,7 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
         assert second.returncode == 130, (out[-2000:], err[-2000:])
         assert "Traceback" not in out + err
         (resume,) = [line for line in out.splitlines() if "tftune optimize" in line]
-        assert f"--storage {journal} --study-name t --trials 6" in resume
+        assert f"--storage {journal} --study-name t --trials 10" in resume
         assert resume.strip().endswith(f"--no-guided -- {marks}")
         assert _no_survivors(marks) == []
         study = _load(journal)
@@ -312,7 +312,7 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
         assert roles.count(Role.AS_WRITTEN.value) == 1
         counted = [t for t in study.trials if t.state.is_finished()]
         counted = [t for t in counted if not t.user_attrs.get(INTERRUPTED_ATTR)]
-        assert len(counted) == 6
+        assert len(counted) == 10
         assert study.best_value >= best_before
         assert _no_survivors(marks) == []
     finally:
