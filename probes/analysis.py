@@ -59,7 +59,8 @@ class Analysis:
     # them beside the trace: an epoch-start stall that steady profiled steps never show.
     training: TrainingTime | None = None
     # Worked out once, when the analysis is made (`analyze_run`), so that `to_json` only
-    # writes: the fixes, one per idea; the next moves for the step; the service sizing.
+    # writes: the fixes, one per idea; the next moves for the step (`_moves`; `tftune
+    # optimize` reads them from its guided profile, `step_advice`); the service sizing.
     recommendations: tuple[Recommendation, ...] = ()
     moves: tuple[NextMove, ...] = ()
     service_sizing: dict[str, Any] | None = None
@@ -183,13 +184,6 @@ class Analysis:
             out["xprof"] = self.xprof.to_json()
         out["service_sizing"] = self.service_sizing
         return out
-
-
-def next_moves(analysis: Analysis) -> tuple[NextMove, ...]:
-    """What would speed up the step when the input pipeline is not the limit, best first
-    (`_moves`); `tftune optimize` reads them (`step_advice`) from its guided profile
-    before spending trials."""
-    return analysis.moves
 
 
 def _moves(findings: Findings, facts: StepFacts | None, bd: Breakdown) -> tuple[NextMove, ...]:

@@ -24,7 +24,7 @@ step, the rest Python and dispatch around them, and no `__inference_` call at al
 
 Each move's `score` estimates the fraction of step time it could save, for ranking only.
 No move is offered for an input-bound run (its first move is the pipeline). Pure: no
-TensorFlow; `probes.analysis.next_moves(analysis)` is the entry point for the tuner.
+TensorFlow; `Analysis.moves` holds them for an analysis; the tuner reads them from its JSON.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from tftune.core.errors import TraceError
 from tftune.probes.callsites import SITES_FILE
@@ -32,7 +32,7 @@ EXTRA = "pip install 'tftune[remote]'"
 SIDECARS = (SITES_FILE, CLOCK_FILE)
 
 
-def is_url(path: object) -> bool:
+def is_url(path: object) -> TypeGuard[str]:
     return isinstance(path, str) and URL_RE.match(path) is not None
 
 

@@ -71,8 +71,9 @@ def analyze(
 
     from tftune._notebook import inline
     from tftune.probes.analysis import analyze as _analyze
+    from tftune.probes.remote import is_url
 
-    where = path if isinstance(path, str) and "://" in path else Path(path)
+    where = path if is_url(path) else Path(path)
     found = _analyze(where, run=run, host=host, tool_version=__version__, xprof=xprof)
     return replace(found, inline=inline)
 

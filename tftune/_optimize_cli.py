@@ -16,6 +16,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from tftune.core.errors import Terminated
+from tftune.core.userfiles import STDOUT
 
 if TYPE_CHECKING:
     from tftune.tuner.optimize import OptimizeResult
@@ -208,7 +209,7 @@ def _summary(console: Any, result: OptimizeResult) -> None:
     console.print(f"config written to {result.best_file}; train with it:", style="bold")
     console.print(f"  {result.command}", markup=False, highlight=False)
     for path in (result.json_file, result.html_file):
-        if path is not None:
+        if path is not None and str(path) != STDOUT:  # `-` went to standard output
             console.print(f"wrote {path}")
     console.print(f"every trial in a browser: {dashboard_command(o.storage)}", soft_wrap=True)
 

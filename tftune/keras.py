@@ -115,7 +115,7 @@ class Profile(keras.callbacks.Callback):  # type: ignore[misc]
             self._say(f"tftune: top fix: {fixes[0]['summary']}")
         if self.report:
             run_dir = Path(self.analysis.run.path)
-            self.report_path = tftune.report(self.analysis, run_dir / REPORT_FILE)  # type: ignore[assignment]
+            self.report_path = Path(tftune.report(self.analysis, run_dir / REPORT_FILE))
             self._say(f"tftune: report {self.report_path}")
 
     def _say(self, line: str) -> None:

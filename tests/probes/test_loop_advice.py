@@ -16,7 +16,7 @@ import tracegen_loops  # noqa: F401  (registers the cases)
 from repo_paths import FIXTURES
 
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
-from tftune.probes.analysis import Analysis, analyze, next_moves, step_advice
+from tftune.probes.analysis import Analysis, analyze, step_advice
 from tftune.probes.findings import dedupe, find, verdict
 from tftune.probes.loop_work import LoopWork
 from tftune.probes.next_moves import StepFacts
@@ -185,7 +185,7 @@ def test_an_eager_step_is_told_to_compile(trace_case) -> None:  # type: ignore[n
     kinds = [r.kind for r in dedupe(a.findings.recommendations)]
     assert kinds.count("precision") == 1 and kinds.index("compile") < kinds.index("precision")
     shown = {r.kind for r in a.findings.recommendations}
-    assert not {m.kind for m in next_moves(a)} & (shown | {"xla"})
+    assert not {m.kind for m in a.moves} & (shown | {"xla"})
     data = a.to_json()
     assert data["recommendations"][0]["kind"] == "compile"
     text = _flat(render(data, width=120))

@@ -11,7 +11,7 @@ from typing import Any
 import tracegen_real  # noqa: F401  (registers the cases)
 
 from tftune.core.vocabulary import TRAINING_LOOP
-from tftune.probes.analysis import Analysis, analyze, next_moves
+from tftune.probes.analysis import Analysis, analyze
 from tftune.probes.callsites import RecordedSite, write_sites
 from tftune.probes.findings import NOT_THE_LIMIT
 from tftune.probes.locate import locate
@@ -85,7 +85,7 @@ def test_python_work_in_the_training_loop_is_its_own_finding(trace_case, tmp_pat
     assert (
         rec.code.index(".map(") < rec.code.index(".prefetch(") and "train_step(batch)" in rec.code
     )
-    assert next_moves(a) == ()  # the loop is the limit, not the step
+    assert a.moves == ()  # the loop is the limit, not the step
     data = a.to_json()
     assert data["bottlenecks"][0]["category"] == TRAINING_LOOP and data["next_moves"] == []
     sites = [RecordedSite("train.py:20", "batch"), RecordedSite("train.py:20", "prefetch")]
@@ -106,7 +106,7 @@ def test_compute_bound_keras_steps_get_ranked_next_moves(trace_case) -> None:  #
     fix = top.recommendation
     assert fix is not None and fix.kind == "xla" and "jit_compile=True" in fix.code
     assert a.findings.recommendations[0] == fix
-    moves = next_moves(a)
+    moves = a.moves
     kinds = [m.kind for m in moves]
     assert {"steps_per_execution", "precision"} <= set(kinds) and "xla" not in kinds
     assert [m.score for m in moves] == sorted((m.score for m in moves), reverse=True)
@@ -130,7 +130,7 @@ def test_gan_step_is_compute_bound(trace_case) -> None:  # type: ignore[no-untyp
     # Its one move, precision, is the compute bottleneck's fix: not offered twice.
     assert top.recommendation is not None and top.recommendation.kind == "precision"
     assert "mixed_bfloat16" in top.recommendation.code
-    moves = next_moves(a)
+    moves = a.moves
     assert "precision" not in {m.kind for m in moves}
     assert not any(m.kind == "steps_per_execution" for m in moves)  # not Keras' fit loop
     assert not any(b.category == TRAINING_LOOP for b in a.bottlenecks)
@@ -138,7 +138,7 @@ def test_gan_step_is_compute_bound(trace_case) -> None:  # type: ignore[no-untyp
 
 def test_image_folders_decode_is_preprocessing_with_cache(trace_case) -> None:  # type: ignore[no-untyped-def]
     a = analyze(trace_case("image_folders"))
-    assert a.findings.verdict.level == "high" and next_moves(a) == ()
+    assert a.findings.verdict.level == "high" and a.moves == ()
     top = _top(a)
     assert top.category == "preprocessing" and top.stage == "Iterator::Root::MapAndBatch"
     assert "DecodeJpeg" in top.functions
