@@ -211,7 +211,9 @@ def _summary(console: Any, result: OptimizeResult) -> None:
     for path in (result.json_file, result.html_file):
         if path is not None and str(path) != STDOUT:  # `-` went to standard output
             console.print(f"wrote {path}")
-    console.print(f"every trial in a browser: {dashboard_command(o.storage)}", soft_wrap=True)
+    console.print(
+        f"every trial in a browser: {dashboard_command(o.storage)}", soft_wrap=True, markup=False
+    )
 
 
 def dashboard_command(storage: str) -> str:

@@ -82,3 +82,34 @@ def test_the_printed_command_names_the_storage_and_redacts_nothing_new() -> None
     assert quoted == "optuna-dashboard 'my runs/study.journal'"
     url = dashboard_command("postgresql://me:***@db/tftune")
     assert "***" in url and url.startswith("optuna-dashboard ")
+
+
+def test_the_summary_prints_the_install_hint_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary's last line, where optuna-dashboard is missing: the extra's brackets
+    are printed, not read as console markup."""
+    import importlib.util
+    import io
+
+    from rich.console import Console
+    from studykit import outcome_json
+
+    from tftune._optimize_cli import _summary
+    from tftune.tuner.optimize import OptimizeResult
+
+    out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=6))
+    result = OptimizeResult(
+        out, space(), None, tmp_path / "b.json", None, None, "cmd", "", "", outcome_json(out)
+    )
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "optuna_dashboard" else real(name, *a),
+    )
+    buf = io.StringIO()
+    _summary(Console(file=buf, width=200), result)
+    last = buf.getvalue().strip().splitlines()[-1]
+    assert last.startswith("every trial in a browser: optuna-dashboard ")
+    assert last.endswith("(pip install 'tftune[dashboard]')"), last
