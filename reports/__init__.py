@@ -12,8 +12,8 @@ Writing files belongs to the CLI. Nothing here imports tensorflow, optuna or the
 - tuning: `tuning_model` → `tuning_html` (the page), `tuning_terminal` (the table, the
   ceiling caption and the per-trial lines, from the tuning JSON); both tables' rows are
   `tuning_comparison`'s;
-- shared: `_read` (validating readers, `detect_kind`, `timestamp_now`), `_page` (the HTML
-  shell), `_svg` (the charts).
+- shared: `core.document_reading` (validating readers, `detect_kind`), `_page` (the HTML
+  shell, `timestamp_now`), `_svg` (the charts).
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tftune.reports._read import detect_kind, timestamp_now
+from tftune.core.document_reading import detect_kind
+from tftune.reports._page import timestamp_now
 from tftune.reports.analysis_html import render_analysis_html
 from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
 from tftune.reports.tuning_html import render_tuning_html

@@ -292,3 +292,17 @@ def notes_list(notes: Sequence[str]) -> str:
     return (
         '<h3>Notes</h3><ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
     )
+
+
+def timestamp_now() -> str:
+    """The report timestamp: now in UTC, or $SOURCE_DATE_EPOCH for reproducible output."""
+    import datetime as dt
+    import os
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    when = (
+        dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
+        if epoch.isdigit()
+        else dt.datetime.now(dt.timezone.utc)
+    )
+    return when.strftime("%Y-%m-%d %H:%M UTC")

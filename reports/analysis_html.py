@@ -31,8 +31,8 @@ from tftune.reports._page import (
     or_nm,
     page,
     stat,
+    timestamp_now,
 )
-from tftune.reports._read import timestamp_now
 from tftune.reports.analysis_model import (
     AnalysisReport,
     Bottleneck,

@@ -16,8 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tftune.core.document_reading import (
+    Reader,
+    dump,
+    epoch_stall_of,
+    share,
+    sizing_caption,
+    top_reader,
+)
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES, Band, input_band
-from tftune.reports._read import Reader, dump, epoch_stall_of, share, sizing_caption, top_reader
 
 # Defensive caps: the analysis caps its timeline upstream, but a report must stay small
 # (well under 5 MB) and quick to open whatever JSON it is given.

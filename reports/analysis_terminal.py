@@ -18,8 +18,8 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from tftune.core.document_reading import epoch_stall_of, sizing_caption
 from tftune.core.vocabulary import Band, category_label, percent, stage_kind, stage_short_name
-from tftune.reports._read import epoch_stall_of, sizing_caption
 from tftune.reports.words import device_label
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}

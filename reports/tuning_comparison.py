@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tftune.core.document_reading import Reader, share, top_reader, trial_state
 from tftune.core.vocabulary import TrialState
-from tftune.reports._read import Reader, share, top_reader, trial_state
 
 BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
 # A row only when the run measured it (the heuristic is not run where the screen drained it).

@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
-from tftune.reports._read import (
+from tftune.core.document_reading import (
     Reader,
     dump,
     epoch_stall_of,
@@ -26,6 +25,7 @@ from tftune.reports._read import (
     top_reader,
     trial_state,
 )
+from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.reports.tuning_comparison import ComparisonRow, Measurement, comparison, measurement_of
 
 MAX_TRIALS = 2000

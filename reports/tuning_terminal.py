@@ -25,8 +25,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tftune.core.document_reading import sizing_caption
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
-from tftune.reports._read import sizing_caption
 from tftune.reports.analysis_terminal import plain_lines, text_console
 from tftune.reports.tuning_comparison import Measurement, comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences

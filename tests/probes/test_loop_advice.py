@@ -15,6 +15,7 @@ import pytest
 import tracegen_loops  # noqa: F401  (registers the cases)
 from repo_paths import FIXTURES
 
+from tftune.core.document_reading import sizing_caption
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
 from tftune.probes.analysis import Analysis, analyze, step_advice
 from tftune.probes.findings import dedupe, find, verdict
@@ -28,7 +29,6 @@ from tftune.probes.service_sizing import (
     sizing_at_best,
 )
 from tftune.probes.stages import StageTree
-from tftune.reports._read import sizing_caption
 from tftune.reports.analysis_html import render_analysis_html
 from tftune.reports.analysis_terminal import render
 from tftune.reports.tuning_terminal import render_table

@@ -3,9 +3,10 @@
 Every accessor names the file and the dotted field in its error, so a malformed report
 JSON fails as one line: ``analysis.json: field 'steps.mean_ms' must be a number, got "x"``.
 `top_reader` checks the schema, `detect_kind` tells an analysis JSON from a tuning JSON,
-`timestamp_now` stamps a report (or honours $SOURCE_DATE_EPOCH), and `epoch_stall_of`
-reads a named epoch-start stall from either document's training figures; `trial_state` a
-trial's state as tftune or Optuna writes it; `sizing_caption` the service sizing's line.
+and `epoch_stall_of` reads a named epoch-start stall from either document's training
+figures; `trial_state` a trial's state as tftune or Optuna writes it; `sizing_caption` the
+service sizing's line. It lives in core so that the documents' own readers and the
+reports share it without the reports importing the producers.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class Reader:
         return self._data
 
 
-# ---- what both report models share ---------------------------------------------------
+# ---- what both documents share --------------------------------------------------------
 
 SUPPORTED_SCHEMA = 1
 
@@ -202,20 +203,6 @@ def dump(data: Any) -> str:
         return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).replace(
             "NaN", "null"
         )
-
-
-def timestamp_now() -> str:
-    """The report timestamp: now in UTC, or $SOURCE_DATE_EPOCH for reproducible output."""
-    import datetime as dt
-    import os
-
-    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    when = (
-        dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc)
-        if epoch.isdigit()
-        else dt.datetime.now(dt.timezone.utc)
-    )
-    return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def detect_kind(data: Mapping[str, Any], *, source: str = "report JSON") -> Kind:
