@@ -362,6 +362,24 @@ def drained_prefix(dry: Sequence[bool]) -> int:
     return first if first < len(dry) else 0
 
 
+def pooled_rates(windows: Sequence[WindowStats]) -> tuple[float, float]:
+    """(examples/s, steps/s) over `windows` together: their examples and steps over
+    their summed training time, what a run's own clock averages. Not the windows' median
+    rate: where windows differ (an epoch with a stall beside one without), the mean of
+    their rates credits the fast one more than the time it took. The median rate where
+    no time was measured."""
+    total_s = sum(w.duration_s for w in windows)
+    if total_s <= 0:
+        return (
+            percentile([w.examples_per_s for w in windows], 50),
+            percentile([w.steps_per_s for w in windows], 50),
+        )
+    return (
+        sum(w.examples for w in windows) / total_s,
+        sum(w.steps for w in windows) / total_s,
+    )
+
+
 def first_window_drained(windows: Iterable[WindowStats]) -> bool:
     """A run whose first window never waited for its elements while its last mostly
     did: the first window drained a buffer filled during warm-up."""

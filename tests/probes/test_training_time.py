@@ -13,6 +13,7 @@ from tftune.probes.training_time import (
     drained_prefix,
     dry_steps,
     first_window_drained,
+    pooled_rates,
 )
 
 MS = 1_000_000
@@ -199,6 +200,22 @@ def test_a_first_window_that_never_waited_before_an_input_bound_one_is_drained()
     assert first_window_drained([first, second])
     assert not first_window_drained([second, second])
     assert not first_window_drained([first])
+
+
+def test_a_runs_rate_pools_its_windows_time_not_their_rates() -> None:
+    """Two windows of one epoch each, one with a 2.5-s epoch-start stall: the run's rate
+    is their examples over their summed time (what the script's own epoch clock gives),
+    not the mean of the two rates, which credits the fast epoch twice over."""
+    timeline = PassTimeline()
+    fast = timeline.window(0, _steps(0, 20, 75, 1, batch=30))  # 600 in 1.5 s
+    stall = _steps(1500 * MS, 1, 2500, 2490, batch=30) + _steps(4000 * MS, 19, 75, 1, batch=30)
+    slow = timeline.window(1500 * MS, stall)  # 600 in 3.925 s
+    assert fast is not None and slow is not None
+    examples_per_s, steps_per_s = pooled_rates([fast, slow])
+    assert examples_per_s == pytest.approx(1200 / (1.5 + 3.925))
+    assert steps_per_s == pytest.approx(40 / (1.5 + 3.925))
+    assert examples_per_s < 0.85 * (fast.examples_per_s + slow.examples_per_s) / 2
+    assert pooled_rates([fast]) == (fast.examples_per_s, fast.steps_per_s)
 
 
 def test_training_time_round_trips_through_json() -> None:

@@ -25,7 +25,7 @@ from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.service_sizing import CpuUsage
-from tftune.probes.training_time import PassTimeline, first_window_drained
+from tftune.probes.training_time import PassTimeline, first_window_drained, pooled_rates
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import FailureKind, Measurement
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
@@ -301,6 +301,7 @@ class _Trial(Observer):
         durations = [t / 1e6 for a, w in windows for t in self.timeline.step_times(a, w)]
         rates = [s.examples_per_s for s in stats]
         total_s = sum(s.duration_s for s in stats)
+        examples_per_s, steps_per_s = pooled_rates(stats)
         wait_share = min(1.0, sum(s.input_wait_s for s in stats) / total_s) if total_s > 0 else 0.0
         gpu_note = None if isinstance(gpu, GpuFigures) else str(gpu)
         if isinstance(gpu, GpuFigures):
@@ -315,14 +316,14 @@ class _Trial(Observer):
         p50 = percentile(durations, 50)
         return Measurement(
             TrialState.COMPLETE,
-            examples_per_s=percentile(rates, 50),
+            examples_per_s=examples_per_s,
             utilization=util,
             utilization_kind=kind,
             utilization_note=note,
             spread=spread(rates),
             input_wait_share=wait_share,
             repeats=tuple(rates),
-            steps_per_s=percentile([s.steps_per_s for s in stats], 50),
+            steps_per_s=steps_per_s,
             step_p50_ms=p50,
             step_p90_ms=percentile(durations, 90),
             steps=sum(s.steps for s in stats),

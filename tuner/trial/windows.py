@@ -11,8 +11,8 @@ warm-up and the measured windows (`MeasureSpec`):
    of several half that: `FIRST_WINDOW_SHARE`) and `window_steps` steps; a pass over
    another dataset in between does not fill a window (`probes.training_time`). Where
    epochs are no longer than a window, windows open and close at an epoch's first step,
-   so that they hold whole epochs; after each, `on_report(index, examples/s so far)`,
-   whose True prunes.
+   so that they hold whole epochs; after each, `on_report(index, examples/s so far)`
+   (pooled over the windows: `probes.training_time.pooled_rates`), whose True prunes.
 
 The figures of a window are `probes.training_time`'s. Pure Python: no process here
 (`trial.measure` runs the child and feeds this).
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tftune.probes.clock import StepRecord, percentile
-from tftune.probes.training_time import EpochCost, PassTimeline, WindowStats
+from tftune.probes.training_time import EpochCost, PassTimeline, WindowStats, pooled_rates
 from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
@@ -193,10 +193,13 @@ class Windows:
         self.current = []
         self.current_ns = 0
         self.period_s = None
-        if stats and self.on_report is not None and self.pruned_reason is None:
-            rates = [s.examples_per_s for s in stats]
-            if self.on_report(len(self.windows) - 1, percentile(rates, 50)):
-                self.pruned_reason = f"pruned after {len(self.windows)} window(s)"
+        if (
+            stats
+            and self.on_report is not None
+            and self.pruned_reason is None
+            and self.on_report(len(self.windows) - 1, pooled_rates(stats)[0])
+        ):
+            self.pruned_reason = f"pruned after {len(self.windows)} window(s)"
 
     def done(self) -> bool:
         return self.pruned_reason is not None or len(self.windows) >= self.spec.repeats

@@ -100,6 +100,8 @@ def test_windows_rates_and_nvml_figures(script: Path) -> None:
     assert m.measured and not m.truncated
     assert 300 < m.examples_per_s < 900  # 8 examples per ~10 ms step, give or take sleep
     assert m.examples == 8 * m.steps
+    # The run's rate is its windows' examples over their training time, not a window's.
+    assert m.examples_per_s == pytest.approx(m.examples / m.window_s)
     assert 0.1 < m.input_wait_share < 0.45
     assert m.utilization_kind == "nvml" and m.utilization == pytest.approx(0.75)
     assert m.gpu_memory_used_mb == 4096.0 and m.gpu_note is None
