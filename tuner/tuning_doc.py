@@ -2,7 +2,7 @@
 
 - `tuning_document`: the `tftune.core.tuning_document.TuningDocument`, with what the
   whole run adds (`RunFacts`); `tuning_json` is its JSON and `write_json_atomic` writes
-  it; `trial_row`: one trial as its ``trials_detail`` holds it (`record_json`, its JSON);
+  it; `trial_row`: one trial as its ``trials_detail`` holds it;
   `training_json`: what was measured as training;
 - `best_config_with_metrics`: the winning `Config` with what was measured (and its noise)
   in ``meta``; `tftune.tuner.config.save_config` writes it atomically.
@@ -87,11 +87,6 @@ def trial_row(r: TrialRecord) -> TrialRow:
         crash=r.crash.to_json() if failed and r.crash is not None else None,
         training=r.training.to_json() if r.training is not None else None,
     )
-
-
-def record_json(r: TrialRecord) -> dict[str, Any]:
-    """`trial_row`'s JSON."""
-    return trial_row(r).to_json()
 
 
 def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> BaselineRun | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from studykit import ceiling_sentence, outcome_json, render_table, table_rows, trial_line
 
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_comparison import comparison
 from tftune.tuner.bounds import Ceiling
@@ -197,7 +198,7 @@ def test_the_tables_tuned_speedup_is_the_tuners_own(case: str) -> None:
     elif case == "as written kept":
         out = replace(out, best=aw, final=(_final(aw, 230.0),), confirm=None)
     data = outcome_json(out)
-    tuned = comparison(data)[-1]
+    tuned = comparison(TuningDocument.from_json(data))[-1]
     assert tuned.key == "tuned" and tuned.speedup is not None
     assert tuned.speedup == pytest.approx(data["best"]["speedup_vs_as_written"], abs=5e-4)
     expected = {"search figures": 20.0, "final round": 12.0, "a failed re-measure": 15.0}
