@@ -26,8 +26,8 @@ from tftune.core.tuning_parts import (
     TrialCounts,
     TrialRow,
     WholeRun,
-    _opt_json,
-    _put,
+    part_json,
+    put_present,
 )
 
 SCHEMA = 1
@@ -68,16 +68,16 @@ class TuningDocument:
             "objective": self.objective,
             "utilization_kind": self.utilization_kind,
             "device": self.device,
-            "trials": _opt_json(self.trials),
+            "trials": part_json(self.trials),
             "wall_s": self.wall_s,
-            "ceiling": _opt_json(self.ceiling),
+            "ceiling": part_json(self.ceiling),
             "baselines": self.baselines.to_json(),
             "best": self.best.to_json(),
             "pareto": [p.to_json() for p in self.pareto],
-            "space": _opt_json(self.space),
+            "space": part_json(self.space),
             "trials_detail": [t.to_json() for t in self.trials_detail],
         }
-        _put(out, "instability", _opt_json(self.instability))
+        put_present(out, "instability", part_json(self.instability))
         out.update(
             importances=dict(self.importances),
             study=self.study,

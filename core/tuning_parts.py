@@ -44,12 +44,13 @@ def as_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _put(out: dict[str, Any], key: str, value: Any) -> None:
+def put_present(out: dict[str, Any], key: str, value: Any) -> None:
+    """``out[key] = value``, unless the document does not have that field."""
     if value is not ABSENT:
         out[key] = value
 
 
-def _opt_json(value: Any) -> Any:
+def part_json(value: Any) -> Any:
     """`value.to_json()`, None for None, `ABSENT` for `ABSENT`."""
     if value is None or value is ABSENT:
         return value
@@ -138,7 +139,7 @@ class BaselineRun:
 
     def to_json(self) -> dict[str, Any]:
         out = self.measured.to_json()
-        _put(out, "confirmed", _opt_json(self.confirmed))
+        put_present(out, "confirmed", part_json(self.confirmed))
         return out
 
     @classmethod
@@ -162,7 +163,7 @@ class Baselines:
         return run
 
     def to_json(self) -> dict[str, Any]:
-        return {key: _opt_json(self.get(key)) for key in BASELINE_KEYS}
+        return {key: part_json(self.get(key)) for key in BASELINE_KEYS}
 
     @classmethod
     def from_reader(cls, r: Reader) -> Baselines:
@@ -191,10 +192,10 @@ class BestRun:
             config=self.config,
             description=self.description,
             role=self.role,
-            confirmed=_opt_json(self.confirmed),
+            confirmed=part_json(self.confirmed),
             speedup_vs_as_written=self.speedup_vs_as_written,
         )
-        _put(out, "requires", list(self.requires) if self.requires is not ABSENT else ABSENT)
+        put_present(out, "requires", list(self.requires) if self.requires is not ABSENT else ABSENT)
         return out
 
     @classmethod
@@ -250,9 +251,9 @@ class CeilingFigures:
             "limited_by": self.limited_by,
             "notes": list(self.notes),
         }
-        _put(out, "pipeline_note", self.pipeline_note)
-        _put(out, "model_note", self.model_note)
-        _put(out, "service_sizing", self.service_sizing)
+        put_present(out, "pipeline_note", self.pipeline_note)
+        put_present(out, "model_note", self.model_note)
+        put_present(out, "service_sizing", self.service_sizing)
         return out
 
     @classmethod
@@ -378,11 +379,11 @@ class TrialRow:
             "reason": self.reason,
             "wall_s": self.wall_s,
         }
-        _put(out, "notes", list(self.notes) if self.notes is not ABSENT else ABSENT)
-        _put(out, "stderr_tail", self.stderr_tail)
-        _put(out, "crash", self.crash)
-        _put(out, "training", self.training)
-        _put(out, "value", self.value)
+        put_present(out, "notes", list(self.notes) if self.notes is not ABSENT else ABSENT)
+        put_present(out, "stderr_tail", self.stderr_tail)
+        put_present(out, "crash", self.crash)
+        put_present(out, "training", self.training)
+        put_present(out, "value", self.value)
         return out
 
     @classmethod
