@@ -4,7 +4,7 @@
 computed there) and writes `TuningDocument.to_json()`; the reports read a saved one with
 `TuningDocument.from_json` and render from its types. `to_json` only serializes: a figure
 is written as the producer stored it. Its parts, each with its JSON both ways, are in
-`tftune.core.tuning_parts`.
+`tftune.core.tuning_parts` and `tftune.core.tuning_trials`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from tftune.core.tuning_parts import (
     Baselines,
     BestRun,
     CeilingFigures,
-    Instability,
     MeasuredRate,
     SearchedSpace,
     TrialCounts,
-    TrialRow,
     WholeRun,
+    free_object,
     part_json,
     put_present,
 )
+from tftune.core.tuning_trials import Instability, TrialRow
 
 SCHEMA = 1
 OBJECTIVES = ("throughput", "gpu-util", "both")
@@ -124,20 +124,15 @@ class TuningDocument:
                 else ABSENT
             ),
             importances=_importances(r.obj("importances")),
-            study=_free(r, "study"),
+            study=free_object(r, "study"),
             command=r.string("command"),
             diff=r.string("diff"),
             snippet=r.string("snippet"),
             notes=r.strings("notes"),
-            platform=_free(r, "platform"),
+            platform=free_object(r, "platform"),
             run=WholeRun.from_reader(r),
         )
 
 
 def _importances(imp: Reader | None) -> tuple[tuple[str, float], ...]:
     return tuple((k, imp.required_number(k)) for k in imp.fields()) if imp is not None else ()
-
-
-def _free(r: Reader, key: str) -> Mapping[str, Any] | None:
-    sub = r.obj(key)
-    return sub.mapping() if sub is not None else None

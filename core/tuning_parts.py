@@ -6,13 +6,15 @@ malformed field is one `UserError` line naming the file and the field.
 Schema 1 grew fields over time; a field an older document of schema 1 does not have is
 `ABSENT` (not written back), apart from ``null`` ("not measured"). Free-form parts (a
 config, the reproducibility record, the training figures, a crash's lines, the service
-sizing) are carried as the JSON mappings they are.
+sizing) are carried as the JSON mappings they are. The study's trials (each trial's row,
+the instability found among them) are in `tftune.core.tuning_trials`.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,10 +24,10 @@ from tftune.core.vocabulary import TrialState
 
 # The baselines every study measures, in the order the document and the reports list them.
 BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
-# The word written for a trial that has not ended (Optuna's RUNNING or WAITING).
-UNFINISHED = "running"
 # The fields of the whole run (`WholeRun`), written after the study's.
 WHOLE_RUN_KEYS = ("break_even", "stop_reason", "training", "record", "findings")
+# The word written for a trial that has not ended (Optuna's RUNNING or WAITING).
+UNFINISHED = "running"
 
 
 class Absent(enum.Enum):
@@ -57,24 +59,28 @@ def part_json(value: Any) -> Any:
     return value.to_json()
 
 
-def _present(r: Reader, key: str) -> bool:
+def present(r: Reader, key: str) -> bool:
+    """The document has the field (``null`` included)."""
     return key in r.mapping()
 
 
 def _numbers(r: Reader, key: str) -> tuple[float, ...]:
     values = r.items(key)
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+    if any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+        for v in values
+    ):
         raise r.error(key, "must be a list of numbers")
     return tuple(values)
 
 
-def _mapping(r: Reader, key: str) -> Mapping[str, Any] | None:
+def free_object(r: Reader, key: str) -> Mapping[str, Any] | None:
     """A free-form object (None for null)."""
     sub = r.obj(key)
     return sub.mapping() if sub is not None else None
 
 
-def _texts(r: Reader | None) -> tuple[tuple[str, str], ...]:
+def text_pairs(r: Reader | None) -> tuple[tuple[str, str], ...]:
     """An object's (key, value as text) pairs, in document order."""
     return tuple((k, as_text(v)) for k, v in r.mapping().items()) if r is not None else ()
 
@@ -146,7 +152,7 @@ class BaselineRun:
     def from_reader(cls, r: Reader) -> BaselineRun:
         again = r.obj("confirmed")
         confirmed = MeasuredRate.from_reader(again) if again is not None else None
-        return cls(MeasuredRate.from_reader(r), confirmed if _present(r, "confirmed") else ABSENT)
+        return cls(MeasuredRate.from_reader(r), confirmed if present(r, "confirmed") else ABSENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +218,7 @@ class BestRun:
             role=r.string("role"),
             confirmed=MeasuredRate.from_reader(again) if again is not None else None,
             speedup_vs_as_written=r.number("speedup_vs_as_written"),
-            requires=r.strings("requires") if _present(r, "requires") else ABSENT,
+            requires=r.strings("requires") if present(r, "requires") else ABSENT,
         )
 
 
@@ -259,7 +265,7 @@ class CeilingFigures:
     @classmethod
     def from_reader(cls, r: Reader) -> CeilingFigures:
         def optional(key: str, read: Any) -> Any:
-            return read(key) if _present(r, key) else ABSENT
+            return read(key) if present(r, key) else ABSENT
 
         return cls(
             pipeline_only_examples_per_s=r.number("pipeline_only_examples_per_s"),
@@ -269,7 +275,7 @@ class CeilingFigures:
             notes=r.strings("notes"),
             pipeline_note=optional("pipeline_note", r.string),
             model_note=optional("model_note", r.string),
-            service_sizing=optional("service_sizing", lambda k: _mapping(r, k)),
+            service_sizing=optional("service_sizing", lambda k: free_object(r, k)),
         )
 
 
@@ -326,142 +332,9 @@ class SearchedSpace:
     def from_reader(cls, r: Reader) -> SearchedSpace:
         return cls(
             knobs=tuple(KnobChoices.from_reader(k) for k in r.objects("knobs")),
-            fixed=_texts(r.obj("fixed")),
+            fixed=text_pairs(r.obj("fixed")),
             left_out=tuple(KnobLeftOut.from_reader(lo) for lo in r.objects("left_out")),
             warnings=r.strings("warnings"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TrialRow:
-    """One trial of the study (``trials_detail``). A failed trial keeps its stderr tail
-    and its crash (the crash JSON of `tftune.tuner.crashes.CrashSummary`)."""
-
-    number: int
-    role: str | None = None
-    state: TrialState | None = TrialState.COMPLETE  # None: not finished
-    params: tuple[tuple[str, str], ...] = ()  # (knob, value as text), in document order
-    description: str | None = None
-    examples_per_s: float | None = None
-    utilization: float | None = None
-    spread: float | None = None
-    reason: str | None = None  # why it was pruned or failed
-    wall_s: float | None = None
-    notes: tuple[str, ...] | Absent = ABSENT
-    stderr_tail: str | Absent | None = ABSENT
-    crash: Mapping[str, Any] | Absent | None = ABSENT
-    training: Mapping[str, Any] | Absent | None = ABSENT  # the trial's `TrainingTime`
-    value: float | Absent | None = ABSENT  # the objective, where a history plots it
-
-    @property
-    def state_word(self) -> str:
-        return self.state.value if self.state is not None else "unfinished"
-
-    def crash_lines(self) -> tuple[str, ...]:
-        """The crash's ``key_lines``, else its ``headline`` (validated on reading)."""
-        crash = self.crash
-        if not isinstance(crash, Mapping):
-            return ()
-        lines = tuple(str(line) for line in crash.get("key_lines") or ())
-        headline = crash.get("headline")
-        return lines or ((str(headline),) if headline else ())
-
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "number": self.number,
-            "role": self.role,
-            "state": self.state.value if self.state is not None else UNFINISHED,
-            "params": dict(self.params),
-            "description": self.description,
-            "examples_per_s": self.examples_per_s,
-            "utilization": self.utilization,
-            "spread": self.spread,
-            "reason": self.reason,
-            "wall_s": self.wall_s,
-        }
-        put_present(out, "notes", list(self.notes) if self.notes is not ABSENT else ABSENT)
-        put_present(out, "stderr_tail", self.stderr_tail)
-        put_present(out, "crash", self.crash)
-        put_present(out, "training", self.training)
-        put_present(out, "value", self.value)
-        return out
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> TrialRow:
-        state, params = trial_state(r), _texts(r.obj("params"))
-        rate, utilization = r.number("examples_per_s"), share(r, "utilization")
-        value = r.number("value") if _present(r, "value") else ABSENT
-        return cls(
-            number=r.required_integer("number"),
-            role=r.string("role"),
-            state=state,
-            params=params,
-            description=r.string("description"),
-            examples_per_s=rate,
-            utilization=utilization,
-            spread=r.number("spread"),
-            reason=r.string("reason"),
-            wall_s=r.number("wall_s"),
-            notes=r.strings("notes") if _present(r, "notes") else ABSENT,
-            stderr_tail=r.string("stderr_tail") if _present(r, "stderr_tail") else ABSENT,
-            crash=_crash(r) if _present(r, "crash") else ABSENT,
-            training=_mapping(r, "training") if _present(r, "training") else ABSENT,
-            value=value,
-        )
-
-
-def _crash(r: Reader) -> Mapping[str, Any] | None:
-    """A failed trial's crash JSON, its ``key_lines`` and ``headline`` checked."""
-    crash = r.obj("crash")
-    if crash is None:
-        return None
-    crash.strings("key_lines")
-    crash.string("headline")
-    return crash.mapping()
-
-
-@dataclass(frozen=True, slots=True)
-class Instability:
-    """The script crashes whatever the config: `crashed` of `runs` runs ended in a native
-    crash, `as_written` of them the script as written, or one crash showed in configs that
-    share no knob value (`unrelated`); `sentence` says so (`tftune.tuner.crashes`)."""
-
-    sentence: str
-    trials: tuple[int, ...]  # the trials that crashed
-    crashed: int | None = None
-    runs: int | None = None
-    as_written: int | None = None
-    unrelated: bool | None = None
-    message: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sentence": self.sentence,
-            "crashed": self.crashed,
-            "runs": self.runs,
-            "as_written_crashed": self.as_written,
-            "unrelated_configs": self.unrelated,
-            "message": self.message,
-            "trials": list(self.trials),
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> Instability | None:
-        """None where the object has no sentence (nothing to say)."""
-        sentence = r.string("sentence")
-        if not sentence:
-            return None
-        numbers = r.items("trials")
-        if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
-            raise r.error("trials", "must be a list of trial numbers")
-        return cls(
-            sentence=sentence,
-            trials=tuple(numbers),
-            crashed=r.integer("crashed"),
-            runs=r.integer("runs"),
-            as_written=r.integer("as_written_crashed"),
-            unrelated=r.boolean("unrelated_configs"),
-            message=r.string("message"),
         )
 
 
@@ -487,12 +360,12 @@ class WholeRun:
     @classmethod
     def from_reader(cls, r: Reader) -> WholeRun | None:
         """The run's part of a top-level reader, None where the document has none."""
-        if not any(_present(r, key) for key in WHOLE_RUN_KEYS):
+        if not any(present(r, key) for key in WHOLE_RUN_KEYS):
             return None
         return cls(
-            break_even=_mapping(r, "break_even"),
+            break_even=free_object(r, "break_even"),
             stop_reason=r.string("stop_reason"),
-            training=_mapping(r, "training"),
-            record=_mapping(r, "record"),
+            training=free_object(r, "training"),
+            record=free_object(r, "record"),
             findings=r.strings("findings"),
         )

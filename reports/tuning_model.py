@@ -20,12 +20,11 @@ from tftune.core.document_reading import dump, epoch_stall_of, sizing_caption
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import (
     ABSENT,
-    Instability,
     KnobChoices,
     MeasuredRate,
-    TrialRow,
     as_text,
 )
+from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.reports.tuning_comparison import ComparisonRow, comparison
 

@@ -28,7 +28,8 @@ from rich.text import Text
 
 from tftune.core.document_reading import Reader, sizing_caption
 from tftune.core.tuning_document import TuningDocument
-from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate, TrialRow
+from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
+from tftune.core.tuning_trials import TrialRow
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.reports.analysis_terminal import plain_lines, text_console
 from tftune.reports.tuning_comparison import comparison

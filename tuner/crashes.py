@@ -7,7 +7,7 @@
   exception, and the first frames of the crashing thread's stack. `key_lines` is the
   short form every display shows.
 - `find_instability(runs)` → `Instability | None` (the tuning document's own type,
-  `tftune.core.tuning_parts`): the script crashes whatever the config when the script as
+  `tftune.core.tuning_trials`): the script crashes whatever the config when the script as
   written crashed too, or when one crash shows in configs that share no knob value.
   Such crashes are nobody's knob (`tuner.study.records.dead_values`).
 - `bounded_tail(text)`: the end of stderr, small enough to store with every failed trial.
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.tuning_parts import Instability
+from tftune.core.tuning_trials import Instability
 
 # Stored with every failed trial (Optuna user attrs, the tuning JSON): the last lines of
 # stderr, at most this many lines and characters.

@@ -35,9 +35,9 @@ from tftune.core.tuning_parts import (
     MeasuredRate,
     SearchedSpace,
     TrialCounts,
-    TrialRow,
     WholeRun,
 )
+from tftune.core.tuning_trials import TrialRow
 from tftune.core.userfiles import write_output
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling

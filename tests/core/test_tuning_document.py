@@ -17,7 +17,8 @@ from repo_paths import FIXTURES, ROOT
 
 from tftune.core.errors import UserError
 from tftune.core.tuning_document import TuningDocument
-from tftune.core.tuning_parts import ABSENT, Instability, MeasuredRate, TrialRow
+from tftune.core.tuning_parts import ABSENT, MeasuredRate
+from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import TrialState
 from tftune.probes.training_time import TrainingTime
 from tftune.reports.tuning_model import build_tuning_model
@@ -193,4 +194,4 @@ def test_each_document_class_name_is_defined_once() -> None:
                     names.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
     for name in ("Instability", "Knob", "Measurement", "MeasuredRate", "KnobChoices"):
         assert len(names.get(name, [])) == 1, (name, names.get(name))
-    assert names["Instability"] == ["core/tuning_parts.py"]
+    assert names["Instability"] == ["core/tuning_trials.py"]
