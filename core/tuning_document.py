@@ -23,15 +23,54 @@ from tftune.core.tuning_parts import (
     MeasuredRate,
     SearchedSpace,
     TrialCounts,
-    WholeRun,
     free_object,
     part_json,
+    present,
     put_present,
 )
 from tftune.core.tuning_trials import Instability, TrialRow
 
 SCHEMA = 1
 OBJECTIVES = ("throughput", "gpu-util", "both")
+# The fields of the whole run (`WholeRun`), written after the study's.
+WHOLE_RUN_KEYS = ("break_even", "stop_reason", "training", "record", "findings", "screen")
+
+
+@dataclass(frozen=True, slots=True)
+class WholeRun:
+    """What the whole `tftune optimize` run adds to its study's figures."""
+
+    break_even: Mapping[str, Any] | None = None  # `tftune.tuner.breakeven.BreakEven`
+    stop_reason: str | None = None  # why the search stopped, in words
+    training: Mapping[str, Any] | None = None  # what was measured as training
+    record: Mapping[str, Any] | None = None  # the reproducibility record
+    findings: tuple[str, ...] = ()  # the output-layer findings of every run
+    screen: Mapping[str, Any] | Absent | None = ABSENT  # the pipeline screen's ranking
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "break_even": self.break_even,
+            "stop_reason": self.stop_reason,
+            "training": self.training,
+            "record": self.record,
+            "findings": list(self.findings),
+        }
+        put_present(out, "screen", self.screen)
+        return out
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> WholeRun | None:
+        """The run's part of a top-level reader, None where the document has none."""
+        if not any(present(r, key) for key in WHOLE_RUN_KEYS):
+            return None
+        return cls(
+            break_even=free_object(r, "break_even"),
+            stop_reason=r.string("stop_reason"),
+            training=free_object(r, "training"),
+            record=free_object(r, "record"),
+            findings=r.strings("findings"),
+            screen=free_object(r, "screen") if present(r, "screen") else ABSENT,
+        )
 
 
 @dataclass(frozen=True, slots=True)

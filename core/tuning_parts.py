@@ -24,8 +24,6 @@ from tftune.core.vocabulary import TrialState
 
 # The baselines every study measures, in the order the document and the reports list them.
 BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
-# The fields of the whole run (`WholeRun`), written after the study's.
-WHOLE_RUN_KEYS = ("break_even", "stop_reason", "training", "record", "findings")
 # The word written for a trial that has not ended (Optuna's RUNNING or WAITING).
 UNFINISHED = "running"
 
@@ -335,37 +333,4 @@ class SearchedSpace:
             fixed=text_pairs(r.obj("fixed")),
             left_out=tuple(KnobLeftOut.from_reader(lo) for lo in r.objects("left_out")),
             warnings=r.strings("warnings"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class WholeRun:
-    """What the whole `tftune optimize` run adds to its study's figures."""
-
-    break_even: Mapping[str, Any] | None = None  # `tftune.tuner.breakeven.BreakEven`
-    stop_reason: str | None = None  # why the search stopped, in words
-    training: Mapping[str, Any] | None = None  # what was measured as training
-    record: Mapping[str, Any] | None = None  # the reproducibility record
-    findings: tuple[str, ...] = ()  # the output-layer findings of every run
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "break_even": self.break_even,
-            "stop_reason": self.stop_reason,
-            "training": self.training,
-            "record": self.record,
-            "findings": list(self.findings),
-        }
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> WholeRun | None:
-        """The run's part of a top-level reader, None where the document has none."""
-        if not any(present(r, key) for key in WHOLE_RUN_KEYS):
-            return None
-        return cls(
-            break_even=free_object(r, "break_even"),
-            stop_reason=r.string("stop_reason"),
-            training=free_object(r, "training"),
-            record=free_object(r, "record"),
-            findings=r.strings("findings"),
         )

@@ -1,8 +1,8 @@
 """The tuning document (docs/json.md), assembled once from the study's outcome.
 
 - `tuning_document`: the `tftune.core.tuning_document.TuningDocument`, with what the
-  whole run adds (`RunFacts`); `tuning_json` is its JSON and `write_json_atomic` writes
-  it; `trial_row`: one trial as its ``trials_detail`` holds it;
+  whole run adds (`RunFacts`); `write_json_atomic` writes its JSON; `trial_row`: one
+  trial as its ``trials_detail`` holds it;
   `training_json`: what was measured as training;
 - `best_config_with_metrics`: the winning `Config` with what was measured (and its noise)
   in ``meta``; `tftune.tuner.config.save_config` writes it atomically.
@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
-from tftune.core.tuning_document import SCHEMA, TuningDocument
+from tftune.core.tuning_document import SCHEMA, TuningDocument, WholeRun
 from tftune.core.tuning_parts import (
     ABSENT,
+    Absent,
     BaselineRun,
     Baselines,
     BestRun,
@@ -35,7 +36,6 @@ from tftune.core.tuning_parts import (
     MeasuredRate,
     SearchedSpace,
     TrialCounts,
-    WholeRun,
 )
 from tftune.core.tuning_trials import TrialRow
 from tftune.core.userfiles import write_output
@@ -142,36 +142,9 @@ class RunFacts:
     findings: tuple[str, ...] = ()  # the precision findings of the winner's run
     advice: str | None = None  # the float32-output-layer advice, where it applies
     requires: str | None = None  # what the winner's config needs of the user's code
-
-
-def tuning_json(
-    *,
-    script: str,
-    outcome: StudyOutcome,
-    space: SearchSpace,
-    ceiling: Ceiling | None,
-    device: str,
-    config_file: str,
-    command: str,
-    diff: str,
-    snippet: str,
-    seed: int,
-    run: RunFacts | None = None,
-) -> dict[str, Any]:
-    """`tuning_document`'s JSON, as `tftune optimize --json` writes it."""
-    return tuning_document(
-        script=script,
-        outcome=outcome,
-        space=space,
-        ceiling=ceiling,
-        device=device,
-        config_file=config_file,
-        command=command,
-        diff=diff,
-        snippet=snippet,
-        seed=seed,
-        run=run,
-    ).to_json()
+    # The pipeline screen's ranking (`tuner.screen`; None: it did not run); ABSENT: not
+    # part of the document.
+    screen: Mapping[str, Any] | Absent | None = ABSENT
 
 
 def tuning_document(
@@ -277,6 +250,7 @@ def _whole_run(outcome: StudyOutcome, wall_s: float, run: RunFacts) -> WholeRun:
         training=run.training,
         record=run.record,
         findings=run.findings,
+        screen=run.screen,
     )
 
 

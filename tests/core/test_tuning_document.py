@@ -59,7 +59,7 @@ def test_an_older_document_keeps_its_absent_fields_absent() -> None:
     assert "instability" not in doc.to_json() and "notes" not in doc.to_json()["trials_detail"][0]
 
 
-def _run_facts() -> RunFacts:
+def _run_facts(screen: Any = ABSENT) -> RunFacts:
     stall = TrainingTime(preamble_s=12.5, excluded_s=1.5, epoch_stall_s=0.4, epochs_seen=2)
     return RunFacts(
         wall_s=1400.256,
@@ -69,6 +69,7 @@ def _run_facts() -> RunFacts:
         findings=("the output layer computes in float16",),
         advice="keep the output layer in float32",
         requires='keep the output layer in float32: `Dense(..., dtype="float32")`',
+        screen=screen,
     )  # fmt: skip
 
 
@@ -107,6 +108,17 @@ def test_the_producers_document_is_what_its_json_reads_back_to(whole_run: bool) 
     else:
         assert doc.run is None and doc.best.requires is ABSENT
         assert "break_even" not in written and "requires" not in written["best"]
+
+
+@pytest.mark.parametrize(
+    "screen", [None, {"wall_s": 3.5, "reason": None, "candidates": []}], ids=["none", "ranked"]
+)
+def test_the_screen_is_the_whole_runs_last_field(screen: Any) -> None:
+    doc = _producers_document(_run_facts(screen))
+    written = as_written_json(doc.to_json())
+    assert list(written)[-1] == "screen" and written["screen"] == screen
+    assert TuningDocument.from_json(written) == doc
+    assert "screen" not in _producers_document(_run_facts()).to_json()
 
 
 def test_the_winners_speedup_is_the_producers_and_stored() -> None:

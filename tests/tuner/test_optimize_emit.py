@@ -22,7 +22,7 @@ from tftune.tuner.emit import globals_snippet, rewrite_sources, run_command, sou
 from tftune.tuner.space import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_json, write_json_atomic
+from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_document, write_json_atomic
 
 SCRIPT = """\
 import tensorflow as tf2
@@ -147,7 +147,7 @@ def _outcome() -> StudyOutcome:
 def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
     out = _outcome()
     space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
-    data = tuning_json(
+    data = tuning_document(
         script="t.py",
         outcome=out,
         space=space,
@@ -158,7 +158,7 @@ def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
         diff="",
         snippet="",
         seed=0,
-    )
+    ).to_json()
     required = (
         "schema script objective utilization_kind device trials wall_s ceiling baselines "
         "best trials_detail importances command diff"
