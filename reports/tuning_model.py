@@ -1,9 +1,12 @@
-"""The tuning report model: the tuning JSON, validated into frozen, typed data.
+"""The tuning report model: the tuning document as a report shows it.
 
-`build_tuning_model` is pure: the same JSON and timestamp give an equal model. It is
-strict on the fields a report cannot do without and tolerant of the optional ones; `null`
-stays `None` ("not measured") and is never turned into 0. Anything malformed raises
-`UserError` with one line naming the file and the field.
+`build_tuning_model` reads the JSON with `tftune.core.tuning_document.TuningDocument
+.from_json` (strict on the fields a report cannot do without, tolerant of the optional
+ones; `null` stays `None`, "not measured", never 0; anything malformed is one `UserError`
+line naming the file and the field) and adds only what is the report's own: where the
+document came from and when the report was made, the caps on trials and stderr tails,
+the embedded data, and the report's views (`Trial`, `ConfigEntry`, the sentences). It is
+pure: the same JSON and timestamp give an equal model.
 
 Renderers (`reports.tuning_html`) only format this model. Its rows are the four-way
 comparison (`reports.tuning_comparison`), the one the terminal's table shows too.
@@ -39,6 +42,9 @@ MAX_STDERR_TAILS = 40  # failed trials whose stderr tail the report shows and em
 
 @dataclass(frozen=True, slots=True)
 class Trial:
+    """A trial as the report shows it (`TrialRow`, with its history value and its crash
+    and stderr capped)."""
+
     number: int
     state: TrialState | None  # None: not finished (Optuna's RUNNING or WAITING)
     params: tuple[tuple[str, str], ...]
