@@ -1,3 +1,4 @@
 """What every layer shares (`tftune.core`): user errors, the files users hand tftune and
-the files it writes, and the vocabulary (categories, input-bound bands, stage names, trial
-states). It imports nothing of tftune's other packages, nor TensorFlow."""
+the files it writes, the vocabulary (categories, input-bound bands, stage names, trial
+states), the strict reading of the documents and the tuning document's type tree. It
+imports nothing of tftune's other packages, nor TensorFlow."""

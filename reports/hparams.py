@@ -15,20 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import UserError
+from tftune.core.tuning_document import TuningDocument
+from tftune.core.vocabulary import TrialState
 
-# The metrics each trial's run holds, by the tag TensorBoard shows.
+# The metrics each trial's run holds (`TrialRow` fields), by the tag TensorBoard shows.
 METRICS = (("examples_per_s", "examples/s"), ("utilization", "utilization"))
 EXTRA = "pip install tensorboard"
 
 
-def write_hparams(data: Mapping[str, Any], logdir: str | os.PathLike[str]) -> Path:
-    """Write `data`'s finished trials (its ``trials_detail``) under `logdir`; returns it."""
+def write_hparams(data: TuningDocument | Mapping[str, Any], logdir: str | os.PathLike[str]) -> Path:
+    """Write the document's finished trials (its ``trials_detail``) under `logdir`;
+    returns it. `data` is the document, or its JSON."""
     try:
         from tensorboard.plugins.hparams import summary_v2 as hp
     except ImportError:
         raise UserError(f"--tensorboard {logdir}: needs TensorBoard: {EXTRA}") from None
-    rows = [r for r in data.get("trials_detail") or () if _finished(r)]
-    names = sorted({k for r in rows for k in (r.get("params") or {})})
+    doc = data if isinstance(data, TuningDocument) else TuningDocument.from_json(data)
+    rows = [r for r in doc.trials_detail if r.state in _FINISHED]
+    names = sorted({k for r in rows for k, _ in r.params})
     root = Path(logdir)
     now = time.time()
     metrics = [
@@ -38,19 +42,18 @@ def write_hparams(data: Mapping[str, Any], logdir: str | os.PathLike[str]) -> Pa
     config = hp.hparams_config_pb([hp.HParam(n) for n in names], metrics, time_created_secs=now)
     _write(root, [(config, 0)])
     for r in rows:
-        params = {n: str((r.get("params") or {}).get(n, "as written")) for n in names}
-        trial = f"trial-{int(r['number']):03d}"
+        params = {n: dict(r.params).get(n, "as written") for n in names}
+        trial = f"trial-{r.number:03d}"
         summaries: list[tuple[Any, int]] = [(hp.hparams_pb(params, trial, now), 0)]
         for tag, _ in METRICS:
-            value = r.get(tag)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = getattr(r, tag)  # the row's figure of that name; None: not measured
+            if value is not None:
                 summaries.append((_scalar(tag, float(value)), 0))
         _write(root / trial, summaries)
     return root
 
 
-def _finished(r: object) -> bool:
-    return isinstance(r, Mapping) and r.get("state") in ("complete", "pruned") and "number" in r
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def _scalar(tag: str, value: float) -> Any:

@@ -1,4 +1,4 @@
-"""The four-way comparison of a tuning JSON: the script as written, AUTOTUNE everywhere,
+"""The four-way comparison of a tuning document: the script as written, AUTOTUNE everywhere,
 the #cores heuristic (and the analysis-guided guess) and the tuned config, each with its
 honest figure and its speed-up over the script as written.
 
@@ -6,19 +6,16 @@ honest figure and its speed-up over the script as written.
 table (`reports.tuning_terminal`) show. A row's honest figure is its final-round
 re-measure where that completed, else its trial's: the winner's search figure is the best
 of many noisy trials, so it is biased upwards, and the final round measures it again
-beside the baselines. Pure: the same JSON gives equal rows.
+beside the baselines. Pure: the same document gives equal rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from tftune.core.document_reading import Reader, share, top_reader, trial_state
-from tftune.core.vocabulary import TrialState
+from tftune.core.tuning_document import TuningDocument
+from tftune.core.tuning_parts import BASELINE_KEYS, BaselineRun, BestRun, MeasuredRate
 
-BASELINE_KEYS = ("as_written", "autotune", "heuristic", "guided")
 # A row only when the run measured it (the heuristic is not run where the screen drained it).
 OPTIONAL_BASELINES = frozenset({"heuristic", "guided"})
 ROW_LABELS = {
@@ -31,74 +28,42 @@ ROW_LABELS = {
 
 
 @dataclass(frozen=True, slots=True)
-class Measurement:
-    """One row's figures: a baseline's or the winner's honest run (`comparison`)."""
-
-    examples_per_s: float | None
-    utilization: float | None
-    spread: float | None
-    state: TrialState | None = TrialState.COMPLETE
-    reason: str | None = None
-    input_wait_share: float | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.state is TrialState.COMPLETE
-
-    @property
-    def state_word(self) -> str:
-        return self.state.value if self.state is not None else "unfinished"
-
-
-@dataclass(frozen=True, slots=True)
 class ComparisonRow:
     key: str  # as_written | autotune | heuristic | guided | tuned
     label: str
-    measurement: Measurement | None  # None: not measured in this run
+    measurement: MeasuredRate | None  # None: not measured in this run
     speedup: float | None  # examples/s relative to the script as written
 
 
-def measurement_of(r: Reader) -> Measurement:
-    return Measurement(
-        examples_per_s=r.number("examples_per_s"),
-        utilization=share(r, "utilization"),
-        spread=r.number("spread"),
-        state=trial_state(r),
-        reason=r.string("reason"),
-        input_wait_share=share(r, "input_wait_share"),
-    )
+def _confirmed(run: BaselineRun | BestRun) -> MeasuredRate | None:
+    """The run's final-round re-measure, where it completed."""
+    again = run.confirmed
+    return again if isinstance(again, MeasuredRate) and again.complete else None
 
 
-def _confirmed(r: Reader) -> bool:
-    again = r.obj("confirmed")
-    return again is not None and measurement_of(again).complete
-
-
-def _honest(r: Reader) -> Measurement:
+def _honest(run: BaselineRun | BestRun) -> MeasuredRate:
     """A run's honest figure: its final-round re-measure where that completed, else its
     trial's. The winner's search figure is the best of many noisy trials, so it is biased
     upwards; the final round measures it again beside the baselines."""
-    again = r.obj("confirmed")
-    return measurement_of(again if again is not None and _confirmed(r) else r)
+    return _confirmed(run) or run.measured
 
 
-def comparison(data: Mapping[str, Any], source: str = "tuning JSON") -> tuple[ComparisonRow, ...]:
-    """The four-way comparison of a tuning JSON (the HTML's and the terminal's table):
-    each row's honest figure and its speed-up over the script as written. A winner that is
-    a baseline (the script as written kept) has that baseline's figure. The tuner's own
-    ``best.speedup_vs_as_written`` is the tuned row's (tests/tuner/test_optimize_emit.py)."""
-    r = top_reader(data, source=source)
-    baselines, best = r.required_obj("baselines"), r.required_obj("best")
-    measured: dict[str, Measurement | None] = {}
+def comparison(doc: TuningDocument) -> tuple[ComparisonRow, ...]:
+    """The four-way comparison of a tuning document (the HTML's and the terminal's
+    table): each row's honest figure and its speed-up over the script as written. A
+    winner that is a baseline (the script as written kept) has that baseline's figure.
+    The tuner's own ``best.speedup_vs_as_written`` is the tuned row's
+    (tests/tuner/test_optimize_emit.py)."""
+    measured: dict[str, MeasuredRate | None] = {}
     for key in BASELINE_KEYS:
-        sub = baselines.obj(key)
-        measured[key] = _honest(sub) if sub is not None else None
-    measured["tuned"] = _honest(best)
-    if not _confirmed(best):
-        trial = best.raw("trial")
+        run = doc.baselines.get(key)
+        measured[key] = _honest(run) if run is not None else None
+    measured["tuned"] = _honest(doc.best)
+    trial = doc.best.measured.trial
+    if _confirmed(doc.best) is None and trial is not None:
         for key in BASELINE_KEYS:
-            sub = baselines.obj(key)
-            if trial is not None and sub is not None and sub.raw("trial") == trial:
+            run = doc.baselines.get(key)
+            if run is not None and run.measured.trial == trial:
                 measured["tuned"] = measured[key]
                 break
     base = measured["as_written"]

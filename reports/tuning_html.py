@@ -83,9 +83,9 @@ def _tuning_hero(m: TuningReport) -> str:
     ceiling = m.ceiling
     ceiling_label = "Ceiling"
     ceiling_text = ""
-    if ceiling is not None and tuned is not None:
+    if ceiling and tuned is not None:  # a ceiling of 0 is no bound to compare with
         limit = "pipeline" if ceiling == m.ceiling_pipeline else "model"
-        if tuned > ceiling and limit == "pipeline" and m.ceiling_model is not None:
+        if tuned > ceiling and limit == "pipeline" and m.ceiling_model:
             # The bound was the pipeline as written, which tuning lifted: what is left is
             # the model's own rate on cached data.
             ceiling, ceiling_label = m.ceiling_model, "Model alone"

@@ -1,9 +1,12 @@
-"""The tuning report model: the tuning JSON, validated into frozen, typed data.
+"""The tuning report model: the tuning document as a report shows it.
 
-`build_tuning_model` is pure: the same JSON and timestamp give an equal model. It is
-strict on the fields a report cannot do without and tolerant of the optional ones; `null`
-stays `None` ("not measured") and is never turned into 0. Anything malformed raises
-`UserError` with one line naming the file and the field.
+`build_tuning_model` reads the JSON with `tftune.core.tuning_document.TuningDocument
+.from_json` (strict on the fields a report cannot do without, tolerant of the optional
+ones; `null` stays `None`, "not measured", never 0; anything malformed is one `UserError`
+line naming the file and the field) and adds only what is the report's own: where the
+document came from and when the report was made, the caps on trials and stderr tails,
+the embedded data, and the report's views (`Trial`, `ConfigEntry`, the sentences). It is
+pure: the same JSON and timestamp give an equal model.
 
 Renderers (`reports.tuning_html`) only format this model. Its rows are the four-way
 comparison (`reports.tuning_comparison`), the one the terminal's table shows too.
@@ -16,17 +19,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.document_reading import (
-    Reader,
-    dump,
-    epoch_stall_of,
-    share,
-    sizing_caption,
-    top_reader,
-    trial_state,
+from tftune.core.document_reading import dump, epoch_stall_of, sizing_caption
+from tftune.core.tuning_document import TuningDocument
+from tftune.core.tuning_parts import (
+    ABSENT,
+    KnobChoices,
+    MeasuredRate,
+    as_text,
 )
+from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
-from tftune.reports.tuning_comparison import ComparisonRow, Measurement, comparison, measurement_of
+from tftune.reports.tuning_comparison import ComparisonRow, comparison
 
 MAX_TRIALS = 2000
 # A failed trial's crash lines and stderr tail (tftune stores 4 KB; a hand-made JSON may
@@ -36,11 +39,12 @@ MAX_CRASH_LINE_CHARS = 300
 MAX_STDERR_TAIL_CHARS = 8192
 MAX_STDERR_TAILS = 40  # failed trials whose stderr tail the report shows and embeds
 
-OBJECTIVES = ("throughput", "gpu-util", "both")
-
 
 @dataclass(frozen=True, slots=True)
 class Trial:
+    """A trial as the report shows it (`TrialRow`, with its history value and its crash
+    and stderr capped)."""
+
     number: int
     state: TrialState | None  # None: not finished (Optuna's RUNNING or WAITING)
     params: tuple[tuple[str, str], ...]
@@ -59,21 +63,6 @@ class Trial:
 
 
 @dataclass(frozen=True, slots=True)
-class Instability:
-    """The script crashes whatever the config (the tuning JSON's ``instability``)."""
-
-    sentence: str
-    trials: tuple[int, ...]  # the trials that crashed
-
-
-@dataclass(frozen=True, slots=True)
-class Knob:
-    name: str
-    choices: tuple[str, ...]
-    why: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class ConfigEntry:
     scope: str  # a call site, or "global"
     knob: str
@@ -81,78 +70,151 @@ class ConfigEntry:
 
 
 @dataclass(frozen=True, slots=True)
-class Space:
-    """What was searched (the tuning JSON's ``space``)."""
-
-    knobs: tuple[Knob, ...] = ()
-    fixed: tuple[tuple[str, str], ...] = ()
-    left_out: tuple[tuple[str, str], ...] = ()  # (knob, why it cannot matter)
-    warnings: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class TuningReport:
+    """A tuning document as the report shows it: the document itself, where it came
+    from and when the report was made, its trials capped, and what the report words."""
+
     source: str
     generated_at: str
-    script: str | None
-    objective: str
-    utilization_kind: str | None
-    device: str | None
-    trials_complete: int | None
-    trials_pruned: int | None
-    trials_failed: int | None
-    wall_s: float | None
-    ceiling_pipeline: float | None
-    ceiling_model: float | None
-    ceiling_value: float | None  # as measured; else the lower of the two bounds
-    ceiling_limited_by: str | None
+    document: TuningDocument
     rows: tuple[ComparisonRow, ...]
-    confirmed: Measurement | None  # the winner re-measured after the search
-    best_description: str | None
-    config_file: str | None
     config: tuple[ConfigEntry, ...]
     config_json: str
-    command: str | None
-    diff: str | None
-    snippet: str | None
     importances: tuple[tuple[str, float], ...]  # most important first
-    trials: tuple[Trial, ...]
+    trials: tuple[Trial, ...]  # the first `MAX_TRIALS`
     trials_total: int
     pareto_trials: tuple[int, ...]
-    knobs: tuple[Knob, ...]
-    fixed: tuple[tuple[str, str], ...]
-    left_out: tuple[tuple[str, str], ...]  # (knob, why it cannot matter)
-    warnings: tuple[str, ...]
-    notes: tuple[str, ...]
+    notes: tuple[str, ...]  # the document's, then the ceiling's
     study: tuple[tuple[str, str], ...]  # name, storage, seed, platform ...
-    data_json: str
-    instability: Instability | None = None
+    data_json: str  # the document as embedded in the page (capped)
     break_even: str | None = None  # `break_even_sentence`
-    stop_reason: str | None = None  # why the search stopped, in words
     service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
     training: tuple[str, ...] = ()  # what was measured as training (`training_sentences`)
     stall_fix: str | None = None  # the code of an epoch-start stall's fix
+
+    @property
+    def objective(self) -> str:
+        return self.document.objective
 
     @property
     def objective_label(self) -> str:
         return "GPU utilization" if self.objective == "gpu-util" else "examples/s"
 
     @property
+    def script(self) -> str | None:
+        return self.document.script
+
+    @property
+    def utilization_kind(self) -> str | None:
+        return self.document.utilization_kind
+
+    @property
+    def device(self) -> str | None:
+        return self.document.device
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.document.wall_s
+
+    @property
+    def trials_complete(self) -> int | None:
+        return self.document.trials.complete if self.document.trials else None
+
+    @property
+    def trials_pruned(self) -> int | None:
+        return self.document.trials.pruned if self.document.trials else None
+
+    @property
+    def trials_failed(self) -> int | None:
+        return self.document.trials.failed if self.document.trials else None
+
+    @property
+    def ceiling_pipeline(self) -> float | None:
+        c = self.document.ceiling
+        return c.pipeline_only_examples_per_s if c is not None else None
+
+    @property
+    def ceiling_model(self) -> float | None:
+        c = self.document.ceiling
+        return c.model_only_examples_per_s if c is not None else None
+
+    @property
+    def ceiling_limited_by(self) -> str | None:
+        c = self.document.ceiling
+        return c.limited_by if c is not None else None
+
+    @property
     def ceiling(self) -> float | None:
-        if self.ceiling_value is not None:
-            return self.ceiling_value
-        known = [c for c in (self.ceiling_pipeline, self.ceiling_model) if c is not None]
+        """As measured; else the lower of the two bounds."""
+        c = self.document.ceiling
+        if c is not None and c.ceiling_examples_per_s is not None:
+            return c.ceiling_examples_per_s
+        known = [x for x in (self.ceiling_pipeline, self.ceiling_model) if x is not None]
         return min(known) if known else None
+
+    @property
+    def confirmed(self) -> MeasuredRate | None:
+        """The winner re-measured after the search."""
+        return self.document.best.confirmed
+
+    @property
+    def best_description(self) -> str | None:
+        return self.document.best.description
+
+    @property
+    def config_file(self) -> str | None:
+        return self.document.best.config_file
+
+    @property
+    def command(self) -> str | None:
+        return self.document.command
+
+    @property
+    def diff(self) -> str | None:
+        return self.document.diff or None
+
+    @property
+    def snippet(self) -> str | None:
+        return self.document.snippet or None
+
+    @property
+    def knobs(self) -> tuple[KnobChoices, ...]:
+        return self.document.space.knobs if self.document.space else ()
+
+    @property
+    def fixed(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.document.space.fixed)) if self.document.space else ()
+
+    @property
+    def left_out(self) -> tuple[tuple[str, str], ...]:
+        """(knob, why it cannot matter)."""
+        space = self.document.space
+        return tuple((lo.name, lo.reason or "") for lo in space.left_out) if space else ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.document.space.warnings if self.document.space else ()
+
+    @property
+    def instability(self) -> Instability | None:
+        found = self.document.instability
+        return found if isinstance(found, Instability) else None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the search stopped, in words."""
+        run = self.document.run
+        return (run.stop_reason or None) if run is not None else None
 
 
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def break_even_sentence(data: Mapping[str, Any]) -> str | None:
-    """The tuning JSON's ``break_even`` (`tftune.tuner.breakeven`) in words: what tuning
-    cost, what the winner saves per hour of training, and when it has paid for itself."""
-    be = data.get("break_even")
+def break_even_sentence(be: Mapping[str, Any] | None) -> str | None:
+    """The tuning document's ``break_even`` (`tftune.tuner.breakeven`) in words: what
+    tuning cost, what the winner saves per hour of training, and when it has paid for
+    itself."""
     if not isinstance(be, Mapping) or not isinstance(be.get("tuning_s"), (int, float)):
         return None
     head = f"Tuning took {_minutes(float(be['tuning_s']))}"
@@ -168,12 +230,15 @@ def break_even_sentence(data: Mapping[str, Any]) -> str | None:
     )
 
 
-def training_sentences(data: Mapping[str, Any]) -> tuple[str, ...]:
-    """What was measured as training, in words, from the tuning JSON's ``training``: the
+def _training(doc: TuningDocument) -> Mapping[str, Any]:
+    training = doc.run.training if doc.run is not None else None
+    return training if isinstance(training, Mapping) else {}
+
+
+def training_sentences(doc: TuningDocument) -> tuple[str, ...]:
+    """What was measured as training, in words, from the document's ``training``: the
     loop, what was taken out of the windows, the preamble, and an epoch-start stall."""
-    training = data.get("training")
-    if not isinstance(training, Mapping):
-        return ()
+    training = _training(doc)
     out: list[str] = []
     loop = training.get("loop")
     raw_aw = training.get("as_written")
@@ -202,10 +267,9 @@ def training_sentences(data: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def stall_fix(data: Mapping[str, Any]) -> str | None:
+def stall_fix(doc: TuningDocument) -> str | None:
     """The code of the as-written epoch-start stall's fix, where one is named."""
-    training = data.get("training")
-    part = training.get("as_written") if isinstance(training, Mapping) else None
+    part = _training(doc).get("as_written")
     stall = epoch_stall_of({"training": part}) if isinstance(part, Mapping) else None
     return stall[1] if stall else None
 
@@ -214,137 +278,62 @@ def build_tuning_model(
     data: Mapping[str, Any], *, generated_at: str, source: str = "tuning JSON"
 ) -> TuningReport:
     """Validate a tuning JSON (docs/json.md, schema 1) into a `TuningReport`."""
-    r = top_reader(data, source=source)
-    objective = r.required_string("objective")
-    if objective not in OBJECTIVES:
-        raise r.error("objective", f"must be one of {', '.join(OBJECTIVES)}")
-    best = r.required_obj("best")
-    confirmed_r = best.obj("confirmed")
-    config_raw = best.raw("config")
-    if config_raw is not None and not isinstance(config_raw, Mapping):
-        raise best.error("config", "must be an object keyed by call site")
-    trials_r = r.obj("trials")
-    ceiling = r.obj("ceiling")
-    space = _space(r.obj("space"))
-    all_trials = r.objects("trials_detail")
-    detail = _cap_stderr_tails(list(data.get("trials_detail") or [])[:MAX_TRIALS])
-    shown = Reader({"trials_detail": detail}, source=source).objects("trials_detail")
-    capped = dict(data)
-    if all_trials:
-        capped["trials_detail"] = detail
+    doc = TuningDocument.from_json(data, source=source)
+    config = doc.best.config or {}
+    ceiling = doc.ceiling
     return TuningReport(
         source=source,
         generated_at=generated_at,
-        script=r.string("script"),
-        objective=objective,
-        utilization_kind=r.string("utilization_kind"),
-        device=r.string("device"),
-        trials_complete=trials_r.integer("complete") if trials_r else None,
-        trials_pruned=trials_r.integer("pruned") if trials_r else None,
-        trials_failed=trials_r.integer("failed") if trials_r else None,
-        wall_s=r.number("wall_s"),
-        ceiling_pipeline=ceiling.number("pipeline_only_examples_per_s") if ceiling else None,
-        ceiling_model=ceiling.number("model_only_examples_per_s") if ceiling else None,
-        ceiling_value=ceiling.number("ceiling_examples_per_s") if ceiling else None,
-        ceiling_limited_by=ceiling.string("limited_by") if ceiling else None,
-        rows=comparison(data, source),
-        confirmed=measurement_of(confirmed_r) if confirmed_r is not None else None,
-        best_description=best.string("description"),
-        config_file=best.string("config_file"),
-        config=_config_entries(config_raw or {}),
-        config_json=json.dumps(config_raw or {}, indent=2, sort_keys=True, default=str),
-        command=r.string("command"),
-        diff=r.string("diff") or None,
-        snippet=r.string("snippet") or None,
-        importances=_importances(r.obj("importances")),
-        trials=tuple(_trial(t, objective) for t in shown),
-        trials_total=len(all_trials),
-        pareto_trials=tuple(
-            t for t in (p.integer("trial") for p in r.objects("pareto")) if t is not None
+        document=doc,
+        rows=comparison(doc),
+        config=_config_entries(config),
+        config_json=json.dumps(config, indent=2, sort_keys=True, default=str),
+        importances=tuple(sorted(doc.importances, key=lambda kv: (-kv[1], kv[0]))),
+        trials=_shown_trials(doc),
+        trials_total=len(doc.trials_detail),
+        pareto_trials=tuple(p.trial for p in doc.pareto if p.trial is not None),
+        notes=doc.notes + (ceiling.notes if ceiling is not None else ()),
+        study=tuple(
+            (k, as_text(v))
+            for part in (doc.study, doc.platform)
+            for k, v in (part or {}).items()
+            if v is not None
         ),
-        knobs=space.knobs,
-        fixed=space.fixed,
-        left_out=space.left_out,
-        warnings=space.warnings,
-        notes=r.strings("notes") + (ceiling.strings("notes") if ceiling else ()),
-        study=_study(r),
-        data_json=dump(capped),
-        instability=_instability(r.obj("instability")),
-        break_even=break_even_sentence(data),
-        stop_reason=r.string("stop_reason") or None,
-        service_sizing=sizing_caption((data.get("ceiling") or {}).get("service_sizing")),
-        training=training_sentences(data),
-        stall_fix=stall_fix(data),
+        data_json=dump(_capped(data)),
+        break_even=break_even_sentence(doc.run.break_even if doc.run is not None else None),
+        service_sizing=sizing_caption(ceiling.service_sizing if ceiling is not None else None),
+        training=training_sentences(doc),
+        stall_fix=stall_fix(doc),
     )
 
 
-def _space(space: Reader | None) -> Space:
-    if space is None:
-        return Space()
-    knobs = tuple(
-        Knob(
-            k.required_string("name"), tuple(_text(c) for c in k.items("choices")), k.string("why")
-        )
-        for k in space.objects("knobs")
-    )
-    fixed_r = space.obj("fixed")
-    fixed = (
-        tuple((k, _text(v)) for k, v in sorted(fixed_r.mapping().items()))
-        if fixed_r is not None
-        else ()
-    )
-    left_out = tuple(
-        (lo.required_string("name"), lo.string("reason") or "") for lo in space.objects("left_out")
-    )
-    return Space(knobs, fixed, left_out, space.strings("warnings"))
-
-
-def _study(r: Reader) -> tuple[tuple[str, str], ...]:
-    study: list[tuple[str, str]] = []
-    for key in ("study", "platform"):
-        sub = r.obj(key)
-        if sub is not None:
-            study += [(k, _text(v)) for k, v in sub.mapping().items() if v is not None]
-    return tuple(study)
-
-
-def _importances(imp: Reader | None) -> tuple[tuple[str, float], ...]:
-    """Most important first."""
-    if imp is None:
-        return ()
-    out = [(name, imp.required_number(name)) for name in imp.fields()]
-    return tuple(sorted(out, key=lambda kv: (-kv[1], kv[0])))
-
-
-def _cap_stderr_tails(rows: list[Any]) -> list[Any]:
-    """The rows, where only the first `MAX_STDERR_TAILS` keep their ``stderr_tail``."""
+def _capped(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The document to embed: its first `MAX_TRIALS` trials, of which only the first
+    `MAX_STDERR_TAILS` failed ones keep their ``stderr_tail``."""
+    rows = data.get("trials_detail")
+    if not rows:
+        return data
     out, kept = [], 0
-    for row in rows:
+    for row in list(rows)[:MAX_TRIALS]:
         if isinstance(row, Mapping) and row.get("stderr_tail"):
             kept += 1
             if kept > MAX_STDERR_TAILS:
                 row = {**row, "stderr_tail": None}
         out.append(row)
-    return out
+    return {**data, "trials_detail": out}
 
 
-def _instability(r: Reader | None) -> Instability | None:
-    sentence = r.string("sentence") if r is not None else None
-    if r is None or not sentence:
-        return None
-    numbers = r.items("trials")
-    if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
-        raise r.error("trials", "must be a list of trial numbers")
-    return Instability(sentence, tuple(numbers))
-
-
-def _crash_lines(t: Reader) -> tuple[str, ...]:
-    """A failed trial's ``crash.key_lines`` (else its ``headline``), capped."""
-    crash = t.obj("crash")
-    if crash is None:
-        return ()
-    lines = crash.strings("key_lines") or tuple(h for h in (crash.string("headline"),) if h)
-    return tuple(line[:MAX_CRASH_LINE_CHARS] for line in lines[:MAX_CRASH_LINES])
+def _shown_trials(doc: TuningDocument) -> tuple[Trial, ...]:
+    """The first `MAX_TRIALS` trials, of which only the first `MAX_STDERR_TAILS` failed
+    ones keep their stderr tail (as `_capped` embeds them)."""
+    out, kept = [], 0
+    for row in doc.trials_detail[:MAX_TRIALS]:
+        tail = row.stderr_tail if isinstance(row.stderr_tail, str) else None
+        if tail:
+            kept += 1
+            tail = tail if kept <= MAX_STDERR_TAILS else None
+        out.append(_trial(row, doc.objective, tail))
+    return tuple(out)
 
 
 _CONFIG_META_KEYS = frozenset({"schema", "meta"})
@@ -367,43 +356,33 @@ def _config_entries(config: Mapping[str, Any]) -> tuple[ConfigEntry, ...]:
         if isinstance(value, Mapping):
             scoped[str(key)] = value
         elif value is not None:
-            out.append(ConfigEntry("global", str(key), _text(value)))
+            out.append(ConfigEntry("global", str(key), as_text(value)))
     for scope in sorted(scoped):
         value = scoped[scope]
         if isinstance(value, Mapping):
             for knob in sorted(value):
                 if value[knob] is not None:
-                    out.append(ConfigEntry(scope, str(knob), _text(value[knob])))
+                    out.append(ConfigEntry(scope, str(knob), as_text(value[knob])))
     return tuple(out)
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True)
-
-
-def _trial(t: Reader, objective: str) -> Trial:
-    state = trial_state(t)
-    params_r = t.obj("params")
-    params: tuple[tuple[str, str], ...] = ()
-    if params_r is not None:
-        params = tuple((k, _text(params_r.mapping()[k])) for k in sorted(params_r.fields()))
-    rate = t.number("examples_per_s")
-    util = share(t, "utilization")
-    value = t.number("value")
+def _trial(row: TrialRow, objective: str, stderr_tail: str | None) -> Trial:
+    """A trial as the report shows it: its value for the history (the objective where
+    the row has none), its crash in a few capped lines, its stderr tail capped."""
+    value = row.value if row.value is not ABSENT else None
     if value is None:
-        value = util if objective == "gpu-util" else rate
+        value = row.utilization if objective == "gpu-util" else row.examples_per_s
+    crash = row.crash_lines()[:MAX_CRASH_LINES]
     return Trial(
-        number=t.required_integer("number"),
-        state=state,
-        params=params,
-        examples_per_s=rate,
-        utilization=util,
+        number=row.number,
+        state=row.state,
+        params=tuple(sorted(row.params)),
+        examples_per_s=row.examples_per_s,
+        utilization=row.utilization,
         value=value,
-        reason=t.string("reason"),
-        role=t.string("role"),
-        description=t.string("description"),
-        crash=_crash_lines(t),
-        stderr_tail=(t.string("stderr_tail") or "")[-MAX_STDERR_TAIL_CHARS:] or None,
+        reason=row.reason,
+        role=row.role,
+        description=row.description,
+        crash=tuple(line[:MAX_CRASH_LINE_CHARS] for line in crash),
+        stderr_tail=(stderr_tail or "")[-MAX_STDERR_TAIL_CHARS:] or None,
     )

@@ -8,11 +8,12 @@
 - `render`: a saved tuning JSON as text: every trial's line (the winner starred), then the
   table, as `tftune optimize` prints them.
 
-They read only the JSON contract (docs/json.md: mappings as `tftune optimize`
-writes them), never the tuner's objects: a saved tuning JSON renders as a fresh one. The
-table's rows are `tuning_comparison.comparison`'s, as in the HTML: each row's honest figure
-(the final round's, measured side by side with the winner's, where there is one) and its
-speed-up. ``null`` is "not measured", never 0.
+They render the tuning document (`tftune.core.tuning_document.TuningDocument`, or its
+JSON as `tftune optimize` writes it, read with `TuningDocument.from_json`), never the
+tuner's objects: a saved tuning JSON renders as a fresh one. The table's rows are
+`tuning_comparison.comparison`'s, as in the HTML: each row's honest figure (the final
+round's, measured side by side with the winner's, where there is one) and its speed-up.
+``null`` is "not measured", never 0.
 """
 
 from __future__ import annotations
@@ -25,11 +26,17 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tftune.core.document_reading import sizing_caption
+from tftune.core.document_reading import Reader, sizing_caption
+from tftune.core.tuning_document import TuningDocument
+from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
+from tftune.core.tuning_trials import TrialRow
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.reports.analysis_terminal import plain_lines, text_console
-from tftune.reports.tuning_comparison import Measurement, comparison
+from tftune.reports.tuning_comparison import comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences
+
+# What the terminal renders: the tuning document, or its JSON.
+TuningInput = TuningDocument | Mapping[str, Any]
 
 NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
@@ -54,6 +61,10 @@ _BASELINE_ROWS = (
 )
 
 
+def _document(data: TuningInput) -> TuningDocument:
+    return data if isinstance(data, TuningDocument) else TuningDocument.from_json(data)
+
+
 def _fmt_eps(x: float | None) -> str:
     return NOT_MEASURED if x is None else f"{x:,.1f}"
 
@@ -72,15 +83,10 @@ _ROW_LABELS = {
 }
 
 
-def _figures(data: Mapping[str, Any]) -> dict[str, Measurement | None]:
-    """Each row's honest figures, by key (`tuning_comparison.comparison`)."""
-    return {row.key: row.measurement for row in comparison(data)}
-
-
-def table_rows(data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
+def table_rows(data: TuningInput) -> list[tuple[str, str, str, str, str]]:
     """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
     out = []
-    for row in comparison(data):
+    for row in comparison(_document(data)):
         label, r = _ROW_LABELS.get(row.key), row.measurement
         if label is None:
             continue
@@ -100,31 +106,33 @@ def table_rows(data: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def render_table(data: Mapping[str, Any]) -> Table | Group:
+def render_table(data: TuningInput) -> Table | Group:
     """A rich Table (rendered by the CLI's console); when the script crashes on its own
-    (the tuning JSON's ``instability``), a Group of the table and that warning below it."""
-    util = "GPU util" if data.get("utilization_kind") == "nvml" else "duty cycle"
+    (the document's ``instability``), a Group of the table and that warning below it."""
+    doc = _document(data)
+    util = "GPU util" if doc.utilization_kind == "nvml" else "duty cycle"
     t = Table(title="tftune optimize: measured in this run", title_justify="left")
     t.add_column("", justify="left")
     for col in ("examples/s", util, "noise", "speed-up"):
         t.add_column(col, justify="right")
-    for row in table_rows(data):
+    for row in table_rows(doc):
         t.add_row(*row)
-    ceiling = data.get("ceiling")
+    ceiling, run = doc.ceiling, doc.run
     caption = []
-    if isinstance(ceiling, Mapping) and ceiling.get("ceiling_examples_per_s") is not None:
-        caption.append(ceiling_sentence(data))
-    caption += [s for s in (break_even_sentence(data), data.get("stop_reason")) if s]
-    caption += list(training_sentences(data))
-    sizing = sizing_caption(ceiling.get("service_sizing") if isinstance(ceiling, Mapping) else None)
+    if ceiling is not None and ceiling.ceiling_examples_per_s is not None:
+        caption.append(ceiling_sentence(doc))
+    if run is not None:
+        caption += [s for s in (break_even_sentence(run.break_even), run.stop_reason) if s]
+    caption += list(training_sentences(doc))
+    sizing = sizing_caption(ceiling.service_sizing if ceiling is not None else None)
     caption += [sizing] if sizing else []
     if caption:
         t.caption = "\n".join(str(s) for s in caption)
         t.caption_justify = "left"
-    instability = data.get("instability")
-    if not isinstance(instability, Mapping) or not instability.get("sentence"):
+    instability = doc.instability
+    if instability is None or isinstance(instability, Absent) or not instability.sentence:
         return t
-    warning = Text(f"warning: {instability['sentence']}", style="bold red")
+    warning = Text(f"warning: {instability.sentence}", style="bold red")
     return Group(t, warning, Text(f"  {INSTABILITY_CONSEQUENCE}"))
 
 
@@ -132,29 +140,30 @@ def _rate(x: float | None) -> str:
     return _fmt_eps(x) if x is None else f"{_fmt_eps(x)} ex/s"
 
 
-def ceiling_sentence(data: Mapping[str, Any]) -> str:
+def ceiling_sentence(data: TuningInput) -> str:
     """Where the remaining gap is: the as-written and tuned rates against the ceiling (the
     lower of the pipeline alone and the model alone, both as written; once the tuned run
     is past the pipeline's, the model's), and, below it, whether the tuned run still waits
     for input (the pipeline) or not (the two halves slow each other down when they run
     together, e.g. on shared CPU cores)."""
-    ceiling: Mapping[str, Any] = data.get("ceiling") or {}
-    model = ceiling.get("model_only_examples_per_s")
-    model_note = ceiling.get("model_note")
+    doc = _document(data)
+    ceiling = doc.ceiling or CeilingFigures()
+    model = ceiling.model_only_examples_per_s
+    model_note = ceiling.model_note if isinstance(ceiling.model_note, str) else None
     model_words = (
         f"model alone {model_note}"
         if model is None and model_note
         else f"model alone on cached data {_rate(model)}"
     )
-    parts = [f"pipeline alone {_rate(ceiling.get('pipeline_only_examples_per_s'))}, {model_words}"]
-    top = ceiling.get("ceiling_examples_per_s")
-    figures = _figures(data)
+    parts = [f"pipeline alone {_rate(ceiling.pipeline_only_examples_per_s)}, {model_words}"]
+    top = ceiling.ceiling_examples_per_s
+    figures = {row.key: row.measurement for row in comparison(doc)}
     aw, tuned = figures.get("as_written"), figures.get("tuned")
     aw_eps = aw.examples_per_s if aw is not None else None
     tuned_eps = tuned.examples_per_s if tuned is not None else None
     if not top or not aw_eps or not tuned_eps or tuned is None:
         return "; ".join(parts)
-    limited_by = ceiling.get("limited_by")
+    limited_by = ceiling.limited_by
     half = {"pipeline": "the input pipeline", "model": "the model"}.get(
         limited_by or "", "the half that was measured"
     )
@@ -198,7 +207,7 @@ def ceiling_sentence(data: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _gap(tuned: Measurement, tuned_eps: float, top: float, half: str) -> list[str]:
+def _gap(tuned: MeasuredRate, tuned_eps: float, top: float, half: str) -> list[str]:
     """Below the ceiling: is the remaining gap the input pipeline (the tuned run still
     waits for input, in the vocabulary's input-bound bands) or the two halves together?"""
     wait = tuned.input_wait_share
@@ -219,30 +228,31 @@ def _gap(tuned: Measurement, tuned_eps: float, top: float, half: str) -> list[st
     return []
 
 
-def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
-    """One status line per trial, from its ``trials_detail`` row; `best` is the number of
-    the best trial so far (starred)."""
-    state = record.get("state")
-    head = f"trial {record.get('number'):>3} {record.get('role')!s:<10}"
-    reason = record.get("reason")
-    if state == TrialState.COMPLETE.value:
-        body = f"{_fmt_eps(record.get('examples_per_s'))} ex/s, "
-        body += f"util {_fmt_util(record.get('utilization'))}"
-        if record.get("spread") is not None:
-            body += f" (±{percent(record['spread'] / 2, compact=True)})"
+def trial_line(record: TrialRow | Mapping[str, Any], best: int | None = None) -> str:
+    """One status line per trial, from its ``trials_detail`` row (or that row's JSON);
+    `best` is the number of the best trial so far (starred)."""
+    row = record if isinstance(record, TrialRow) else _row(record)
+    head = f"trial {row.number:>3} {row.role!s:<10}"
+    reason = row.reason
+    if row.state is TrialState.COMPLETE:
+        body = f"{_fmt_eps(row.examples_per_s)} ex/s, "
+        body += f"util {_fmt_util(row.utilization)}"
+        if row.spread is not None:
+            body += f" (±{percent(row.spread / 2, compact=True)})"
         # TPE came back to a measured config (`tuner.study.stopping.twin_of`): not run again.
-        body += "".join(f"; {n}" for n in record.get("notes") or () if "is reused" in str(n))
-    elif state == TrialState.PRUNED.value:
-        so_far = record.get("examples_per_s")
+        notes = row.notes if isinstance(row.notes, tuple) else ()
+        body += "".join(f"; {n}" for n in notes if "is reused" in n)
+    elif row.state is TrialState.PRUNED:
+        so_far = row.examples_per_s
         body = f"pruned: {reason or ''}"
         if so_far is not None:
             body += f" ({_fmt_eps(so_far)} ex/s so far)"
     else:
         body = f"failed: {reason or 'unknown reason'}"
-    star = " *best*" if best is not None and best == record.get("number") else ""
-    line = f"{head} {body}{star}  [{record.get('description')}]"
-    crash = record.get("crash")
-    if state != TrialState.FAILED.value or not isinstance(crash, Mapping):
+    star = " *best*" if best is not None and best == row.number else ""
+    line = f"{head} {body}{star}  [{row.description}]"
+    crash = row.crash
+    if row.state is not TrialState.FAILED or not isinstance(crash, Mapping):
         return line
     # The reason is one line ("killed by signal 6"); the crash says what the script said.
     shown = [k for k in crash.get("key_lines") or () if k not in (reason or "")]
@@ -250,14 +260,18 @@ def trial_line(record: Mapping[str, Any], best: int | None = None) -> str:
     return "\n".join([line, *(f"    {k}" for k in shown[:limit])])
 
 
-def render(data: Mapping[str, Any], width: int = 100, color: bool = False) -> str:
-    """The tuning JSON as text (ANSI-styled when `color`, else plain lines): each trial's
-    status line, the winner starred, then the table with its caption."""
+def _row(record: Mapping[str, Any]) -> TrialRow:
+    return TrialRow.from_reader(Reader(record, source="trials_detail row"))
+
+
+def render(data: TuningInput, width: int = 100, color: bool = False) -> str:
+    """The tuning document as text (ANSI-styled when `color`, else plain lines): each
+    trial's status line, the winner starred, then the table with its caption."""
+    doc = _document(data)
     buf = io.StringIO()
     console = text_console(buf, width, color)
-    best = (data.get("best") or {}).get("trial")
-    for record in data.get("trials_detail") or ():
-        line = trial_line(record, best if isinstance(best, int) else None)
-        console.print(line, markup=False, highlight=False)
-    console.print(render_table(data))
+    best = doc.best.measured.trial
+    for row in doc.trials_detail:
+        console.print(trial_line(row, best), markup=False, highlight=False)
+    console.print(render_table(doc))
     return buf.getvalue() if color else plain_lines(buf.getvalue())

@@ -17,7 +17,7 @@ from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.space import SearchSpace, build_space
 from tftune.tuner.study import StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import RunFacts, record_json, tuning_json
+from tftune.tuner.tuning_doc import RunFacts, trial_row, tuning_document
 
 MAP = "train.py:10"
 BATCH = "train.py:11"
@@ -62,7 +62,7 @@ def outcome_json(
     `script` tuned over `searched` (a one-map space by default), with what the whole run
     adds (`run`)."""
     one_map = [CallSite(f"{script}:3", "map", (), SiteConfig(), None, 1)]
-    data = tuning_json(
+    data = tuning_document(
         script=script,
         outcome=out,
         space=searched or build_space(one_map, cores=2),
@@ -74,7 +74,7 @@ def outcome_json(
         snippet="",
         seed=0,
         run=run,
-    )
+    ).to_json()
     loaded: dict[str, Any] = json.loads(json.dumps(data))
     return loaded
 
@@ -92,4 +92,4 @@ def ceiling_sentence(out: StudyOutcome, ceiling: Ceiling) -> str:
 
 
 def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:
-    return tuning_terminal.trial_line(record_json(r), best.number if best is not None else None)
+    return tuning_terminal.trial_line(trial_row(r), best.number if best is not None else None)

@@ -47,9 +47,9 @@ class ProgressView:
 
     def trial(self, r: TrialRecord, best: TrialRecord | None) -> None:
         from tftune.reports.tuning_terminal import trial_line
-        from tftune.tuner.tuning_doc import record_json
+        from tftune.tuner.tuning_doc import trial_row
 
-        line = trial_line(record_json(r), best.number if best is not None else None)
+        line = trial_line(trial_row(r), best.number if best is not None else None)
         self.progress.console.print(line, highlight=False, markup=False)
         desc = "best: -"
         if best is not None and best.examples_per_s is not None:
@@ -184,11 +184,13 @@ def _run(
 def _summary(console: Any, result: OptimizeResult) -> None:
     """What the run found, drawn from its tuning JSON: the table, the stall's fix, the
     winner, its diff and the command."""
+    from tftune.core.tuning_document import TuningDocument
     from tftune.reports.tuning_model import stall_fix
     from tftune.reports.tuning_terminal import render_table
 
-    console.print(render_table(result.report))  # the tuning JSON, as written to --json
-    fix = stall_fix(result.report)
+    doc = TuningDocument.from_json(result.report)  # the tuning JSON, as written to --json
+    console.print(render_table(doc))
+    fix = stall_fix(doc)
     if fix is not None:
         console.print("\nthe epoch-start stall's fix:", style="bold")
         console.print(fix, markup=False, highlight=False)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
+from tftune.core.tuning_parts import CeilingFigures
 from tftune.probes.service_sizing import (
     CpuMeter,
     CpuUsage,
@@ -97,17 +98,21 @@ class Ceiling:
             return "pipeline"
         return "model" if m >= MODEL_BOUND_FACTOR * p else None
 
+    def figures(self) -> CeilingFigures:
+        """The tuning document's ``ceiling``."""
+        return CeilingFigures(
+            pipeline_only_examples_per_s=self.pipeline_only_examples_per_s,
+            model_only_examples_per_s=self.model_only_examples_per_s,
+            ceiling_examples_per_s=self.examples_per_s,
+            limited_by=self.limited_by,
+            notes=tuple(n for n in (self.pipeline_note, self.model_note) if n),
+            pipeline_note=self.pipeline_note,
+            model_note=self.model_note,
+            service_sizing=self.sizing.to_json() if self.sizing is not None else None,
+        )
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "pipeline_only_examples_per_s": self.pipeline_only_examples_per_s,
-            "model_only_examples_per_s": self.model_only_examples_per_s,
-            "ceiling_examples_per_s": self.examples_per_s,
-            "limited_by": self.limited_by,
-            "notes": [n for n in (self.pipeline_note, self.model_note) if n],
-            "pipeline_note": self.pipeline_note,
-            "model_note": self.model_note,
-            "service_sizing": self.sizing.to_json() if self.sizing is not None else None,
-        }
+        return self.figures().to_json()
 
 
 def with_bound_mode(config: Config, mode: str) -> Config:

@@ -6,9 +6,10 @@
   TensorFlow/absl fatal log line, the shell's "Segmentation fault"), the last Python
   exception, and the first frames of the crashing thread's stack. `key_lines` is the
   short form every display shows.
-- `find_instability(runs)` → `Instability | None`: the script crashes whatever the config
-  when the script as written crashed too, or when one crash shows in configs that share
-  no knob value. Such crashes are nobody's knob (`tuner.study.records.dead_values`).
+- `find_instability(runs)` → `Instability | None` (the tuning document's own type,
+  `tftune.core.tuning_trials`): the script crashes whatever the config when the script as
+  written crashed too, or when one crash shows in configs that share no knob value.
+  Such crashes are nobody's knob (`tuner.study.records.dead_values`).
 - `bounded_tail(text)`: the end of stderr, small enough to store with every failed trial.
 
 Pure text work on what the runner captured: no process, no TensorFlow, no Optuna.
@@ -22,6 +23,8 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tftune.core.tuning_trials import Instability
 
 # Stored with every failed trial (Optuna user attrs, the tuning JSON): the last lines of
 # stderr, at most this many lines and characters.
@@ -352,41 +355,15 @@ class Run:
     crash: CrashSummary | None  # for a failed run; None when it did not fail or said nothing
 
 
-@dataclass(frozen=True, slots=True)
-class Instability:
-    """The script crashes whatever the config: `crashed` of `runs` runs ended in a native
-    crash, `as_written` of them the script as written, or one crash showed in configs that
-    share no knob value (`unrelated`)."""
-
-    crashed: int
-    runs: int
-    as_written: int
-    unrelated: bool
-    message: str
-    trials: tuple[int, ...]
-
-    @property
-    def sentence(self) -> str:
-        where = (
-            "the script as written among them"
-            if self.as_written
-            else "in configs that share no knob value"
-        )
-        return (
-            f"the script is unstable on its own: it crashed in {self.crashed} of {self.runs} "
-            f"runs, {where}; its message: {self.message}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sentence": self.sentence,
-            "crashed": self.crashed,
-            "runs": self.runs,
-            "as_written_crashed": self.as_written,
-            "unrelated_configs": self.unrelated,
-            "message": self.message,
-            "trials": list(self.trials),
-        }
+def instability_sentence(crashed: int, runs: int, as_written: int, message: str) -> str:
+    """The instability finding in words."""
+    where = (
+        "the script as written among them" if as_written else "in configs that share no knob value"
+    )
+    return (
+        f"the script is unstable on its own: it crashed in {crashed} of {runs} "
+        f"runs, {where}; its message: {message}"
+    )
 
 
 def _share_nothing(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
@@ -415,11 +392,13 @@ def find_instability(runs: Sequence[Run]) -> Instability | None:
         return None
     telling = mine[-1] if mine else max(unrelated, key=len)[-1]
     assert telling.crash is not None
+    message = telling.crash.headline
     return Instability(
+        sentence=instability_sentence(len(crashed), len(runs), len(mine), message),
+        trials=tuple(sorted({r.number for r in crashed})),
         crashed=len(crashed),
         runs=len(runs),
         as_written=len(mine),
         unrelated=bool(unrelated),
-        message=telling.crash.headline,
-        trials=tuple(sorted({r.number for r in crashed})),
+        message=message,
     )

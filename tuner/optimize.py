@@ -180,8 +180,10 @@ def optimize(
         outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)
     record = _record(script, path, args, o, h.invocation, env_future)
     won = _emit_winner(script, path, args, found, outcome, o.best_file, record, note)
-    report = _tuning_report(script, won, found, space, ceiling, gpu, o.seed, record, started)
-    report["screen"] = screen.to_json() if screen is not None else None
+    screened = screen.to_json() if screen is not None else None
+    report = _tuning_report(
+        script, won, found, space, ceiling, gpu, o.seed, record, started, screened
+    )
     json_path = _write_json(report, o.json_file)
     html_path = _write_html(report, o.html_file, h.render_html)
     return OptimizeResult(
@@ -393,9 +395,10 @@ def _tuning_report(
     seed: int,
     record: dict[str, Any],
     started: float,
+    screen: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
-    record and the precision findings."""
+    record, the precision findings and the pipeline screen's ranking."""
     from tftune.tuner import tuning_doc
 
     run = tuning_doc.RunFacts(
@@ -405,8 +408,9 @@ def _tuning_report(
         findings=tuple(won.findings),
         advice=won.advice,
         requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
+        screen=screen,
     )
-    return tuning_doc.tuning_json(
+    return tuning_doc.tuning_document(
         script=str(script),
         outcome=won.outcome,
         space=space,
@@ -418,7 +422,7 @@ def _tuning_report(
         snippet=won.snippet,
         seed=seed,
         run=run,
-    )
+    ).to_json()
 
 
 def _write_json(report: dict[str, Any], json_file: str | os.PathLike[str] | None) -> Path | None:

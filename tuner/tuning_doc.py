@@ -1,13 +1,16 @@
-"""The tuning JSON (docs/json.md), assembled once from the study's outcome.
+"""The tuning document (docs/json.md), assembled once from the study's outcome.
 
-- `tuning_json`: the document, with what the whole run adds (`RunFacts`), and
-  `write_json_atomic`; `record_json`: one trial as its ``trials_detail`` holds it;
+- `tuning_document`: the `tftune.core.tuning_document.TuningDocument`, with what the
+  whole run adds (`RunFacts`); `write_json_atomic` writes its JSON; `trial_row`: one
+  trial as its ``trials_detail`` holds it;
   `training_json`: what was measured as training;
 - `best_config_with_metrics`: the winning `Config` with what was measured (and its noise)
   in ``meta``; `tftune.tuner.config.save_config` writes it atomically.
 
-Rendering them is the reports' job: `tftune.reports.tuning_terminal` draws the table and
-the per-trial lines from this JSON, `tftune.reports.tuning_html` the page.
+Every derived figure (the winner's speed-up, the break-even) is computed here and stored
+in the document, which only serializes it. Rendering is the reports' job:
+`tftune.reports.tuning_terminal` draws the table and the per-trial lines from this JSON,
+`tftune.reports.tuning_html` the page.
 """
 
 from __future__ import annotations
@@ -21,68 +24,77 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.tuning_document import SCHEMA, TuningDocument, WholeRun
+from tftune.core.tuning_parts import (
+    ABSENT,
+    Absent,
+    BaselineRun,
+    Baselines,
+    BestRun,
+    KnobChoices,
+    KnobLeftOut,
+    MeasuredRate,
+    SearchedSpace,
+    TrialCounts,
+)
+from tftune.core.tuning_trials import TrialRow
 from tftune.core.userfiles import write_output
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import Config
-from tftune.tuner.crashes import CrashSummary
 from tftune.tuner.space import SearchSpace, format_value
 from tftune.tuner.study import Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import Discovery
 
-SCHEMA = 1
+
+def _rate(r: TrialRecord) -> MeasuredRate:
+    """A trial's figure object, rounded as the document writes it."""
+    return MeasuredRate(
+        examples_per_s=_round(r.examples_per_s),
+        utilization=_round(r.utilization, 4),
+        spread=_round(r.spread, 4),
+        input_wait_share=_round(r.input_wait_share, 4),
+        repeats=tuple(round(float(x), 2) for x in r.repeats),
+        trial=r.number,
+        state=r.state,
+        reason=r.reason,
+    )
 
 
 def _metrics(r: TrialRecord | None) -> dict[str, Any] | None:
-    if r is None:
-        return None
-    return {
-        "examples_per_s": _round(r.examples_per_s),
-        "utilization": _round(r.utilization, 4),
-        "spread": _round(r.spread, 4),
-        "input_wait_share": _round(r.input_wait_share, 4),
-        "repeats": [_round(x) for x in r.repeats],
-        "trial": r.number,
-        "state": r.state.value,
-        "reason": r.reason,
-    }
+    return _rate(r).to_json() if r is not None else None
 
 
-def record_json(r: TrialRecord) -> dict[str, Any]:
+def trial_row(r: TrialRecord) -> TrialRow:
     """One trial as the tuning JSON's ``trials_detail`` holds it (and as its status line
     is drawn from: `tftune.reports.tuning_terminal.trial_line`). A failed trial keeps its
     stderr tail and crash."""
     failed = r.state is TrialState.FAILED
-    return {
-        "number": r.number,
-        "role": r.role.value,
-        "state": r.state.value,
-        "params": {k: format_value(v) for k, v in r.params.items()},
-        "description": r.description,
-        "examples_per_s": _round(r.examples_per_s),
-        "utilization": _round(r.utilization, 4),
-        "spread": _round(r.spread, 4),
-        "reason": r.reason,
-        "wall_s": _round(r.wall_s),
-        "notes": list(r.notes),
-        "stderr_tail": (r.stderr_tail or None) if failed else None,
-        "crash": _crash_json(r.crash) if failed else None,
-        "training": r.training.to_json() if r.training is not None else None,
-    }
+    return TrialRow(
+        number=r.number,
+        role=r.role.value,
+        state=r.state,
+        params=tuple((k, format_value(v)) for k, v in r.params.items()),
+        description=r.description,
+        examples_per_s=_round(r.examples_per_s),
+        utilization=_round(r.utilization, 4),
+        spread=_round(r.spread, 4),
+        reason=r.reason,
+        wall_s=_round(r.wall_s),
+        notes=tuple(r.notes),
+        stderr_tail=(r.stderr_tail or None) if failed else None,
+        crash=r.crash.to_json() if failed and r.crash is not None else None,
+        training=r.training.to_json() if r.training is not None else None,
+    )
 
 
-def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> dict[str, Any] | None:
+def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> BaselineRun | None:
     """A baseline's trial figures, with its final-round figure as ``confirmed``."""
-    out = _metrics(r)
-    if out is not None:
-        again = outcome.remeasured(r)
-        out["confirmed"] = _metrics(again) if again is not r else None
-    return out
-
-
-def _crash_json(crash: CrashSummary | None) -> dict[str, Any] | None:
-    return crash.to_json() if crash is not None else None
+    if r is None:
+        return None
+    again = outcome.remeasured(r)
+    return BaselineRun(_rate(r), _rate(again) if again is not None and again is not r else None)
 
 
 def _round(x: float | None, nd: int = 2) -> float | None:
@@ -130,9 +142,12 @@ class RunFacts:
     findings: tuple[str, ...] = ()  # the precision findings of the winner's run
     advice: str | None = None  # the float32-output-layer advice, where it applies
     requires: str | None = None  # what the winner's config needs of the user's code
+    # The pipeline screen's ranking (`tuner.screen`; None: it did not run); ABSENT: not
+    # part of the document.
+    screen: Mapping[str, Any] | Absent | None = ABSENT
 
 
-def tuning_json(
+def tuning_document(
     *,
     script: str,
     outcome: StudyOutcome,
@@ -145,97 +160,98 @@ def tuning_json(
     snippet: str,
     seed: int,
     run: RunFacts | None = None,
-) -> dict[str, Any]:
-    """The tuning JSON, schema 1 (docs/json.md), assembled once. ``null`` is "not
+) -> TuningDocument:
+    """The tuning document, schema 1 (docs/json.md), assembled once. ``None`` is "not
     measured".
 
     It carries all that the reports draw (`tftune.reports.tuning_terminal`, `.tuning_html`):
     each baseline with its final-round figure (``confirmed``), ``best`` (with its
     ``input_wait_share``, for the ceiling caption), ``ceiling``, ``instability`` and one
-    `record_json` row per trial; with `run`, what the whole run adds (its wall time, the
+    `trial_row` per trial; with `run`, what the whole run adds (its wall time, the
     break-even, why the search stopped, what was measured as training, its record)."""
-    doc = _study_json(script, outcome, space, ceiling, device, config_file, command, seed)
-    doc.update(diff=diff, snippet=snippet, notes=list(outcome.notes))
-    doc["platform"] = {"python": platform.python_version(), "cores": os.cpu_count()}
-    if run is None:
-        return doc
-    if run.wall_s is not None:
-        doc["wall_s"] = round(run.wall_s, 2)
+    wall_s = round(run.wall_s if run is not None and run.wall_s is not None else outcome.wall_s, 2)
+    notes = list(outcome.notes)
+    if run is not None and run.advice is not None:
+        notes.append(run.advice)
+    b = outcome.baselines
+    return TuningDocument(
+        schema=SCHEMA,
+        script=script,
+        objective=outcome.objective.value,
+        utilization_kind=outcome.utilization_kind,
+        device=device,
+        trials=TrialCounts(**outcome.counts()),
+        wall_s=wall_s,
+        ceiling=ceiling.figures() if ceiling is not None else None,
+        baselines=Baselines(
+            as_written=_baseline(outcome, b.get(Role.AS_WRITTEN)),
+            autotune=_baseline(outcome, b.get(Role.AUTOTUNE)),
+            heuristic=_baseline(outcome, b.get(Role.HEURISTIC)),
+            guided=_baseline(outcome, b.get(Role.GUIDED)),
+        ),
+        best=_best(outcome, config_file, run.requires if run is not None else None),
+        pareto=tuple(_rate(r) for r in outcome.pareto) if outcome.objective.value == "both" else (),
+        space=_searched(space),
+        trials_detail=tuple(trial_row(r) for r in outcome.records),
+        instability=outcome.instability,
+        importances=tuple(outcome.importances.items()),
+        study={"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
+        command=command,
+        diff=diff,
+        snippet=snippet,
+        notes=tuple(notes),
+        platform={"python": platform.python_version(), "cores": os.cpu_count()},
+        run=_whole_run(outcome, wall_s, run) if run is not None else None,
+    )
+
+
+def _best(outcome: StudyOutcome, config_file: str, requires: str | None) -> BestRun:
+    """The winner's trial figures, config, final-round figure and speed-up."""
+    return BestRun(
+        measured=_rate(outcome.best),
+        config_file=config_file,
+        config=outcome.best_config.to_json(),
+        description=outcome.best.description,
+        role=outcome.best.role.value,
+        confirmed=_rate(outcome.confirm) if outcome.confirm is not None else None,
+        speedup_vs_as_written=_speedup(
+            tuned_record(outcome), outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
+        ),
+        requires=(requires,) if requires is not None else ABSENT,
+    )
+
+
+def _searched(space: SearchSpace) -> SearchedSpace:
+    """The space as the document writes it: choices and fixed values as text."""
+    return SearchedSpace(
+        knobs=tuple(
+            KnobChoices(k.name, tuple(format_value(c) for c in k.choices), k.why)
+            for k in space.knobs
+        ),
+        fixed=tuple((n, format_value(v)) for n, v in space.fixed.items()),
+        left_out=tuple(KnobLeftOut(lo.name, lo.reason) for lo in space.left_out),
+        warnings=tuple(space.warnings),
+    )
+
+
+def _whole_run(outcome: StudyOutcome, wall_s: float, run: RunFacts) -> WholeRun:
+    """What the whole run adds: the break-even at its wall time, why the search stopped,
+    what was measured as training, its record and findings."""
     aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
     kept = outcome.best.role is Role.AS_WRITTEN
-    doc["break_even"] = BreakEven(
-        doc["wall_s"],
+    break_even = BreakEven(
+        wall_s,
         aw.examples_per_s if aw is not None else None,
         None if kept else tuned_record(outcome).examples_per_s,
-    ).to_json()
-    doc["stop_reason"] = outcome.stop_reason
-    doc.update(training=run.training, record=run.record, findings=list(run.findings))
-    if run.advice is not None:
-        doc["notes"].append(run.advice)
-    if run.requires is not None:
-        doc["best"]["requires"] = [run.requires]
-    return doc
-
-
-def _study_json(
-    script: str,
-    outcome: StudyOutcome,
-    space: SearchSpace,
-    ceiling: Ceiling | None,
-    device: str,
-    config_file: str,
-    command: str,
-    seed: int,
-) -> dict[str, Any]:
-    """The tuning JSON's figures of the study, up to its ``command``."""
-    b = outcome.baselines
-    return {
-        "schema": SCHEMA,
-        "script": script,
-        "objective": outcome.objective.value,
-        "utilization_kind": outcome.utilization_kind,
-        "device": device,
-        "trials": outcome.counts(),
-        "wall_s": round(outcome.wall_s, 2),
-        "ceiling": ceiling.to_json() if ceiling is not None else None,
-        "baselines": {
-            key: _baseline(outcome, b.get(role))
-            for key, role in (
-                ("as_written", Role.AS_WRITTEN),
-                ("autotune", Role.AUTOTUNE),
-                ("heuristic", Role.HEURISTIC),
-                ("guided", Role.GUIDED),
-            )
-        },
-        "best": {
-            **(_metrics(outcome.best) or {}),
-            "config_file": config_file,
-            "config": outcome.best_config.to_json(),
-            "description": outcome.best.description,
-            "role": outcome.best.role.value,
-            "confirmed": _metrics(outcome.confirm),
-            "speedup_vs_as_written": _speedup(
-                tuned_record(outcome), outcome.remeasured(b.get(Role.AS_WRITTEN))
-            ),
-        },
-        "pareto": [_metrics(r) for r in outcome.pareto]
-        if outcome.objective.value == "both"
-        else [],
-        "space": {
-            "knobs": [
-                {"name": k.name, "choices": [format_value(c) for c in k.choices], "why": k.why}
-                for k in space.knobs
-            ],
-            "fixed": {n: format_value(v) for n, v in space.fixed.items()},
-            "left_out": [{"name": lo.name, "reason": lo.reason} for lo in space.left_out],
-            "warnings": list(space.warnings),
-        },
-        "trials_detail": [record_json(r) for r in outcome.records],
-        "instability": outcome.instability.to_json() if outcome.instability else None,
-        "importances": dict(outcome.importances),
-        "study": {"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
-        "command": command,
-    }
+    )
+    return WholeRun(
+        break_even=break_even.to_json(),
+        stop_reason=outcome.stop_reason,
+        training=run.training,
+        record=run.record,
+        findings=run.findings,
+        screen=run.screen,
+    )
 
 
 def training_json(found: Discovery, outcome: StudyOutcome) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from conftest import requires_tf
 from repo_paths import ROOT
 
 from tftune import cli
+from tftune.core.tuning_document import TuningDocument
 
 if TYPE_CHECKING:
     from tftune.tuner.options import OptimizeOptions
@@ -44,6 +45,8 @@ def test_optimize_latency_bound_example_end_to_end(tmp_path: Path, run_cli: RunC
     data = json.loads((tmp_path / "t.json").read_text())
     for key in ("schema", "ceiling", "baselines", "best", "trials_detail", "importances"):
         assert key in data
+    # What optimize wrote (its screen and record included) reads back to the same JSON.
+    assert TuningDocument.from_json(data, source="t.json").to_json() == data
     assert data["trials"]["complete"] + data["trials"]["pruned"] + data["trials"]["failed"] == 5
     aw = data["baselines"]["as_written"]["examples_per_s"]
     best = data["best"]

@@ -2,7 +2,7 @@
 
     python tests/golden/make_tuning_input.py
 
-It is the tuning JSON `tftune optimize` writes (`tuner.tuning_doc.tuning_json`, written as
+It is the tuning JSON `tftune optimize` writes (`tuner.tuning_doc.tuning_document`, written as
 `write_json_atomic` writes it) for a handwritten GPU study, so every figure is fixed: a
 Keras script on a GPU host, tuned for ``--objective both`` with NVML utilization, with the
 four baselines and a guided trial, a mixed-precision winner re-measured in a final round,
@@ -27,7 +27,7 @@ from tftune.tuner.emit import globals_snippet, source_diff
 from tftune.tuner.space import build_space, config_from_values
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import tuning_json, write_json_atomic
+from tftune.tuner.tuning_doc import tuning_document, write_json_atomic
 
 TARGET = Path(__file__).resolve().parents[1] / "fixtures" / "tuning_gpu_both.json"
 SCRIPT = "train.py"
@@ -176,7 +176,7 @@ def main() -> int:
         script = Path(tmp) / SCRIPT
         script.write_text(SOURCE)
         diff = source_diff(script, out.best_config)
-    data = tuning_json(
+    data = tuning_document(
         script=SCRIPT,
         outcome=out,
         space=SPACE,
@@ -187,7 +187,7 @@ def main() -> int:
         diff=diff,
         snippet=globals_snippet(config_from_values(out.best.params)),
         seed=0,
-    )
+    ).to_json()
     data["platform"] = {"python": "3.11.7", "cores": 16}  # this machine's: pinned
     write_json_atomic(data, TARGET)
     print(f"wrote {TARGET}")

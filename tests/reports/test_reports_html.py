@@ -245,6 +245,13 @@ def test_tuning_page_without_optional_parts_says_so() -> None:
     assert "Ceiling not measured" in visible
 
 
+def test_a_ceiling_of_zero_is_no_bound_to_compare_with() -> None:
+    data = load("tuning_latency.json")
+    data["ceiling"].update(ceiling_examples_per_s=0, model_only_examples_per_s=0)
+    visible = text_of(tuning(data))
+    assert "of this machine's ceiling" not in visible and "model alone can consume" not in visible
+
+
 @pytest.mark.parametrize(
     ("name", "marker"),
     [("analysis_cpu_pyfunc.json", "input pipeline analysis"), ("tuning_latency.json", "tuning")],

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from studykit import ceiling_sentence, outcome_json, render_table, table_rows, trial_line
 
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_comparison import comparison
 from tftune.tuner.bounds import Ceiling
@@ -21,7 +22,7 @@ from tftune.tuner.emit import globals_snippet, rewrite_sources, run_command, sou
 from tftune.tuner.space import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_json, write_json_atomic
+from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_document, write_json_atomic
 
 SCRIPT = """\
 import tensorflow as tf2
@@ -146,7 +147,7 @@ def _outcome() -> StudyOutcome:
 def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
     out = _outcome()
     space = build_space([CallSite("t.py:3", "map", (), SiteConfig(), None, 1)], cores=2)
-    data = tuning_json(
+    data = tuning_document(
         script="t.py",
         outcome=out,
         space=space,
@@ -157,7 +158,7 @@ def test_tuning_json_has_the_contract_fields(tmp_path: Path) -> None:
         diff="",
         snippet="",
         seed=0,
-    )
+    ).to_json()
     required = (
         "schema script objective utilization_kind device trials wall_s ceiling baselines "
         "best trials_detail importances command diff"
@@ -197,7 +198,7 @@ def test_the_tables_tuned_speedup_is_the_tuners_own(case: str) -> None:
     elif case == "as written kept":
         out = replace(out, best=aw, final=(_final(aw, 230.0),), confirm=None)
     data = outcome_json(out)
-    tuned = comparison(data)[-1]
+    tuned = comparison(TuningDocument.from_json(data))[-1]
     assert tuned.key == "tuned" and tuned.speedup is not None
     assert tuned.speedup == pytest.approx(data["best"]["speedup_vs_as_written"], abs=5e-4)
     expected = {"search figures": 20.0, "final round": 12.0, "a failed re-measure": 15.0}

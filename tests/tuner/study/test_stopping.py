@@ -179,16 +179,16 @@ def test_break_even_arithmetic() -> None:
 
 
 def test_break_even_in_words() -> None:
-    words = break_even_sentence({"break_even": BreakEven(120.0, 1000.0, 4000.0).to_json()})
+    words = break_even_sentence(BreakEven(120.0, 1000.0, 4000.0).to_json())
     assert words == (
         "Tuning took 2.0 min; at the measured rates (1,000.0 → 4,000.0 ex/s) the winner saves "
         "45.0 min of every hour of training, and has paid for itself after 2.7 min of training."
     )
-    kept = break_even_sentence({"break_even": BreakEven(75.0, 1000.0, None).to_json()})
+    kept = break_even_sentence(BreakEven(75.0, 1000.0, None).to_json())
     assert (
         kept == "Tuning took 75 s; the script as written stays, so there is nothing to pay it back."
     )
-    assert break_even_sentence({}) is None
+    assert break_even_sentence(None) is None
 
 
 # --- the pipeline screen's configs: the guided guess and the first search trials ----------

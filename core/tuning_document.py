@@ -1,0 +1,177 @@
+"""The tuning JSON (docs/json.md) as one tree of frozen types: `TuningDocument`.
+
+`tftune.tuner.tuning_doc` builds it (every derived figure, such as the winner's speed-up,
+computed there) and writes `TuningDocument.to_json()`; the reports read a saved one with
+`TuningDocument.from_json` and render from its types. `to_json` only serializes: a figure
+is written as the producer stored it. Its parts, each with its JSON both ways, are in
+`tftune.core.tuning_parts` and `tftune.core.tuning_trials`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tftune.core.document_reading import Reader, top_reader
+from tftune.core.tuning_parts import (
+    ABSENT,
+    Absent,
+    Baselines,
+    BestRun,
+    CeilingFigures,
+    MeasuredRate,
+    SearchedSpace,
+    TrialCounts,
+    free_object,
+    part_json,
+    present,
+    put_present,
+)
+from tftune.core.tuning_trials import Instability, TrialRow
+
+SCHEMA = 1
+OBJECTIVES = ("throughput", "gpu-util", "both")
+# The fields of the whole run (`WholeRun`), written after the study's.
+WHOLE_RUN_KEYS = ("break_even", "stop_reason", "training", "record", "findings", "screen")
+
+
+@dataclass(frozen=True, slots=True)
+class WholeRun:
+    """What the whole `tftune optimize` run adds to its study's figures."""
+
+    break_even: Mapping[str, Any] | None = None  # `tftune.tuner.breakeven.BreakEven`
+    stop_reason: str | None = None  # why the search stopped, in words
+    training: Mapping[str, Any] | None = None  # what was measured as training
+    record: Mapping[str, Any] | None = None  # the reproducibility record
+    findings: tuple[str, ...] = ()  # the output-layer findings of every run
+    screen: Mapping[str, Any] | Absent | None = ABSENT  # the pipeline screen's ranking
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "break_even": self.break_even,
+            "stop_reason": self.stop_reason,
+            "training": self.training,
+            "record": self.record,
+            "findings": list(self.findings),
+        }
+        put_present(out, "screen", self.screen)
+        return out
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> WholeRun | None:
+        """The run's part of a top-level reader, None where the document has none."""
+        if not any(present(r, key) for key in WHOLE_RUN_KEYS):
+            return None
+        return cls(
+            break_even=free_object(r, "break_even"),
+            stop_reason=r.string("stop_reason"),
+            training=free_object(r, "training"),
+            record=free_object(r, "record"),
+            findings=r.strings("findings"),
+            screen=free_object(r, "screen") if present(r, "screen") else ABSENT,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TuningDocument:
+    """The tuning JSON, schema 1: what `tftune optimize` measured and chose."""
+
+    objective: str  # one of `OBJECTIVES`
+    baselines: Baselines
+    best: BestRun
+    schema: int = SCHEMA
+    script: str | None = None
+    utilization_kind: str | None = None  # nvml | duty_cycle
+    device: str | None = None  # CPU_ONLY | GPU
+    trials: TrialCounts | None = None
+    wall_s: float | None = None
+    ceiling: CeilingFigures | None = None  # None: --no-bounds
+    pareto: tuple[MeasuredRate, ...] = ()
+    space: SearchedSpace | None = None
+    trials_detail: tuple[TrialRow, ...] = ()
+    instability: Instability | Absent | None = ABSENT
+    importances: tuple[tuple[str, float], ...] = ()  # in document order
+    study: Mapping[str, Any] | None = None  # name, storage, seed
+    command: str | None = None
+    diff: str | None = None
+    snippet: str | None = None
+    notes: tuple[str, ...] = ()
+    platform: Mapping[str, Any] | None = None  # python, cores
+    run: WholeRun | None = None  # None: a study's outcome rendered alone
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "schema": self.schema,
+            "script": self.script,
+            "objective": self.objective,
+            "utilization_kind": self.utilization_kind,
+            "device": self.device,
+            "trials": part_json(self.trials),
+            "wall_s": self.wall_s,
+            "ceiling": part_json(self.ceiling),
+            "baselines": self.baselines.to_json(),
+            "best": self.best.to_json(),
+            "pareto": [p.to_json() for p in self.pareto],
+            "space": part_json(self.space),
+            "trials_detail": [t.to_json() for t in self.trials_detail],
+        }
+        put_present(out, "instability", part_json(self.instability))
+        out.update(
+            importances=dict(self.importances),
+            study=self.study,
+            command=self.command,
+            diff=self.diff,
+            snippet=self.snippet,
+            notes=list(self.notes),
+            platform=self.platform,
+        )
+        if self.run is not None:
+            out.update(self.run.to_json())
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, source: str = "tuning JSON") -> TuningDocument:
+        """Validate a tuning JSON into the document: strict on what a report cannot do
+        without, tolerant of optional and older fields; a malformed one is one
+        `UserError` line naming the file and the field."""
+        r = top_reader(data, source=source)
+        objective = r.required_string("objective")
+        if objective not in OBJECTIVES:
+            raise r.error("objective", f"must be one of {', '.join(OBJECTIVES)}")
+        best = BestRun.from_reader(r.required_obj("best"))
+        trials, ceiling, space = r.obj("trials"), r.obj("ceiling"), r.obj("space")
+        rows = tuple(TrialRow.from_reader(t) for t in r.objects("trials_detail"))
+        instability = r.obj("instability")
+        return cls(
+            objective=objective,
+            baselines=Baselines.from_reader(r.required_obj("baselines")),
+            best=best,
+            schema=r.required_integer("schema"),
+            script=r.string("script"),
+            utilization_kind=r.string("utilization_kind"),
+            device=r.string("device"),
+            trials=TrialCounts.from_reader(trials) if trials is not None else None,
+            wall_s=r.number("wall_s"),
+            ceiling=CeilingFigures.from_reader(ceiling) if ceiling is not None else None,
+            pareto=tuple(MeasuredRate.from_reader(p) for p in r.objects("pareto")),
+            space=SearchedSpace.from_reader(space) if space is not None else None,
+            trials_detail=rows,
+            instability=(
+                (Instability.from_reader(instability) if instability is not None else None)
+                if "instability" in r.mapping()
+                else ABSENT
+            ),
+            importances=_importances(r.obj("importances")),
+            study=free_object(r, "study"),
+            command=r.string("command"),
+            diff=r.string("diff"),
+            snippet=r.string("snippet"),
+            notes=r.strings("notes"),
+            platform=free_object(r, "platform"),
+            run=WholeRun.from_reader(r),
+        )
+
+
+def _importances(imp: Reader | None) -> tuple[tuple[str, float], ...]:
+    return tuple((k, imp.required_number(k)) for k in imp.fields()) if imp is not None else ()
