@@ -1,9 +1,10 @@
 """One run's analysis: locate → load → steps → breakdown → stages → findings → `Analysis`.
 
-`Analysis` is frozen; `Analysis.to_json()` is the analysis JSON contract (schema 1, see
-docs/json.md). With `xprof=True`, XProf's own step time and input share of the
-analyzed host's file sit beside tftune's (`probes.xprof_check`, the JSON's optional
-`xprof` object; absent otherwise). Nothing here imports TensorFlow.
+`Analysis` is frozen; `Analysis.document()` is what it says as the analysis document
+(`core.analysis_document`, schema 1, see docs/json.md), built from the computation types
+here, and `Analysis.to_json()` writes it. With `xprof=True`, XProf's own step time and
+input share of the analyzed host's file sit beside tftune's (`probes.xprof_check`, the
+JSON's optional `xprof` object; absent otherwise). Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -13,15 +14,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.core.analysis_advice import Bottleneck, Fix, NextMove, jsonable
+from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.analysis_trace import (
+    RunMetadata,
+    SkippedFile,
+    StageRow,
+    StepSummary,
+    Timeline,
+    ToolInfo,
+    TraceFile,
+    TraceSource,
+    XProfCheck,
+)
 from tftune.core.units import NS_PER_MS, PS_PER_MS
 from tftune.core.vocabulary import TRAINING_LOOP
-from tftune.probes.breakdown import Breakdown, Timeline, compute_breakdown, extract_timeline
+from tftune.probes.breakdown import Breakdown, compute_breakdown, extract_timeline
 from tftune.probes.callsites import read_sites
-from tftune.probes.findings import Findings, dedupe, find
+from tftune.probes.findings import Findings, FoundBottleneck, dedupe, find
 from tftune.probes.ideas import STEP_IDEAS
 from tftune.probes.locate import locate
 from tftune.probes.loop_work import find_loop_work
-from tftune.probes.next_moves import NextMove, StepFacts, moves_from, step_facts
+from tftune.probes.next_moves import StepFacts, moves_from, step_facts
 from tftune.probes.recommendations import Recommendation
 from tftune.probes.remote import fetched, is_url
 from tftune.probes.service_sizing import trace_sizing_json
@@ -29,9 +43,7 @@ from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
 from tftune.probes.training_time import TrainingTime, read_clock_file
-from tftune.probes.xprof_check import XprofComparison, compare_with_xprof
-
-SCHEMA = 1
+from tftune.probes.xprof_check import compare_with_xprof
 
 
 def _ms(ps: int | None) -> float | None:
@@ -53,13 +65,13 @@ class Analysis:
     timeline: Timeline | None
     tool_version: str
     notes: tuple[str, ...] = ()
-    xprof: XprofComparison | None = None  # only when asked for (`analyze --xprof`)
+    xprof: XProfCheck | None = None  # only when asked for (`analyze --xprof`)
     facts: StepFacts | None = None  # what the trace says about the step itself
     # The step clock's figures of the whole profiled run, where `tftune profile` wrote
     # them beside the trace: an epoch-start stall that steady profiled steps never show.
     training: TrainingTime | None = None
-    # Worked out once, when the analysis is made (`analyze_run`), so that `to_json` only
-    # writes: the fixes, one per idea; the next moves for the step (`_moves`; `tftune
+    # Worked out once, when the analysis is made (`analyze_run`), so that `document` only
+    # converts: the fixes, one per idea; the next moves for the step (`_moves`; `tftune
     # optimize` reads them from its guided profile, `step_advice`); the service sizing.
     recommendations: tuple[Recommendation, ...] = ()
     moves: tuple[NextMove, ...] = ()
@@ -109,8 +121,11 @@ class Analysis:
         return self.findings.bottlenecks
 
     def to_json(self) -> dict[str, Any]:
+        return self.document().to_json()
+
+    def document(self) -> AnalysisDocument:
+        """The analysis JSON as its document, from what this analysis computed."""
         f = self.findings
-        share = self.input_share
         env = self.host.task_environment
         start, stop = env.get("profile_start_time"), env.get("profile_stop_time")
         if isinstance(start, int) and isinstance(stop, int) and stop > start:
@@ -126,64 +141,42 @@ class Analysis:
                 f"{len(self.run.hosts)} hosts in this run; analyzed {self.host.host} "
                 "(choose another with --host)"
             )
-        out = {
-            "schema": SCHEMA,
-            "tool": {"name": "tftune", "version": self.tool_version},
-            "run": self.run.name,
-            "hosts": [h.host for h in self.run.hosts],
-            "host": self.host.host,
-            "device": self.device,
-            "source": {
-                "logdir": self.origin or str(self.logdir.resolve()),
-                "files": [
-                    {"host": h.host, "path": self._where(h.path), "bytes": h.size_bytes}
-                    for h in self.run.hosts
-                ],
-                "skipped": [
-                    {"host": s.host, "path": self._where(s.path), "reason": s.reason}
-                    for s in self.run.skipped
-                ],
-            },
-            "metadata": {
-                "tf_version": None,
-                "devices": [p.name for p in self.host.planes if p.name.startswith("/")],
-                "profile_duration_ms": duration_ms,
-                "cores": cores if isinstance(cores, int) else None,
-            },
-            "step_detection": self.steps.detection,
-            "steps": self.steps.summary(),
-            "input_bound": f.verdict.input_bound,
-            "input_share": round(share, 4) if share is not None else None,
-            "verdict": {"level": f.verdict.level, "sentence": f.verdict.sentence},
-            "breakdown": self.breakdown.fractions(),
-            "input_categories": dict(f.category_shares),
-            "per_step": self.breakdown.per_step(),
-            "bottlenecks": [
-                {
-                    "category": b.category,
-                    "share": b.share,
-                    "stage": b.stage,
-                    "call_site": b.call_site,
-                    "functions": list(b.functions),
-                    "evidence": _jsonable(b.evidence),
-                    "recommendation": _rec_json(b.recommendation),
-                }
-                for b in f.bottlenecks
-            ],
-            "recommendations": [
-                {**(_rec_json(r) or {}), "expected_gain": round(r.gain, 4)}
-                for r in self.recommendations
-            ],
-            "stages": [_stage_json(s) for s in self.stages.stages],
-            "timeline": self.timeline.to_json() if self.timeline is not None else None,
-            "next_moves": [_move_json(m) for m in self.moves],
-            "notes": notes,
-        }
-        out["training"] = self.training.to_json() if self.training is not None else None
-        if self.xprof is not None:
-            out["xprof"] = self.xprof.to_json()
-        out["service_sizing"] = self.service_sizing
-        return out
+        source = TraceSource(
+            logdir=self.origin or str(self.logdir.resolve()),
+            files=tuple(
+                TraceFile(h.host, self._where(h.path), h.size_bytes) for h in self.run.hosts
+            ),
+            skipped=tuple(
+                SkippedFile(s.host, self._where(s.path), s.reason) for s in self.run.skipped
+            ),
+        )
+        devices = tuple(p.name for p in self.host.planes if p.name.startswith("/"))
+        return AnalysisDocument(
+            tool=ToolInfo("tftune", self.tool_version),
+            run=self.run.name,
+            hosts=tuple(h.host for h in self.run.hosts),
+            host=self.host.host,
+            device=self.device,
+            source=source,
+            metadata=RunMetadata(
+                None, devices, duration_ms, cores if isinstance(cores, int) else None
+            ),
+            step_detection=self.steps.detection,
+            steps=StepSummary(**self.steps.summary()),
+            verdict=f.verdict,
+            breakdown=tuple(self.breakdown.fractions().items()),
+            input_categories=tuple(f.category_shares.items()),
+            per_step=self.breakdown.step_rows(),
+            bottlenecks=tuple(_bottleneck(b, i) for i, b in enumerate(f.bottlenecks, 1)),
+            recommendations=tuple(_fix(r, round(r.gain, 4)) for r in self.recommendations),
+            stages=tuple(_stage_row(s) for s in self.stages.stages),
+            timeline=self.timeline,
+            next_moves=tuple(replace(m, evidence=jsonable(m.evidence)) for m in self.moves),
+            notes=tuple(notes),
+            training=self.training.to_json() if self.training is not None else None,
+            xprof=self.xprof,
+            service_sizing=self.service_sizing,
+        )
 
 
 def _moves(findings: Findings, facts: StepFacts | None, bd: Breakdown) -> tuple[NextMove, ...]:
@@ -216,75 +209,49 @@ def step_advice(data: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(words(m) for m in [*top, *moves] if m.get("summary"))
 
 
-def _move_json(m: NextMove) -> dict[str, Any]:
-    return {
-        "kind": m.kind,
-        "summary": m.summary,
-        "code": m.code,
-        "score": m.score,
-        "evidence": _jsonable(m.evidence),
-    }
+def _fix(r: Recommendation, expected_gain: float | None = None) -> Fix:
+    """A fix as the document writes it; `expected_gain` in the ranked list only."""
+    evidence = jsonable(r.evidence)
+    return Fix(r.summary, r.code, r.kind or None, r.category, r.stage, evidence, expected_gain)
 
 
-def _rec_json(r: Recommendation | None) -> dict[str, Any] | None:
-    if r is None:
-        return None
-    return {
-        "summary": r.summary,
-        "code": r.code,
-        "kind": r.kind or None,
-        "category": r.category,
-        "stage": r.stage,
-        "evidence": _jsonable(r.evidence),
-    }
+def _bottleneck(b: FoundBottleneck, rank: int) -> Bottleneck:
+    fix = _fix(b.recommendation) if b.recommendation is not None else None
+    evidence = jsonable(b.evidence)
+    return Bottleneck(rank, b.category, b.share, b.stage, b.call_site, b.functions, evidence, fix)
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    try:
-        return _jsonable(dict(value))
-    except (TypeError, ValueError):
-        return str(value)
-
-
-def _stage_json(s: Stage) -> dict[str, Any]:
+def _stage_row(s: Stage) -> StageRow:
     k = s.knobs
-    return {
-        "id": s.id,
-        "parent_id": s.parent_id,
-        "name": s.name,
-        "op": s.op,
-        "depth": s.depth,
-        "calls": s.calls,
-        "total_ms": _ms(s.total_ps),
-        "self_ms": _ms(s.self_ps),
-        "self_per_call_ms": round(s.self_ps / s.calls / PS_PER_MS, 4) if s.calls else None,
-        "work_ms": _ms(s.work_ps),
-        "active_ms": _ms(s.active_ps),
-        "wait_ms": _ms(s.wait_ps),
-        "function_ms": _ms(s.function_ps) if s.function_calls else None,
-        "function_calls": s.function_calls,
-        "top_ops": [[op, _ms(ps)] for op, ps in s.ops_ps[:5]],
-        "async": s.is_async,
-        "blocking": s.blocking,
-        "bottleneck": s.bottleneck,
-        "parallelism": k.get("parallelism"),
-        "buffer_limit": k.get("buffer_limit"),
-        "autotune": k.get("autotune"),
-        "batch_size": k.get("batch_size"),
-        "threadpool_size": k.get("threadpool_size"),
-        "cpu_budget": k.get("cpu_budget"),
-        "ram_budget_megabytes": k.get("ram_budget_megabytes"),
-        "capped_by": s.capped_by,
-        "udf_concurrency": s.udf_concurrency,
-    }
+    return StageRow(
+        id=s.id,
+        parent_id=s.parent_id,
+        name=s.name,
+        op=s.op,
+        depth=s.depth,
+        calls=s.calls,
+        total_ms=_ms(s.total_ps),
+        self_ms=_ms(s.self_ps),
+        self_per_call_ms=round(s.self_ps / s.calls / PS_PER_MS, 4) if s.calls else None,
+        work_ms=_ms(s.work_ps),
+        active_ms=_ms(s.active_ps),
+        wait_ms=_ms(s.wait_ps),
+        function_ms=_ms(s.function_ps) if s.function_calls else None,
+        function_calls=s.function_calls,
+        top_ops=tuple((op, _ms(ps)) for op, ps in s.ops_ps[:5]),
+        is_async=s.is_async,
+        blocking=s.blocking,
+        bottleneck=s.bottleneck,
+        parallelism=k.get("parallelism"),
+        buffer_limit=k.get("buffer_limit"),
+        autotune=k.get("autotune"),
+        batch_size=k.get("batch_size"),
+        threadpool_size=k.get("threadpool_size"),
+        cpu_budget=k.get("cpu_budget"),
+        ram_budget_megabytes=k.get("ram_budget_megabytes"),
+        capped_by=s.capped_by,
+        udf_concurrency=s.udf_concurrency,
+    )
 
 
 def _busiest_functions(host: HostTrace, limit: int = 2) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tftune.core.analysis_trace import StepRow, Timeline, TimelineEvent, Track
 from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 from tftune.probes.intervals import covered_in, merge
@@ -127,23 +128,25 @@ class Breakdown:
 
     def per_step(self) -> list[dict[str, Any]]:
         """The analysis JSON's `per_step` rows (milliseconds, trace time base)."""
+        return [row.to_json() for row in self.step_rows()]
+
+    def step_rows(self) -> tuple[StepRow, ...]:
+        """One row per step: its number, start, duration and the part of each category."""
         st = self.steps
 
         def ms(values: I64) -> list[float]:
             return np.round(values.astype(np.float64) / PS_PER_MS, 3).tolist()  # type: ignore[no-any-return]
 
-        columns: dict[str, list[Any]] = {
-            "step": st.numbers.tolist(),
-            "start_ms": ms(st.start_ps),
-            "duration_ms": ms(st.duration_ps),
-        }
-        for c in BREAKDOWN_CATEGORIES:
-            columns[f"{c}_ms"] = ms(self.ps[c])
-        columns["host_to_device_bytes"] = (
-            self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
+        parts = [[(c, v) for v in ms(self.ps[c])] for c in BREAKDOWN_CATEGORIES]
+        h2d: list[int | None] = self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
+        by_step = zip(*parts, strict=True)
+        columns = zip(
+            st.numbers.tolist(), ms(st.start_ps), ms(st.duration_ps), by_step, h2d, strict=True
         )
-        keys = list(columns)
-        return [dict(zip(keys, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+        return tuple(
+            StepRow(step, start, duration, tuple(row_parts), row_h2d)
+            for step, start, duration, row_parts, row_h2d in columns
+        )
 
 
 def _host_kind(name: str, has_device: bool, marker: str | None) -> str:
@@ -269,38 +272,6 @@ def compute_breakdown(host: HostTrace, steps: Steps) -> Breakdown:
 # -- timeline ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Track:
-    name: str
-    kind: str  # "host" | "tf_data" | "device"
-    events: tuple[tuple[float, float, str], ...]  # (start_ms, duration_ms, name)
-    dropped: int  # events in the window left out by the size cap
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    start_ms: float
-    end_ms: float
-    steps: tuple[int, ...]
-    tracks: tuple[Track, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "start_ms": self.start_ms,
-            "end_ms": self.end_ms,
-            "steps": list(self.steps),
-            "tracks": [
-                {
-                    "name": t.name,
-                    "kind": t.kind,
-                    "events": [list(ev) for ev in t.events],
-                    "dropped": t.dropped,
-                }
-                for t in self.tracks
-            ],
-        }
-
-
 def _track_kind(plane: Plane, line: Line) -> str:
     if plane.name != "/host:CPU":
         return "device"
@@ -344,7 +315,7 @@ def extract_timeline(
             keep = idx[np.argsort(-d[idx], kind="stable")[:max_events]]
             keep = np.sort(keep)
             events = tuple(
-                (
+                TimelineEvent(
                     round(int(s[i]) / PS_PER_MS, 4),
                     round(int(d[i]) / PS_PER_MS, 4),
                     plane.event_names.get(int(line.metadata_id[i]), "?"),

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tftune.core.analysis_advice import Verdict
 from tftune.core.vocabulary import (
     EAGER_STEP,
     INPUT_CATEGORIES,
@@ -50,17 +51,11 @@ H2D_SHARE = 0.05
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
-    input_bound: bool | None
-    level: str | None  # "high" | "moderate" | "low"; None: not measured
-    input_share: float | None
-    device_compute_share: float | None
-    host_compute_share: float | None
-    sentence: str
+class FoundBottleneck:
+    """A bottleneck as the finders found it: its share of step time, where it is, what
+    was measured, and its best fix as the `Recommendation` ranked with the others (the
+    analysis writes it as a `core.analysis_advice.Bottleneck`)."""
 
-
-@dataclass(frozen=True, slots=True)
-class Bottleneck:
     category: str
     share: float
     stage: str | None
@@ -90,15 +85,14 @@ def verdict(
     device: str,
     epoch_stall: bool = False,
 ) -> Verdict:
-    """The input share in its band, with what takes the rest; `epoch_stall`: the step
-    clock named an epoch-start stall, so a run that waits little within an epoch is not
-    told that tuning tf.data cannot help."""
+    """The input share in its band, with what takes the rest (the share kept as the
+    document writes it, to 4 places); `epoch_stall`: the step clock named an epoch-start
+    stall, so a run that waits little within an epoch is not told that tuning tf.data
+    cannot help."""
     dev = fractions.get("device_compute")
     host = fractions.get("host_compute")
     if input_share is None:
-        return Verdict(
-            None, None, None, dev, host, "No steps were found, so the input share is not measured."
-        )
+        return Verdict(None, None, None, "No steps were found, so the input share is not measured.")
     pct = percent(input_share)
     band = input_band(input_share)
     only = "only " if band is Band.LOW and pct != UNDER_ONE_PERCENT else ""
@@ -108,7 +102,7 @@ def verdict(
     tail = f"; {what} takes {percent(compute)}." if compute is not None else "."
     if band is Band.LOW:
         tail += BUT_EPOCH_STARTS if epoch_stall else NOT_THE_LIMIT
-    return Verdict(band.input_bound, band.value, input_share, dev, host, head + tail)
+    return Verdict(band.input_bound, round(input_share, 4), band, head + tail)
 
 
 # -- call sites -------------------------------------------------------------------------
@@ -147,7 +141,7 @@ def functions_of(stage: Stage) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class Findings:
     verdict: Verdict
-    bottlenecks: tuple[Bottleneck, ...]
+    bottlenecks: tuple[FoundBottleneck, ...]
     recommendations: tuple[Recommendation, ...]
     category_shares: Mapping[str, float]
     notes: tuple[str, ...]
@@ -184,7 +178,7 @@ def find(
     works = [_iterator_wait(w) if distributed else w for w in input_split(tree)]
     cat_share, stage_share = _split_wait(works, input_wait_share)
     recs: list[Recommendation] = []
-    bottlenecks: list[Bottleneck] = []
+    bottlenecks: list[FoundBottleneck] = []
     for c in INPUT_CATEGORIES:
         share = cat_share.get(c, 0.0)
         if share < MIN_BOTTLENECK_SHARE or c == "other":
@@ -314,7 +308,7 @@ def _input_bottleneck(
     tree: StageTree,
     cores: int | None,
     sites: Sequence[RecordedSite],
-) -> tuple[Bottleneck, list[Recommendation]]:
+) -> tuple[FoundBottleneck, list[Recommendation]]:
     """Category `c` of the input wait, charged to its busiest stage `w`: the bottleneck,
     named by its line when the Python tracer or the recorded call sites know it, and its
     fixes (tied to that line)."""
@@ -349,7 +343,7 @@ def _input_bottleneck(
         evidence["latency_bound"] = True
     if recorded is not None:
         evidence["call_site_from"] = "the call sites tftune profile recorded"
-    found = Bottleneck(
+    found = FoundBottleneck(
         category=c,
         share=round(share, 4),
         stage=w.stage.name,
@@ -361,7 +355,7 @@ def _input_bottleneck(
     return found, c_recs
 
 
-def _loop_bottleneck(loop: LoopWork, sites: Sequence[RecordedSite]) -> Bottleneck:
+def _loop_bottleneck(loop: LoopWork, sites: Sequence[RecordedSite]) -> FoundBottleneck:
     """The training loop's own work: what was seen in it and the fix that moves it."""
     r = loop_rec(loop, loop.share, sites)
     evidence: dict[str, Any] = {
@@ -375,7 +369,7 @@ def _loop_bottleneck(loop: LoopWork, sites: Sequence[RecordedSite]) -> Bottlenec
     seen = tuple(k for k, _ in loop.seen)
     if loop.untraced_ms > 0:
         seen = (*seen, f"{loop.untraced_ms:.1f} ms/step of Python without TF events")
-    return Bottleneck(TRAINING_LOOP, loop.share, None, loop.call_site, seen, evidence, r)
+    return FoundBottleneck(TRAINING_LOOP, loop.share, None, loop.call_site, seen, evidence, r)
 
 
 def _outside_the_pipeline(
@@ -385,10 +379,10 @@ def _outside_the_pipeline(
     loop: LoopWork | None,
     sites: Sequence[RecordedSite],
     facts: StepFacts | None,
-) -> list[Bottleneck]:
+) -> list[FoundBottleneck]:
     """Bottlenecks outside the input pipeline: the training loop's own work, a step run
     eagerly, host-to-device copies, then compute (its fix: the best move for the step)."""
-    out: list[Bottleneck] = []
+    out: list[FoundBottleneck] = []
     if loop is not None and loop.share >= LOOP_WORK_SHARE and loop.per_step_ms >= LOOP_WORK_MIN_MS:
         out.append(_loop_bottleneck(loop, sites))
     # Eager ops between next() and a compiled step are the loop's work (above), not an
@@ -398,18 +392,19 @@ def _outside_the_pipeline(
         r = eager_rec(facts)
         what = (f"{facts.eager_ops_per_step or 0:.0f} ops per step, dispatched from Python",)
         share = round(facts.dispatch_share or 0.0, 4)
-        out.append(Bottleneck(EAGER_STEP, share, None, None, what, dict(r.evidence), r))
+        out.append(FoundBottleneck(EAGER_STEP, share, None, None, what, dict(r.evidence), r))
     h2d = fractions.get("host_to_device") or 0.0
     if h2d >= H2D_SHARE:
         r = h2d_rec(h2d)
-        out.append(Bottleneck("host_to_device", round(h2d, 4), None, None, (), dict(r.evidence), r))
+        share = round(h2d, 4)
+        out.append(FoundBottleneck("host_to_device", share, None, None, (), dict(r.evidence), r))
     compute_cat = "device_compute" if device == "GPU" else "host_compute"
     compute = fractions.get(compute_cat) or 0.0
     if compute >= COMPUTE_BOUND_SHARE:
         r = compute_rec(device, compute, facts)
         fns = tuple(compute_functions)
         ev = {"functions": list(fns), "compute_share": round(compute, 4)}
-        out.append(Bottleneck(compute_cat, round(compute, 4), None, None, fns, ev, r))
+        out.append(FoundBottleneck(compute_cat, round(compute, 4), None, None, fns, ev, r))
     return out
 
 

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from tftune.core.analysis_advice import NextMove
 from tftune.core.units import PS_PER_MS, PS_PER_US
 from tftune.core.vocabulary import input_band, percent
 from tftune.probes import ideas
@@ -113,17 +114,6 @@ def xla_helps(ops_per_step: float | None, mean_op_us: float | None, device: str)
     if ops_per_step is None or mean_op_us is None:
         return False
     return ops_per_step >= XLA_MIN_OPS_PER_STEP and mean_op_us <= limit
-
-
-@dataclass(frozen=True, slots=True)
-class NextMove:
-    """One ranked move for the step (not the input pipeline)."""
-
-    kind: str  # an idea of `probes.ideas`: precision, xla, batch_size, steps_per_execution
-    summary: str
-    code: str
-    score: float  # estimated fraction of step time saved, for ranking only
-    evidence: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _kernel_intervals(host: HostTrace, device: str) -> tuple[I64, I64]:
@@ -400,7 +390,7 @@ def step_moves(facts: StepFacts, compute: float) -> tuple[NextMove, ...]:
         _batch_move(facts),
         _spe_move(facts),
     ]
-    return tuple(sorted((m for m in found if m is not None), key=lambda m: -m.score))
+    return tuple(sorted((m for m in found if m is not None), key=lambda m: -(m.score or 0.0)))
 
 
 def moves_from(

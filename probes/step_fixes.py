@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tftune.core.analysis_advice import NextMove
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
 from tftune.probes import ideas
 from tftune.probes.callsites import RecordedSite
 from tftune.probes.loop_work import LoopWork
 from tftune.probes.next_moves import (
     STEPS_PER_EXECUTION,
-    NextMove,
     StepFacts,
     precision_move,
     step_moves,
@@ -183,8 +183,8 @@ def move_rec(move: NextMove, category: str) -> Recommendation:
     return Recommendation(
         kind=move.kind,
         summary=move.summary,
-        code=move.code,
-        gain=move.score,
+        code=move.code or "",
+        gain=move.score or 0.0,
         category=category,
         stage=None,
         evidence=dict(move.evidence),

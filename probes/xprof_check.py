@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tftune.core.analysis_trace import XProfCheck
 from tftune.core.units import PS_PER_MS
 from tftune.probes.breakdown import Breakdown
 from tftune.probes.steps import Steps
@@ -147,27 +148,6 @@ def _native_stderr_quiet() -> Iterator[None]:
         os.close(saved)
 
 
-@dataclass(frozen=True, slots=True)
-class XprofComparison:
-    """XProf's and tftune's step time and input share for one file (`null`: not known)."""
-
-    steptime_ms: float | None
-    input_share: float | None
-    tftune_steptime_ms: float | None
-    tftune_input_share: float | None
-    note: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The analysis JSON's `xprof` object."""
-        return {
-            "steptime_ms": _round(self.steptime_ms, 3),
-            "input_share": _round(self.input_share, 4),
-            "tftune_steptime_ms": _round(self.tftune_steptime_ms, 3),
-            "tftune_input_share": _round(self.tftune_input_share, 4),
-            "note": self.note,
-        }
-
-
 def _first_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[0].strip() if lines else ""
@@ -177,7 +157,7 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def compare_with_xprof(path: Path, steps: Steps, breakdown: Breakdown) -> XprofComparison:
+def compare_with_xprof(path: Path, steps: Steps, breakdown: Breakdown) -> XProfCheck:
     """XProf's figures for the `.xplane.pb` at `path` beside tftune's `steps` and
     `breakdown` of it. Never raises for XProf: a failure is a `note`."""
     try:
@@ -192,17 +172,34 @@ def compare_with_xprof(path: Path, steps: Steps, breakdown: Breakdown) -> XprofC
     kept = _kept_steps(xp, steps) if xp is not None and xp.steps else None
     ours_ms, ours_share = _ours(steps, breakdown, kept)
     if xp is None:
-        return XprofComparison(None, None, ours_ms, ours_share, failure)
+        return _check(None, None, ours_ms, ours_share, failure)
     if not xp.steps:
         why = _first_line(xp.conclusion).split(". ")[0].rstrip(".")
         found_none = "XProf found no steps" + (f" ({why})" if why else "")
-        return XprofComparison(None, None, ours_ms, ours_share, found_none)
+        return _check(None, None, ours_ms, ours_share, found_none)
     unmatched = (
         "XProf's steps could not be matched to tftune's by number: "
         "tftune's figures are over all its steps"
     )
     note = unmatched if kept is None else None
-    return XprofComparison(xp.mean_step_ms, xp.input_share, ours_ms, ours_share, note)
+    return _check(xp.mean_step_ms, xp.input_share, ours_ms, ours_share, note)
+
+
+def _check(
+    steptime_ms: float | None,
+    input_share: float | None,
+    tftune_steptime_ms: float | None,
+    tftune_input_share: float | None,
+    note: str | None,
+) -> XProfCheck:
+    """The analysis JSON's `xprof` figures, rounded as the document writes them."""
+    return XProfCheck(
+        _round(steptime_ms, 3),
+        _round(input_share, 4),
+        _round(tftune_steptime_ms, 3),
+        _round(tftune_input_share, 4),
+        note,
+    )
 
 
 def _kept_steps(xp: XprofInputPipeline, steps: Steps) -> list[int] | None:

@@ -8,7 +8,9 @@ Writing files belongs to the CLI. Nothing here imports tensorflow, optuna or the
 
 `render_report_json` does both for either kind of JSON (what `tftune report` needs).
 
-- analysis: `analysis_model` → `analysis_html` (the page), `analysis_terminal` (the summary);
+- analysis: `core.analysis_document` (the document's types, read strictly) →
+  `analysis_model` → `analysis_html` (the page); `analysis_terminal` (the summary, from
+  the document);
 - tuning: `tuning_model` → `tuning_html` (the page), `tuning_terminal` (the table, the
   ceiling caption and the per-trial lines, from the tuning JSON); both tables' rows are
   `tuning_comparison`'s;

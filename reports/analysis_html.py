@@ -9,9 +9,12 @@ SVG built in Python (`reports._svg`); the shell is `reports._page`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tftune.core.analysis_advice import Bottleneck
+from tftune.core.analysis_trace import StageRow, StepRow, Timeline
 from tftune.core.vocabulary import Band, stage_kind
 from tftune.reports import _svg
 from tftune.reports._page import (
@@ -33,14 +36,7 @@ from tftune.reports._page import (
     stat,
     timestamp_now,
 )
-from tftune.reports.analysis_model import (
-    AnalysisReport,
-    Bottleneck,
-    Stage,
-    StepRow,
-    Timeline,
-    build_analysis_model,
-)
+from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
 from tftune.reports.words import device_label, evidence_label, lane_label
 
 MAX_STEP_COLUMNS = 240  # beyond this the per-step chart shows evenly spaced steps
@@ -214,16 +210,17 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
     if not where:
         where.append("not tied to one tf.data stage")
     fix = ""
-    if b.fix is not None:
-        fix = f"<p><b>Fix:</b> {esc(b.fix.summary)}</p>" if b.fix.summary else ""
-        if b.fix.code:
-            fix += codebox(b.fix.code, ids)
+    rec = b.recommendation
+    if rec is not None:
+        fix = f"<p><b>Fix:</b> {esc(rec.summary)}</p>" if rec.summary else ""
+        if rec.code:
+            fix += codebox(rec.code, ids)
     evidence = ""
     if b.evidence:
         rows = "".join(
             f'<dt title="{esc(k)}">{esc(evidence_label(k))}</dt>'
             f"<dd>{nm() if v is None else esc(_value(v))}</dd>"
-            for k, v in b.evidence
+            for k, v in b.evidence.items()
         )
         opened = " open" if b.rank == 1 else ""
         evidence = (
@@ -246,6 +243,9 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
 
 
 def _value(v: object) -> str:
+    """An evidence value in words: a list or an object as its compact JSON."""
+    if not isinstance(v, (str, int, float, bool)):
+        return json.dumps(v, sort_keys=True, separators=(", ", ": "))
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
@@ -317,7 +317,7 @@ def _steps_section(m: AnalysisReport) -> str:
 _KNOBS = ("parallelism", "buffer_limit", "batch_size", "threadpool_size", "cpu_budget")
 
 
-def _knobs_cell(s: Stage) -> str:
+def _knobs_cell(s: StageRow) -> str:
     chips = []
     missing = []
     for knob in _KNOBS:
@@ -430,10 +430,10 @@ def _timeline_section(m: AnalysisReport) -> str:
     )
     dropped = sum(tr.dropped for tr in t.tracks)
     note = ""
-    if dropped or t.dropped_tracks:
+    if dropped or m.timeline_dropped_tracks:
         note = (
             f'<p class="sub">Capped for size: {dropped:,} of the shortest events and '
-            f"{t.dropped_tracks:,} tracks are not drawn.</p>"
+            f"{m.timeline_dropped_tracks:,} tracks are not drawn.</p>"
         )
     span = t.end_ms - t.start_ms
     return (

@@ -1,30 +1,26 @@
-"""The analysis report model: the analysis JSON, validated into frozen, typed data.
+"""The analysis report model: an analysis document as the page shows it.
 
-`build_analysis_model` is pure: the same JSON and timestamp give an equal model. It is
-strict on the fields a report cannot do without and tolerant of the optional ones; `null`
-stays `None` ("not measured") and is never turned into 0. Anything malformed raises
-`UserError` with one line naming the file and the field.
+`build_analysis_model` reads the JSON with `AnalysisDocument.from_json` (strict on the
+fields a report cannot do without, tolerant of the optional ones; `null` stays `None`,
+"not measured", never 0; anything malformed is one `UserError` line naming the file and
+the field) and adds what only the page needs: the defensive caps, the vocabulary's order
+of the categories, the run's facts in one place, the captions and the capped JSON it
+embeds. It is pure: the same JSON and timestamp give an equal model.
 
-Renderers (`reports.analysis_html`) only format this model.
+Renderers (`reports.analysis_html`) only format this model and the document's types.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from tftune.core.document_reading import (
-    Reader,
-    dump,
-    epoch_stall_of,
-    share,
-    sizing_caption,
-    top_reader,
-)
-from tftune.core.vocabulary import BREAKDOWN_CATEGORIES, Band, input_band
+from tftune.core.analysis_advice import Bottleneck, NextMove, Verdict
+from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.analysis_trace import StageRow, StepRow, StepSummary, Timeline, XProfCheck
+from tftune.core.document_reading import Reader, dump, epoch_stall_of, sizing_caption
+from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 
 # Defensive caps: the analysis caps its timeline upstream, but a report must stay small
 # (well under 5 MB) and quick to open whatever JSON it is given.
@@ -36,82 +32,12 @@ MAX_BOTTLENECKS = 20
 
 TRACK_KINDS = ("host", "tf_data", "device")
 
-Scalar = str | int | float | bool | None
-
 
 @dataclass(frozen=True, slots=True)
-class Fix:
-    summary: str
-    code: str | None
+class RunFacts:
+    """The run as the page's "Run" section lists it: the document's run, host, file and
+    metadata fields, flattened into what a reader sees."""
 
-
-@dataclass(frozen=True, slots=True)
-class Bottleneck:
-    rank: int
-    category: str
-    share: float | None
-    stage: str | None
-    call_site: str | None
-    functions: tuple[str, ...]
-    evidence: tuple[tuple[str, Scalar], ...]
-    fix: Fix | None
-
-
-@dataclass(frozen=True, slots=True)
-class StepRow:
-    step: int
-    start_ms: float | None
-    duration_ms: float | None
-    parts: tuple[tuple[str, float | None], ...]  # (category, ms), BREAKDOWN_CATEGORIES first
-
-
-@dataclass(frozen=True, slots=True)
-class Stage:
-    id: str | None
-    parent_id: str | None
-    name: str
-    op: str | None
-    depth: int
-    calls: int | None
-    total_ms: float | None
-    self_ms: float | None
-    self_per_call_ms: float | None
-    blocking: bool | None
-    bottleneck: bool
-    parallelism: int | None
-    buffer_limit: int | None
-    autotune: bool | None
-    batch_size: int | None
-    threadpool_size: int | None
-    cpu_budget: int | None
-    capped_by: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineEvent:
-    start_ms: float
-    duration_ms: float
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Track:
-    name: str
-    kind: str
-    events: tuple[TimelineEvent, ...]
-    dropped: int  # events left out by the defensive cap (the shortest ones)
-
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    start_ms: float
-    end_ms: float
-    tracks: tuple[Track, ...]
-    dropped_tracks: int
-
-
-@dataclass(frozen=True, slots=True)
-class RunInfo:
     run: str | None
     hosts: tuple[str, ...]
     device: str | None
@@ -120,54 +46,21 @@ class RunInfo:
     devices: tuple[str, ...]
     cores: int | None
     profile_duration_ms: float | None
-    tool: str | None
+    tool: str | None  # "tftune 0.1.0"
     logdir: str | None
     files: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]  # (path, reason)
 
 
 @dataclass(frozen=True, slots=True)
-class StepSummary:
-    count: int
-    mean_ms: float | None
-    p50_ms: float | None
-    p90_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    level: Band | None  # None: no step was found, so input wait was not measured
-    sentence: str
-
-
-@dataclass(frozen=True, slots=True)
-class XProfCheck:
-    """XProf's own step time and input share beside tftune's, from the same trace (the
-    analysis JSON's optional ``xprof``, written by ``tftune analyze --xprof``)."""
-
-    steptime_ms: float | None
-    input_share: float | None
-    tftune_steptime_ms: float | None
-    tftune_input_share: float | None
-    note: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class NextMove:
-    """One ranked move for the step when the input pipeline is not the limit (the analysis
-    JSON's ``next_moves``)."""
-
-    kind: str
-    summary: str
-    code: str | None
-    score: float | None
-
-
-@dataclass(frozen=True, slots=True)
 class AnalysisReport:
+    """An analysis document as the page shows it: within the defensive caps, the
+    breakdown and each step's parts in the vocabulary's order, the timeline's events in
+    time order, and the captions worded for the page."""
+
     source: str
     generated_at: str
-    run: RunInfo
+    run: RunFacts
     steps: StepSummary
     input_bound: bool | None
     input_share: float | None
@@ -176,9 +69,9 @@ class AnalysisReport:
     per_step: tuple[StepRow, ...]
     per_step_total: int
     bottlenecks: tuple[Bottleneck, ...]
-    stages: tuple[Stage, ...]
+    stages: tuple[StageRow, ...]
     stages_total: int
-    timeline: Timeline | None
+    timeline: Timeline | None  # capped: `Track.dropped` counts the events the cap left out
     notes: tuple[str, ...]
     data_json: str  # the (capped) input, embedded in the HTML for scripts
     xprof: XProfCheck | None = None  # None: not cross-checked (or nothing to show)
@@ -188,64 +81,43 @@ class AnalysisReport:
     # trace): the sentence and its fix as code.
     epoch_stall: str | None = None
     epoch_stall_code: str | None = None
+    timeline_dropped_tracks: int = 0  # tracks left out by the defensive cap
 
 
 def build_analysis_model(
     data: Mapping[str, Any], *, generated_at: str, source: str = "analysis JSON"
 ) -> AnalysisReport:
     """Validate an analysis JSON (docs/json.md, schema 1) into an `AnalysisReport`."""
-    r = top_reader(data, source=source)
-    steps_r = r.required_obj("steps")
-    steps = StepSummary(
-        count=steps_r.integer("count", required=True, nullable=False) or 0,
-        mean_ms=steps_r.number("mean_ms"),
-        p50_ms=steps_r.number("p50_ms"),
-        p90_ms=steps_r.number("p90_ms"),
-    )
-    if "input_bound" not in data:
-        raise r.error("input_bound", "is missing")
-    input_bound = r.boolean("input_bound")
-    input_share = share(r, "input_share")
-    breakdown_r = r.required_obj("breakdown")
-    bottlenecks = tuple(
-        _bottleneck(b, i + 1) for i, b in enumerate(r.objects("bottlenecks", required=True))
-    )[:MAX_BOTTLENECKS]
-    all_steps = r.objects("per_step")
-    all_stages = r.objects("stages")
-    timeline_r = r.obj("timeline")
-    timeline = _timeline(timeline_r) if timeline_r is not None else None
+    doc = AnalysisDocument.from_json(data, source=source)
+    if "input_bound" not in data:  # the report needs it said, even as null
+        raise Reader(data, source=source).error("input_bound", "is missing")
+    timeline = _capped_timeline(doc.timeline)
     stall = epoch_stall_of(data)
     return AnalysisReport(
         source=source,
         generated_at=generated_at,
-        run=_run_info(r),
-        steps=steps,
-        input_bound=input_bound,
-        input_share=input_share,
-        verdict=_verdict(r, input_bound, input_share),
-        breakdown=tuple((k, share(breakdown_r, k)) for k in _ordered(breakdown_r.fields())),
-        per_step=tuple(_step_row(s) for s in all_steps[:MAX_STEPS]),
-        per_step_total=len(all_steps),
-        bottlenecks=bottlenecks,
-        stages=tuple(_stage(s) for s in all_stages[:MAX_STAGES]),
-        stages_total=len(all_stages),
+        run=_run_facts(doc),
+        steps=doc.steps,
+        input_bound=doc.verdict.input_bound,
+        input_share=doc.verdict.input_share,
+        verdict=doc.verdict,
+        breakdown=_in_order(doc.breakdown),
+        per_step=tuple(replace(s, parts=_in_order(s.parts)) for s in doc.per_step[:MAX_STEPS]),
+        per_step_total=len(doc.per_step),
+        bottlenecks=doc.bottlenecks[:MAX_BOTTLENECKS],
+        stages=doc.stages[:MAX_STAGES],
+        stages_total=len(doc.stages),
         timeline=timeline,
-        notes=r.strings("notes"),
+        notes=doc.notes,
         data_json=dump(_capped(data, timeline)),
-        xprof=_xprof(r.obj("xprof")),
-        next_moves=tuple(_move(m) for m in r.objects("next_moves")[:MAX_BOTTLENECKS]),
-        service_sizing=sizing_caption(data.get("service_sizing")),
+        xprof=_xprof(doc.xprof),
+        next_moves=doc.next_moves[:MAX_BOTTLENECKS],
+        service_sizing=sizing_caption(doc.service_sizing),
         epoch_stall=stall[0] if stall else None,
         epoch_stall_code=stall[1] if stall else None,
-    )
-
-
-def _move(m: Reader) -> NextMove:
-    return NextMove(
-        kind=m.string("kind") or "",
-        summary=m.string("summary") or "",
-        code=m.string("code"),
-        score=m.number("score"),
+        timeline_dropped_tracks=(
+            max(0, len(doc.timeline.tracks) - MAX_TIMELINE_TRACKS) if doc.timeline else 0
+        ),
     )
 
 
@@ -261,196 +133,70 @@ def _capped(data: Mapping[str, Any], timeline: Timeline | None) -> dict[str, Any
             "start_ms": timeline.start_ms,
             "end_ms": timeline.end_ms,
             "tracks": [
-                {
-                    "name": t.name,
-                    "kind": t.kind,
-                    "events": [[e.start_ms, e.duration_ms, e.name] for e in t.events],
-                }
+                {"name": t.name, "kind": t.kind, "events": [list(e) for e in t.events]}
                 for t in timeline.tracks
             ],
         }
     return capped
 
 
-def _scalar(value: Any) -> Scalar:
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(", ", ": "))
-
-
-def _ordered(keys: list[str]) -> list[str]:
+def _in_order(shares: tuple[tuple[str, float | None], ...]) -> tuple[tuple[str, float | None], ...]:
+    """The vocabulary's categories first, in its order, then any others by name."""
+    keys = [k for k, _ in shares]
     known = [k for k in BREAKDOWN_CATEGORIES if k in keys]
-    return known + sorted(k for k in keys if k not in BREAKDOWN_CATEGORIES)
+    lookup = dict(shares)
+    return tuple((k, lookup[k]) for k in known + sorted(k for k in keys if k not in known))
 
 
-def _verdict(r: Reader, input_bound: bool | None, input_share: float | None) -> Verdict:
-    verdict_r = r.obj("verdict")
-    if verdict_r is None:
-        return _derived_verdict(input_bound, input_share)
-    verdict_r.raw("level", required=True)  # present; null where no step was found
-    level = verdict_r.string("level")
-    if level is None:
-        return Verdict(level=None, sentence=verdict_r.required_string("sentence"))
-    if level not in {b.value for b in Band}:
-        raise verdict_r.error("level", f"must be one of {', '.join(b.value for b in Band)}")
-    return Verdict(level=Band(level), sentence=verdict_r.required_string("sentence"))
-
-
-def _derived_verdict(input_bound: bool | None, share: float | None) -> Verdict:
-    """Older JSON without `verdict`: state what the numbers say, in the input-bound bands."""
-    if share is None:
-        return Verdict(Band.LOW, "Input wait was not measured: no training steps were found.")
-    band = input_band(share)
-    if band is Band.LOW and input_bound:  # the analysis said so, whatever the share
-        band = Band.MODERATE
-    words = band.words[:1].upper() + band.words[1:]
-    return Verdict(band, f"{words}: {share * 100:.0f}% of step time waits for input.")
-
-
-def _xprof(x: Reader | None) -> XProfCheck | None:
-    if x is None:
+def _xprof(check: XProfCheck | None) -> XProfCheck | None:
+    """The cross-check, or None when it has no figure and no note to show."""
+    if check is None:
         return None
-    check = XProfCheck(
-        steptime_ms=x.number("steptime_ms"),
-        input_share=share(x, "input_share"),
-        tftune_steptime_ms=x.number("tftune_steptime_ms"),
-        tftune_input_share=share(x, "tftune_input_share"),
-        note=x.string("note") or None,
-    )
+    check = replace(check, note=check.note or None)
     return None if check == XProfCheck(None, None, None, None, None) else check
 
 
-def _run_info(r: Reader) -> RunInfo:
-    meta = r.obj("metadata")
-    tool = r.obj("tool")
-    src = r.obj("source")
+def _run_facts(doc: AnalysisDocument) -> RunFacts:
+    meta, tool, src = doc.metadata, doc.tool, doc.source
     tool_text = None
     if tool is not None:
-        tool_text = " ".join(x for x in (tool.string("name"), tool.string("version")) if x)
+        tool_text = " ".join(x for x in (tool.name, tool.version) if x)
     files: tuple[str, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()
     if src is not None:
-        files = tuple(f.string("path") or "?" for f in src.objects("files"))
-        skipped = tuple(
-            (s.string("path") or "?", s.string("reason") or "unknown reason")
-            for s in src.objects("skipped")
-        )
-    return RunInfo(
-        run=r.string("run"),
-        hosts=r.strings("hosts"),
-        device=r.string("device", required=True),
-        step_detection=r.string("step_detection", required=True),
-        tf_version=meta.string("tf_version") if meta else None,
-        devices=meta.strings("devices") if meta else (),
-        cores=meta.integer("cores") if meta else None,
-        profile_duration_ms=meta.number("profile_duration_ms") if meta else None,
+        files = tuple(f.path or "?" for f in src.files)
+        skipped = tuple((s.path or "?", s.reason or "unknown reason") for s in src.skipped)
+    return RunFacts(
+        run=doc.run,
+        hosts=doc.hosts,
+        device=doc.device,
+        step_detection=doc.step_detection,
+        tf_version=meta.tf_version if meta else None,
+        devices=meta.devices if meta else (),
+        cores=meta.cores if meta else None,
+        profile_duration_ms=meta.profile_duration_ms if meta else None,
         tool=tool_text or None,
-        logdir=src.string("logdir") if src else None,
+        logdir=src.logdir if src else None,
         files=files,
         skipped=skipped,
     )
 
 
-def _bottleneck(b: Reader, rank: int) -> Bottleneck:
-    rec = b.obj("recommendation")
-    fix = None
-    if rec is not None:
-        fix = Fix(summary=rec.string("summary") or "", code=rec.string("code") or None)
-    evidence = b.obj("evidence")
-    ev: tuple[tuple[str, Scalar], ...] = ()
-    if evidence is not None:
-        ev = tuple((k, _scalar(v)) for k, v in evidence.mapping().items())
-    return Bottleneck(
-        rank=rank,
-        category=b.required_string("category"),
-        share=share(b, "share"),
-        stage=b.string("stage"),
-        call_site=b.string("call_site"),
-        functions=b.strings("functions"),
-        evidence=ev,
-        fix=fix,
-    )
-
-
-def _step_row(s: Reader) -> StepRow:
-    parts = []
-    for key in s.fields():
-        if key.endswith("_ms") and key not in ("start_ms", "duration_ms"):
-            parts.append((key[: -len("_ms")], s.number(key)))
-    order = _ordered([k for k, _ in parts])
-    lookup = dict(parts)
-    return StepRow(
-        step=s.required_integer("step"),
-        start_ms=s.number("start_ms"),
-        duration_ms=s.number("duration_ms"),
-        parts=tuple((k, lookup[k]) for k in order),
-    )
-
-
-def _stage(s: Reader) -> Stage:
-    return Stage(
-        id=s.string("id"),
-        parent_id=s.string("parent_id"),
-        name=s.required_string("name"),
-        op=s.string("op"),
-        depth=s.integer("depth") or 0,
-        calls=s.integer("calls"),
-        total_ms=s.number("total_ms"),
-        self_ms=s.number("self_ms"),
-        self_per_call_ms=s.number("self_per_call_ms"),
-        blocking=s.boolean("blocking"),
-        bottleneck=bool(s.boolean("bottleneck")),
-        parallelism=s.integer("parallelism"),
-        buffer_limit=s.integer("buffer_limit"),
-        autotune=s.boolean("autotune"),
-        batch_size=s.integer("batch_size"),
-        threadpool_size=s.integer("threadpool_size"),
-        cpu_budget=s.integer("cpu_budget"),
-        capped_by=s.string("capped_by"),
-    )
-
-
-def _event(tr: Reader, i: int, ev: Any) -> TimelineEvent:
-    if (
-        not isinstance(ev, (list, tuple))
-        or len(ev) < 2
-        or any(
-            isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
-            for x in ev[:2]
-        )
-    ):
-        raise tr.error(f"events[{i}]", "must be [start_ms, duration_ms, name]")
-    name = str(ev[2]) if len(ev) > 2 and ev[2] is not None else ""
-    return TimelineEvent(float(ev[0]), max(0.0, float(ev[1])), name)
-
-
-def _timeline(t: Reader) -> Timeline:
-    start = t.required_number("start_ms")
-    end = t.required_number("end_ms")
-    if end < start:
-        raise t.error("end_ms", f"must not be before start_ms ({end} < {start})")
-    readers = t.objects("tracks")
-    per_track_cap = max(100, MAX_TIMELINE_EVENTS // max(1, min(len(readers), MAX_TIMELINE_TRACKS)))
+def _capped_timeline(t: Timeline | None) -> Timeline | None:
+    """At most `MAX_TIMELINE_TRACKS` tracks, each within its share of
+    `MAX_TIMELINE_EVENTS` (the longest events kept, `dropped` the ones this cap left
+    out), in time order; an unknown kind is drawn as a host track."""
+    if t is None:
+        return None
+    per_track_cap = max(100, MAX_TIMELINE_EVENTS // max(1, min(len(t.tracks), MAX_TIMELINE_TRACKS)))
     tracks = []
-    for tr in readers[:MAX_TIMELINE_TRACKS]:
-        events = [_event(tr, i, ev) for i, ev in enumerate(tr.items("events"))]
-        dropped = max(0, len(events) - per_track_cap)
-        if dropped:
+    for tr in t.tracks[:MAX_TIMELINE_TRACKS]:
+        events = [e._replace(duration_ms=max(0.0, e.duration_ms)) for e in tr.events]
+        cut = max(0, len(events) - per_track_cap)
+        if cut:
             # Keep the longest events: they are the ones a reader can see at this scale.
             events = sorted(events, key=lambda e: (-e.duration_ms, e.start_ms))[:per_track_cap]
         events.sort(key=lambda e: (e.start_ms, -e.duration_ms, e.name))
-        kind = tr.string("kind") or "host"
-        tracks.append(
-            Track(
-                name=tr.required_string("name"),
-                kind=kind if kind in TRACK_KINDS else "host",
-                events=tuple(events),
-                dropped=dropped,
-            )
-        )
-    return Timeline(
-        start_ms=start,
-        end_ms=end,
-        tracks=tuple(tracks),
-        dropped_tracks=max(0, len(readers) - MAX_TIMELINE_TRACKS),
-    )
+        kind = tr.kind if tr.kind in TRACK_KINDS else "host"
+        tracks.append(replace(tr, kind=kind, events=tuple(events), dropped=cut))
+    return replace(t, tracks=tuple(tracks))

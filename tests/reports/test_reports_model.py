@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from repo_paths import FIXTURES
 
+from tftune.core.analysis_trace import XProfCheck
 from tftune.core.errors import UserError
 from tftune.core.vocabulary import TrialState, stage_kind
 from tftune.reports import analysis_model, detect_kind, tuning_model
@@ -55,9 +56,9 @@ def test_cpu_fixture_reads_as_the_run_it_describes() -> None:
         "python",
         "Iterator::Root::Prefetch::MapAndBatch",
     )
-    assert top.fix is not None and top.fix.code is not None
-    assert "num_parallel_calls" in top.fix.code
-    assert ("parallelism", 1) in top.evidence
+    assert top.recommendation is not None and top.recommendation.code is not None
+    assert "num_parallel_calls" in top.recommendation.code
+    assert ("parallelism", 1) in top.evidence.items()
     (hot,) = [s for s in m.stages if s.bottleneck]
     assert stage_kind(hot.name) == "MapAndBatch" and hot.parallelism == 1 and hot.autotune is False
     assert hot.buffer_limit is None  # null in the JSON: not measured, not 0
@@ -97,7 +98,7 @@ def test_minimal_guide_json_is_enough_and_the_verdict_is_derived() -> None:
     m = build_analysis_model(minimal, generated_at=WHEN)
     assert m.verdict.level == "high" and "62%" in m.verdict.sentence
     assert m.stages == () and m.per_step == () and m.timeline is None
-    assert m.bottlenecks[0].fix is None and m.run.hosts == ()
+    assert m.bottlenecks[0].recommendation is None and m.run.hosts == ()
     low = {**minimal, "input_bound": False, "input_share": 0.01}
     assert build_analysis_model(low, generated_at=WHEN).verdict.level == "low"
     unknown = {**minimal, "input_bound": None, "input_share": None}
@@ -309,7 +310,7 @@ def test_the_xprof_cross_check_is_read_when_present() -> None:
     data = load(CPU)
     assert build_analysis_model(data, generated_at=WHEN).xprof is None
     m = build_analysis_model({**data, "xprof": XPROF}, generated_at=WHEN)
-    assert m.xprof == analysis_model.XProfCheck(12.3, 0.54, 12.4, 0.55, None)
+    assert m.xprof == XProfCheck(12.3, 0.54, 12.4, 0.55, None)
     # null, or an object without a figure or a note: nothing to show
     assert build_analysis_model({**data, "xprof": None}, generated_at=WHEN).xprof is None
     empty = {**data, "xprof": dict.fromkeys(XPROF)}
