@@ -34,7 +34,7 @@ TRACK_KINDS = ("host", "tf_data", "device")
 
 
 @dataclass(frozen=True, slots=True)
-class RunFacts:
+class RunSection:
     """The run as the page's "Run" section lists it: the document's run, host, file and
     metadata fields, flattened into what a reader sees."""
 
@@ -60,7 +60,7 @@ class AnalysisReport:
 
     source: str
     generated_at: str
-    run: RunFacts
+    run: RunSection
     steps: StepSummary
     input_bound: bool | None
     input_share: float | None
@@ -96,7 +96,7 @@ def build_analysis_model(
     return AnalysisReport(
         source=source,
         generated_at=generated_at,
-        run=_run_facts(doc),
+        run=_run_section(doc),
         steps=doc.steps,
         input_bound=doc.verdict.input_bound,
         input_share=doc.verdict.input_share,
@@ -156,7 +156,7 @@ def _xprof(check: XProfCheck | None) -> XProfCheck | None:
     return None if check == XProfCheck(None, None, None, None, None) else check
 
 
-def _run_facts(doc: AnalysisDocument) -> RunFacts:
+def _run_section(doc: AnalysisDocument) -> RunSection:
     meta, tool, src = doc.metadata, doc.tool, doc.source
     tool_text = None
     if tool is not None:
@@ -166,7 +166,7 @@ def _run_facts(doc: AnalysisDocument) -> RunFacts:
     if src is not None:
         files = tuple(f.path or "?" for f in src.files)
         skipped = tuple((s.path or "?", s.reason or "unknown reason") for s in src.skipped)
-    return RunFacts(
+    return RunSection(
         run=doc.run,
         hosts=doc.hosts,
         device=doc.device,

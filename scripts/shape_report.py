@@ -4,8 +4,9 @@
     python scripts/shape_report.py --check    # exit 1 if a limit is broken (tests do this)
 
 Limits (GUIDE.md): a module at most 500 lines, a function at most 80 (data tables are
-not functions), no import cycle between the package's modules. Reads the source with
-`ast`; imports nothing of the package.
+not functions), no import cycle between the package's modules; one name per thing: no
+two modules share a file name, no two share a top-level class name. Reads the source
+with `ast`; imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -167,6 +168,21 @@ def layer_problems(edges: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+def name_problems() -> list[str]:
+    """A file name or a top-level class name used by two modules (`__init__` aside)."""
+    files: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
+    for name, path in modules():
+        if path.name != "__init__.py":
+            files.setdefault(path.name, []).append(name)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(name)
+    problems = [f"file name {f} used by {', '.join(m)}" for f, m in files.items() if len(m) > 1]
+    problems += [f"class {c} defined in {', '.join(m)}" for c, m in classes.items() if len(m) > 1]
+    return sorted(problems)
+
+
 def report() -> tuple[str, list[str]]:
     rows, problems = [], []
     longest: list[tuple[int, str]] = []
@@ -184,6 +200,7 @@ def report() -> tuple[str, list[str]]:
     found = cycles(edges)
     problems += [f"import cycle: {' <-> '.join(c)}" for c in found]
     problems += layer_problems(edges)
+    problems += name_problems()
     rows.sort(reverse=True)
     longest.sort(reverse=True)
     out = ["| module | lines |", "|---|---|"]
