@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 from tftune.core.document_reading import Reader, share
 
 _STEP_TIMES = ("start_ms", "duration_ms")
+# A stage's depth in the tf.data tree: real pipelines nest a few dozen deep at most.
+MAX_STAGE_DEPTH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +255,7 @@ class StageRow:
             parent_id=s.string("parent_id"),
             name=s.required_string("name"),
             op=s.string("op"),
-            depth=s.integer("depth") or 0,
+            depth=_depth(s),
             calls=s.integer("calls"),
             total_ms=s.number("total_ms"),
             self_ms=s.number("self_ms"),
@@ -400,3 +402,10 @@ class XProfCheck:
             tftune_input_share=share(x, "tftune_input_share"),
             note=x.string("note"),
         )
+
+
+def _depth(s: Reader) -> int:
+    depth = s.integer("depth") or 0
+    if not 0 <= depth <= MAX_STAGE_DEPTH:
+        raise s.error("depth", f"must be between 0 and {MAX_STAGE_DEPTH}, got {depth}")
+    return depth

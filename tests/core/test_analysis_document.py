@@ -130,6 +130,7 @@ def test_a_document_without_a_verdict_gets_the_one_its_share_says() -> None:
         (lambda d: d["verdict"].update(level="severe"), "'verdict.level' must be one of"),
         (lambda d: d.update(stages={"a": 1}), "'stages' must be a list"),
         (lambda d: d["stages"][0].update(parallelism="1x"), "'stages[0].parallelism'"),
+        (lambda d: d["stages"][0].update(depth=10**30), "'stages[0].depth' must be between"),
         (lambda d: d["stages"][0].update(top_ops=[["x"]]), "'stages[0].top_ops[0]' must be"),
         (lambda d: d["timeline"]["tracks"][0]["events"].append([1.0]), "'timeline.tracks[0]"),
         (lambda d: d["timeline"].update(end_ms=-5.0), "'timeline.end_ms' must not be before"),
