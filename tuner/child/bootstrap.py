@@ -45,6 +45,9 @@ SPEC_ENV = "TFTUNE_CHILD_SPEC"
 # to create once they are imported.
 PRELOAD_ENV = "TFTUNE_CHILD_PRELOAD"
 READY_ENV = "TFTUNE_CHILD_READY"
+# The PID of the tftune process that started the child: one killed between starting the
+# child and the child's first line is gone before the child can see its parent change.
+PARENT_ENV = "TFTUNE_CHILD_PARENT"
 SPEC_POLL_S = 0.01
 EXIT_DISCOVERY_DONE = 0
 # How often the child checks that the tftune process that started it is still there.
@@ -53,22 +56,38 @@ PARENT_POLL_S = 0.5
 
 def _die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
     """SIGKILL this trial's whole process group once the tftune process that started it
-    is gone (kill -9, preemption, OOM killer). The trial runs in its own session, so no
-    terminal signal reaches it and the parent can no longer stop it; without this, a
-    killed `tftune optimize` would leave the script training (and its forks) forever.
+    is gone (kill -9, preemption, OOM killer), or was gone before this line ran
+    (`PARENT_ENV`: a spare started just before its parent was killed). The trial runs in
+    its own session, so no terminal signal reaches it and the parent can no longer stop
+    it; without this, a killed `tftune optimize` would leave the script training (and its
+    forks) forever, or a warm spare waiting for a spec that never comes.
 
     Only when this process leads its own group (the runner's launcher made it so):
     otherwise the group is someone else's."""
+    starter = os.environ.pop(PARENT_ENV, "")
     if os.getpgrp() != os.getpid():
         return
     parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == parent and _alive(starter):
             time.sleep(poll_s)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="tftune-parent-watch", daemon=True).start()
+
+
+def _alive(pid: str) -> bool:
+    """Whether the process `pid` (`PARENT_ENV`; empty: not told) still exists."""
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _Discovery:

@@ -31,7 +31,7 @@ from typing import IO, Any, Protocol
 from tftune.core.errors import ScriptError
 from tftune.probes.clock import ClockEvent, ClockReader, StepRecord
 from tftune.probes.nvml import NvmlReader, PynvmlReader
-from tftune.tuner.child.bootstrap import SPEC_ENV
+from tftune.tuner.child.bootstrap import PARENT_ENV, SPEC_ENV
 from tftune.tuner.config import Config
 
 POLL_S = 0.05
@@ -135,9 +135,11 @@ def child_argv(python: str) -> list[str]:
 
 
 def child_env(spec_file: str) -> dict[str, str]:
-    """The child's environment: this process's, with the spec file's path."""
+    """The child's environment: this process's, with the spec file's path and this
+    process's PID (the child dies with it)."""
     env = dict(os.environ)
     env[SPEC_ENV] = spec_file
+    env[PARENT_ENV] = str(os.getpid())
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"
     return env
