@@ -85,12 +85,20 @@ class AnalysisReport:
 
 
 def build_analysis_model(
-    data: Mapping[str, Any], *, generated_at: str, source: str = "analysis JSON"
+    data: AnalysisDocument | Mapping[str, Any],
+    *,
+    generated_at: str,
+    source: str = "analysis JSON",
 ) -> AnalysisReport:
-    """Validate an analysis JSON (docs/json.md, schema 1) into an `AnalysisReport`."""
-    doc = AnalysisDocument.from_json(data, source=source)
-    if "input_bound" not in data:  # the report needs it said, even as null
-        raise Reader(data, source=source).error("input_bound", "is missing")
+    """An `AnalysisReport` of an analysis document, or of an analysis JSON (docs/json.md,
+    schema 1) validated first. `tftune analyze` hands over the document it made: reading
+    its own JSON back (33,000 step rows on a 54 MB trace) cost more than the analysis."""
+    if isinstance(data, AnalysisDocument):
+        doc, data = data, data.to_json()
+    else:
+        doc = AnalysisDocument.from_json(data, source=source)
+        if "input_bound" not in data:  # the report needs it said, even as null
+            raise Reader(data, source=source).error("input_bound", "is missing")
     timeline = _capped_timeline(doc.timeline)
     stall = epoch_stall_of(data)
     return AnalysisReport(

@@ -473,19 +473,22 @@ def analyze(
             for h in info.hosts:
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
         return
-    data = run_analysis(logdir, run=run_name, host=host, xprof=xprof).to_json()
+    # The terminal and the page render the document made here; the JSON is its to_json.
+    document = run_analysis(logdir, run=run_name, host=host, xprof=xprof).document()
+    data = document.to_json()
     words = human_stream(quiet, json_out, output)
     if words is not None:
         width = min(shutil.get_terminal_size((100, 24)).columns, 140)
-        click.echo(render(data, width=width, color=use_color(words)), nl=False, file=words)
+        click.echo(render(document, width=width, color=use_color(words)), nl=False, file=words)
     if json_out is not None:
         write_output(json_out, json.dumps(data, indent=1) + "\n")
         if str(json_out) != STDOUT:
             say(words, f"analysis JSON: {json_out}")
     if output is not None:
-        from tftune.reports import render_report_json
+        from tftune.reports import build_analysis_model, render_analysis_html
 
-        html = render_report_json(data, generated_at=generated_at(), source=str(logdir))
+        model = build_analysis_model(document, generated_at=generated_at(), source=str(logdir))
+        html = render_analysis_html(model)
         write_output(output, html)
         if str(output) != STDOUT:
             say(words, f"report: {output}")
