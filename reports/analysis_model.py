@@ -85,17 +85,18 @@ class AnalysisReport:
 
 
 def build_analysis_model(
-    data: AnalysisDocument | Mapping[str, Any],
+    data: Mapping[str, Any],
     *,
     generated_at: str,
     source: str = "analysis JSON",
+    document: AnalysisDocument | None = None,
 ) -> AnalysisReport:
-    """An `AnalysisReport` of an analysis document, or of an analysis JSON (docs/json.md,
-    schema 1) validated first. `tftune analyze` hands over the document it made: reading
-    its own JSON back (33,000 step rows on a 54 MB trace) cost more than the analysis."""
-    if isinstance(data, AnalysisDocument):
-        doc, data = data, data.to_json()
-    else:
+    """An `AnalysisReport` of an analysis JSON (docs/json.md, schema 1), validated first
+    unless the caller hands over the `document` it was written from (`tftune analyze`:
+    reading its own JSON back, 33,000 step rows on a 54 MB trace, cost more than the
+    analysis)."""
+    doc = document
+    if doc is None:
         doc = AnalysisDocument.from_json(data, source=source)
         if "input_bound" not in data:  # the report needs it said, even as null
             raise Reader(data, source=source).error("input_bound", "is missing")

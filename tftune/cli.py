@@ -487,7 +487,9 @@ def analyze(
     if output is not None:
         from tftune.reports import build_analysis_model, render_analysis_html
 
-        model = build_analysis_model(document, generated_at=generated_at(), source=str(logdir))
+        model = build_analysis_model(
+            data, generated_at=generated_at(), source=str(logdir), document=document
+        )
         html = render_analysis_html(model)
         write_output(output, html)
         if str(output) != STDOUT:
