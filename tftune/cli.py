@@ -272,7 +272,11 @@ def profile(
     type=float,
     help="Seconds per measured window [3; the first of several half that].",
 )
-@click.option("--repeats", type=int, help="Measured windows per trial [2].")
+@click.option(
+    "--repeats",
+    type=int,
+    help="Measured windows per trial [2]; up to 2 more where they disagree by over 10%.",
+)
 @click.option(
     "--step-timeout",
     "step_timeout_s",

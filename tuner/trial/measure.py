@@ -235,7 +235,7 @@ class _Trial(Observer):
             failure = classify_exit(said if said is not None else 1, exc, ended.stderr_tail)
         measured = None
         if failure is None:
-            measured = self._measured(gpu, truncated=not alive and not self.win.done())
+            measured = self._measured(gpu, truncated=not alive and not self.win.enough())
             if measured is None:
                 failure = (FailureKind.NO_STEPS, self._no_steps_reason())
         state, reason = TrialState.COMPLETE, None

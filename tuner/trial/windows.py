@@ -12,7 +12,13 @@ warm-up and the measured windows (`MeasureSpec`):
    another dataset in between does not fill a window (`probes.training_time`). Where
    epochs are no longer than a window, windows open and close at an epoch's first step,
    so that they hold whole epochs; after each, `on_report(index, examples/s so far)`
-   (pooled over the windows: `probes.training_time.pooled_rates`), whose True prunes.
+   (pooled over the windows: `probes.training_time.pooled_rates`), whose True prunes;
+3. where those windows disagree (their rates' spread above `AGREE_WITHIN`, a first
+   window that drained a warm-up's buffer left out), up to `EXTRA_WINDOWS` more, until
+   one moves the pooled figure by no more than half that: a run whose epochs differ (a
+   stall in one epoch, none in the next) is measured over more of them, so that its
+   figure is steadier. Extra windows are not reported: the pruner judges the windows
+   asked for.
 
 The figures of a window are `probes.training_time`'s. Pure Python: no process here
 (`trial.measure` runs the child and feeds this).
@@ -23,8 +29,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tftune.probes.clock import StepRecord, percentile
-from tftune.probes.training_time import EpochCost, PassTimeline, WindowStats, pooled_rates
+from tftune.probes.clock import StepRecord, percentile, spread
+from tftune.probes.training_time import (
+    EpochCost,
+    PassTimeline,
+    WindowStats,
+    first_window_drained,
+    pooled_rates,
+)
 from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
@@ -38,6 +50,14 @@ FIRST_WINDOW_SHARE = 0.5
 # A window over short epochs waits for an epoch's first step to close, at most this many
 # epochs past its length (`Windows._epoch_boundary`).
 EPOCH_WAIT = 1.5
+
+# Windows of one run whose rates' spread ((max - min) / median) is above this disagree:
+# one config's windows agree within 1-4% on a quiet host, and the goal for repeats of a
+# script as written is 10%. A run whose windows disagree is measured over more of them.
+AGREE_WITHIN = 0.10
+# At most this many windows beyond `repeats` where they disagree: each costs `window_s`
+# of training time, paid only by runs whose figure would otherwise move by more.
+EXTRA_WINDOWS = 2
 
 # Called after each repeat window with (repeat index, examples/s so far); True prunes.
 ReportFn = Callable[[int, float], bool]
@@ -59,6 +79,8 @@ class MeasureSpec:
     # on a host (5-12%) is more than a run's windows show (1-4%), so a third window
     # bought little but 3 s a run; the final round re-measures what decides.
     repeats: int = 2
+    # Windows measured beyond `repeats` while the windows disagree (`AGREE_WITHIN`).
+    extra_windows: int = EXTRA_WINDOWS
     # The next training step is due within max(stall_s, 20 x the slowest step so far)
     # (`trial.watch`); the first within startup_timeout_s; step_timeout_s sets both.
     stall_s: float = STALL_FLOOR_S
@@ -107,6 +129,8 @@ class Windows:
         self.period_s: float | None = None
         self.warm_since_ns: int | None = None  # when the warm-up's own conditions were met
         self.pruned_reason: str | None = None
+        # The windows so far agree, or the last extra one moved the pooled figure little.
+        self.steady = False
 
     def add(self, rec: StepRecord) -> None:
         """The training stream's next step."""
@@ -189,12 +213,14 @@ class Windows:
     def _close_window(self) -> None:
         self.windows.append((self.current_start_ns, self.current))
         stats = self.stats(self.windows)
+        self.steady = _steady(stats, self.spec.repeats)
         self.current_start_ns = self.current[-1].deliver_ns
         self.current = []
         self.current_ns = 0
         self.period_s = None
         if (
             stats
+            and len(self.windows) <= self.spec.repeats  # an extra window is not judged
             and self.on_report is not None
             and self.pruned_reason is None
             and self.on_report(len(self.windows) - 1, pooled_rates(stats)[0])
@@ -202,6 +228,15 @@ class Windows:
             self.pruned_reason = f"pruned after {len(self.windows)} window(s)"
 
     def done(self) -> bool:
+        """Pruned, or `repeats` windows measured and agreeing, or the extra ones too."""
+        spec, n = self.spec, len(self.windows)
+        if self.pruned_reason is not None or n >= spec.repeats + spec.extra_windows:
+            return True
+        return n >= spec.repeats and (self.steady or spec.repeats < 2)
+
+    def enough(self) -> bool:
+        """`repeats` windows measured (or pruned): a run that ends during an extra
+        window is measured over the windows it completed, not cut anew."""
         return self.pruned_reason is not None or len(self.windows) >= self.spec.repeats
 
     def epoch_cost(self) -> EpochCost | None:
@@ -218,6 +253,22 @@ class Windows:
         """The script ended before the full windows: up to `repeats` windows over what
         it ran."""
         return _what_ran(self.records, self.window_start_ns, self.spec.repeats)
+
+
+def _steady(stats: list[WindowStats], repeats: int) -> bool:
+    """Whether the windows a measurement keeps (`trial.measure`: a first window that
+    drained a warm-up's buffer is left out) agree within `AGREE_WITHIN`, or, past the
+    `repeats` asked for, the last one moved their pooled rate by at most half that. One
+    window alone agrees with nothing."""
+    kept = stats[1:] if first_window_drained(stats) else stats
+    if len(kept) < 2:
+        return False
+    if spread([s.examples_per_s for s in kept]) <= AGREE_WITHIN:
+        return True
+    if len(stats) <= repeats:
+        return False
+    before, now = pooled_rates(kept[:-1])[0], pooled_rates(kept)[0]
+    return before > 0 and abs(now - before) / before <= AGREE_WITHIN / 2
 
 
 def _what_ran(records: list[StepRecord], window_start_ns: int | None, repeats: int) -> list[Window]:

@@ -79,7 +79,11 @@ def _no_gpu() -> _Reader:
     raise NvmlUnavailable("NVML unavailable: NVML Shared Library Not Found")
 
 
-SPEC = MeasureSpec(warmup_steps=3, warmup_s=0.05, window_s=0.3, repeats=3, stall_s=1.5)
+# No extra windows: a loaded host's sleeps can make windows disagree, and these tests
+# count windows (`test_windows.py` covers the extra ones).
+SPEC = MeasureSpec(
+    warmup_steps=3, warmup_s=0.05, window_s=0.3, repeats=3, stall_s=1.5, extra_windows=0
+)
 
 
 @pytest.fixture
@@ -230,7 +234,7 @@ def test_a_short_run_says_its_windows_held_too_few_steps(script: Path) -> None:
 def test_the_first_of_several_windows_is_half_as_long(script: Path) -> None:
     """Successive halving's short first rung: a run the pruner stops after its first
     window pays half a window; a run of one window measures it whole."""
-    spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=0.6, repeats=2)
+    spec = MeasureSpec(warmup_steps=2, warmup_s=0.01, window_s=0.6, repeats=2, extra_windows=0)
     assert spec.window_length(0) == pytest.approx(0.3) and spec.window_length(1) == 0.6
     assert MeasureSpec(window_s=0.6, repeats=1).window_length(0) == 0.6
     deps = RunnerDeps(launcher=_launcher("400", "0.01", "end"), nvml_reader=None)
