@@ -17,7 +17,12 @@ child walks the iterated dataset's lineage, `tuner.child.datasets.pipeline_chain
   keep one iterator;
 - **a new iterator over a tf.distribute dataset each epoch**: it starts every replica's
   pipeline (a multi-device iterator) again. Make one iterator over a ``repeat()``-ed
-  dataset and take an epoch's steps from it.
+  dataset and take an epoch's steps from it;
+- **a Python generator as the source** (``from_generator``, or Keras' adapter of a
+  ``keras.utils.PyDataset``, ``Sequence`` or generator): each epoch's first batch waits
+  for Python to produce it, one item at a time, and ``cache()`` or a tf.data map of the
+  user's would not reach it. Give the ``PyDataset`` workers, or build the input with
+  tf.data from the file list.
 
 Pure data: no TensorFlow here.
 """
@@ -35,6 +40,7 @@ SHUFFLE_BEHIND_MAP = "shuffle_behind_map"
 NO_CACHE = "no_cache"
 REBUILT = "rebuilt_each_epoch"
 DISTRIBUTED_ITERATOR = "distributed_iterator_each_epoch"
+PYTHON_SOURCE = "python_generator_source"
 UNEXPLAINED = "unexplained"
 
 
@@ -43,7 +49,8 @@ class PipelineStage:
     """One transformation of the training pipeline, source first."""
 
     # map | shuffle | cache | batch | prefetch | repeat | interleave | source | other, and
-    # distribute: tf.distribute splits the pipeline across replicas (the last stage).
+    # distribute: tf.distribute splits the pipeline across replicas (the last stage);
+    # generator: a Python generator's elements (`from_generator`, Keras' PyDataset).
     kind: str
     site: str | None = None  # the user's line, where the child saw the call
     python: bool = False  # its function runs Python (py_function, numpy_function)
@@ -72,7 +79,9 @@ class EpochStall:
     stall_s: float  # extra time of each epoch's first step
     steps_per_epoch: int
     share: float  # of an epoch's training time
-    cause: str  # SHUFFLE_BEHIND_MAP | NO_CACHE | REBUILT | UNEXPLAINED
+    # SHUFFLE_BEHIND_MAP | NO_CACHE | REBUILT | DISTRIBUTED_ITERATOR | PYTHON_SOURCE
+    # | UNEXPLAINED
+    cause: str
     summary: str
     code: str | None
     sites: tuple[str, ...] = ()  # the lines involved
@@ -150,6 +159,8 @@ def _cause(
                 "# or, for a deterministic fn: ds.map(fn).cache().shuffle(buffer_size)",
                 _sites([*maps, chain[shuffle]]),
             )
+    if any(s.kind == "generator" for s in chain[start:]):
+        return _python_source()
     if chain and chain[-1].kind == "distribute":
         return (
             DISTRIBUTED_ITERATOR,
@@ -185,6 +196,25 @@ def _cause(
         "the pipeline's first element of each epoch waits; prefetch at the end and a "
         "cache() of what does not change between epochs shorten it",
         None,
+        (),
+    )
+
+
+def _python_source() -> tuple[str, str, str | None, tuple[str, ...]]:
+    return (
+        PYTHON_SOURCE,
+        "each epoch's first batch waits for a Python generator (a keras.utils.PyDataset, "
+        "Sequence or from_generator) to make it, one item at a time: give the PyDataset "
+        "workers so that batches are made ahead (threads for file reads and NumPy that "
+        "release the GIL, use_multiprocessing=True for pure-Python work), or build the "
+        "input with tf.data from the file list (a parallel map, cache(), prefetch)",
+        "class Batches(keras.utils.PyDataset):\n"
+        "    def __init__(self, files, batch_size, **kwargs):\n"
+        "        super().__init__(workers=4, use_multiprocessing=False, max_queue_size=8, "
+        "**kwargs)\n"
+        "# or: ds = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files))\n"
+        "#     ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)\n"
+        "#     ds = ds.prefetch(tf.data.AUTOTUNE)",
         (),
     )
 

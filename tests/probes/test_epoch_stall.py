@@ -7,6 +7,7 @@ import pytest
 from tftune.probes.epoch_stall import (
     DISTRIBUTED_ITERATOR,
     NO_CACHE,
+    PYTHON_SOURCE,
     REBUILT,
     SHUFFLE_BEHIND_MAP,
     STALL_SHARE_NAMED,
@@ -72,3 +73,16 @@ def test_a_new_iterator_over_a_distributed_dataset_each_epoch() -> None:
     stall = diagnose(1.0, 32, 0.3, (SOURCE, BATCH, PipelineStage("distribute")))
     assert stall is not None and stall.cause == DISTRIBUTED_ITERATOR
     assert stall.code is not None and "experimental_distribute_dataset(ds.repeat())" in stall.code
+
+
+def test_a_python_generator_source_is_named_before_the_maps_after_it() -> None:
+    generator = PipelineStage("generator", python=True)
+    stall = diagnose(0.2, 12, 0.25, (SOURCE, generator, MAP, BATCH))
+    assert stall is not None and stall.cause == PYTHON_SOURCE
+    assert stall.code is not None and "keras.utils.PyDataset" in stall.code
+
+
+def test_a_generator_cached_after_it_runs_in_the_first_epoch_only() -> None:
+    generator = PipelineStage("generator", python=True)
+    stall = diagnose(0.2, 12, 0.25, (SOURCE, generator, CACHE, MAP, BATCH))
+    assert stall is not None and stall.cause == UNEXPLAINED

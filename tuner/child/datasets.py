@@ -353,20 +353,26 @@ def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
         if name != "_OptionsDataset":
             kind = next((k for part, k in _STAGE_KINDS if part in name), None)
             kind = kind or ("source" if not inputs else "other")
+            ops = _function_ops(current)
+            if kind == "interleave" and "GeneratorDataset" in ops:
+                # from_generator (and Keras' adapter of a PyDataset or a generator) is a
+                # flat_map whose function makes a Python generator's dataset.
+                kind = "generator"
             site = getattr(current, "_tftune_site", None) or getattr(
                 current, "_tftune_mark_site", None
             )
-            stages.append(PipelineStage(kind, site, _runs_python(current)))
+            python = kind == "generator" or bool(ops & _PYTHON_OPS)
+            stages.append(PipelineStage(kind, site, python))
         current = inputs[0] if inputs else None
     return tuple(reversed(stages))
 
 
-def _runs_python(ds: Any) -> bool:
+def _function_ops(ds: Any) -> frozenset[str]:
+    """The op types of a stage's function (a map's, a flat_map's); none without one."""
     try:
-        ops = ds._map_func.function.graph.get_operations()
+        return frozenset(op.type for op in ds._map_func.function.graph.get_operations())
     except Exception:
-        return False
-    return any(op.type in _PYTHON_OPS for op in ops)
+        return frozenset()
 
 
 def describe(ds: Any, batched_default: bool = False) -> IterationInfo:

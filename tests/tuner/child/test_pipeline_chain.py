@@ -1,0 +1,52 @@
+"""The training pipeline as the script built it (`tuner.child.datasets.pipeline_chain`),
+read from real tf.data datasets: what the epoch-start stall's cause is named from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from tftune.probes.epoch_stall import PYTHON_SOURCE, diagnose  # noqa: E402
+from tftune.tuner.child.datasets import pipeline_chain  # noqa: E402
+
+
+class _Batches(keras.utils.PyDataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((2, 3), "float32"), np.zeros((2,), "float32")
+
+
+def _kinds(ds: object) -> list[tuple[str, bool]]:
+    return [(s.kind, s.python) for s in pipeline_chain(ds)]
+
+
+def test_a_python_generator_source_is_named_so() -> None:
+    ds = tf.data.Dataset.from_generator(
+        lambda: iter(range(8)), output_signature=tf.TensorSpec((), tf.int64)
+    )
+    ds = ds.map(lambda x: x * 2).batch(2)
+    assert _kinds(ds) == [("source", False), ("generator", True), ("map", False), ("batch", False)]
+
+
+def test_a_keras_py_dataset_is_a_python_generator_and_its_stall_says_workers() -> None:
+    """Keras' adapter of a PyDataset builds a from_generator pipeline of its own: the
+    fix is the PyDataset's workers, never a cache() or map of the user's."""
+    from keras.src.trainers.data_adapters import get_data_adapter
+
+    ds = get_data_adapter(_Batches(), shuffle=True).get_tf_dataset()
+    chain = pipeline_chain(ds)
+    assert [s.kind for s in chain if s.kind == "generator"] == ["generator"]
+    stall = diagnose(0.11, 12, 0.2, chain)
+    assert stall is not None and stall.cause == PYTHON_SOURCE
+    assert "workers" in stall.summary and stall.code is not None
+    assert "workers=4" in stall.code and "cache()" not in stall.summary.split("or build")[0]
+
+
+def test_a_plain_flat_map_is_no_generator() -> None:
+    ds = tf.data.Dataset.range(4).flat_map(lambda x: tf.data.Dataset.from_tensors(x))
+    assert _kinds(ds) == [("source", False), ("interleave", False)]
