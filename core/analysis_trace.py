@@ -363,13 +363,8 @@ class Timeline:
         end = t.required_number("end_ms")
         if end < start:
             raise t.error("end_ms", f"must not be before start_ms ({end} < {start})")
-        steps = []
-        for i, n in enumerate(t.items("steps")):
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise t.error(f"steps[{i}]", "must be an integer")
-            steps.append(n)
         tracks = tuple(Track.read(tr) for tr in t.objects("tracks"))
-        return cls(start_ms=start, end_ms=end, steps=tuple(steps), tracks=tracks)
+        return cls(start_ms=start, end_ms=end, steps=t.integers("steps"), tracks=tracks)
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,15 @@ class Reader:
             out.append(value)
         return tuple(out)
 
+    def integers(self, key: str) -> tuple[int, ...]:
+        """A list of integers (step or trial numbers); a bool is no integer here."""
+        out = []
+        for i, value in enumerate(self.items(key)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.error(f"{key}[{i}]", f"must be an integer, got {_show(value)}")
+            out.append(value)
+        return tuple(out)
+
     def fields(self) -> list[str]:
         return [str(k) for k in self._data]
 

@@ -141,12 +141,9 @@ class Instability:
         sentence = r.string("sentence")
         if not sentence:
             return None
-        numbers = r.items("trials")
-        if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
-            raise r.error("trials", "must be a list of trial numbers")
         return cls(
             sentence=sentence,
-            trials=tuple(numbers),
+            trials=r.integers("trials"),
             crashed=r.integer("crashed"),
             runs=r.integer("runs"),
             as_written=r.integer("as_written_crashed"),

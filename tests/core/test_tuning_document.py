@@ -171,7 +171,7 @@ MALFORMED = [
     ),
     (
         lambda d: d.update(instability={"sentence": "s", "trials": ["x"]}),
-        "t.json: field 'instability.trials' must be a list of trial numbers",
+        "t.json: field 'instability.trials[0]' must be an integer, got \"x\"",
     ),
     (lambda d: d["space"]["knobs"][0].pop("name"), "t.json: field 'space.knobs[0].name'"),
     (lambda d: d.update(notes="x"), "t.json: field 'notes' must be a list"),
