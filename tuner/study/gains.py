@@ -20,6 +20,14 @@ MIN_GAIN = 0.03
 # patience for nothing (three more trials on a +6.6% that re-measured 10% lower). 8%: the
 # middle of the run-to-run range.
 SEARCH_GAIN = 0.08
+# A change must gain this many times the run-to-run noise of the script as written (the
+# range of its two runs, its trial and the final round's, over their mean) to win
+# outright; a gain between `MIN_GAIN` and that is a close call, settled by more runs of
+# both (`winner.decide_close_call`). The range of two runs is one sample of the spread,
+# and the candidate's own re-measure is as noisy: a gain of one range was passed on a
+# script whose runs as written read 255 and 332 ex/s, a "+40%" that its own counter
+# (368-452 ex/s over four plain runs) did not show.
+RUN_NOISE_MULTIPLE = 2.0
 
 
 def score(r: TrialRecord, objective: Objective) -> tuple[float, float]:
@@ -49,9 +57,11 @@ def relative_gain(r: TrialRecord, base: TrialRecord, objective: Objective) -> fl
 def required_gain(r: TrialRecord, base: TrialRecord, run_noise: float = 0.0) -> float:
     """What a config must gain over the script as written to be recommended: more than
     `MIN_GAIN`, more than the two measurements' noise (half their average spread between
-    windows), and more than `run_noise`, the difference between two runs of the script
-    as written. A change that does not pay for itself is not worth making."""
-    return max(MIN_GAIN, ((r.spread or 0.0) + (base.spread or 0.0)) / 4, run_noise)
+    windows), and more than `RUN_NOISE_MULTIPLE` times `run_noise`, the difference
+    between two runs of the script as written. A change that does not pay for itself is
+    not worth making."""
+    windows = ((r.spread or 0.0) + (base.spread or 0.0)) / 4
+    return max(MIN_GAIN, windows, RUN_NOISE_MULTIPLE * run_noise)
 
 
 def search_gain(r: TrialRecord, best: TrialRecord) -> float:
