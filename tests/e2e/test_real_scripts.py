@@ -44,6 +44,8 @@ import pytest
 from conftest import requires_tf
 from repo_paths import REALSCRIPTS
 
+from tftune.probes.epoch_stall import PYTHON_SOURCE
+
 pytestmark = [pytest.mark.slow, requires_tf]
 
 SCRIPTS = REALSCRIPTS
@@ -88,6 +90,9 @@ class Case:
     loop: str  # the training loop's source line(s): a regex, matched from the first non-blank
     input_bound: bool | None = None  # the verdict a reader would give; None: not clear
     optimize: bool = False  # one of the riskiest: also run a one-trial optimize
+    # The cause `analyze` names for the epoch-start stall of a profiled run (the step
+    # clock's, `probes.epoch_stall`); None: not checked.
+    stall_cause: str | None = None
 
     @property
     def id(self) -> str:
@@ -147,7 +152,7 @@ CASES = [
          loop=r"for x in train_dist_dataset:", optimize=True),
     # A PyDataset decoding JPEGs in __getitem__, fed to fit with one worker.
     Case("keras_sequence.py", ("--epochs", "2"), ("--epochs", "100000"), 16,
-         loop=r"model\.fit\(train_gen"),
+         loop=r"model\.fit\(train_gen", stall_cause=PYTHON_SOURCE),
 ]  # fmt: skip
 
 
@@ -349,6 +354,9 @@ def test_profile_captures_training_steps(
         assert analysis["input_bound"] is case.input_bound, (
             f"input share {analysis['input_share']}, breakdown {analysis['breakdown']}"
         )
+    if case.stall_cause is not None:
+        stall = (analysis.get("training") or {}).get("stall") or {}
+        assert stall.get("cause") == case.stall_cause, analysis.get("training")
     _training_loop(case, prof)
 
 
