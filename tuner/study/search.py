@@ -8,7 +8,7 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
 3. baselines: the analysis-guided guess, AUTOTUNE everywhere, the #cores heuristic and
    the pipeline screen's seeds, enqueued within the budget (`baselines`); a reference
    baseline the guess leads far is measured over one window (`objective.cut_short`);
-4. search: TPE (multivariate, seeded) until the budget or `stopping.stop_reason`;
+4. search: TPE (multivariate, seeded) until the budget or `stopping.auto_stop`;
    clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
    where a larger batch just gained, twice that batch is the next trial (`ladder`);
 5. final round: the winner, re-measured beside the baselines (`final`);
@@ -33,13 +33,7 @@ from tftune.probes.findings import NOT_THE_LIMIT
 from tftune.tuner.crashes import find_instability
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.batch_limits import ran_out_batches
-from tftune.tuner.study.contract import (
-    Role,
-    Runner,
-    StudyOutcome,
-    StudySettings,
-    TrialRecord,
-)
+from tftune.tuner.study.contract import Role, Runner, StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch, next_rung
 from tftune.tuner.study.objective import (
     cut_short,
@@ -58,7 +52,7 @@ from tftune.tuner.study.records import (
     record_of,
     trial_runs,
 )
-from tftune.tuner.study.stopping import stop_reason, twin_of
+from tftune.tuner.study.stopping import auto_stop, twin_of
 from tftune.tuner.study.storage import (
     INTERRUPTED_ATTR,
     booked,
@@ -154,7 +148,7 @@ class Search:
         self.pending: list[tuple[int, dict[str, KnobValue]]] = []  # seeds not yet enqueued
         self.notes: list[str] = []
         self.said_ran_out: set[tuple[str, int]] = set()  # (`ran_out`) said once each
-        self.stop_reason = ""
+        self.stop_reason, self.searching = "", False  # searching: phase 4 has begun
 
     def tell(self, note: str) -> None:
         """A note for the outcome, shown as it is made (once)."""
@@ -295,6 +289,7 @@ class Search:
     def search(self) -> None:
         """TPE until the study holds --trials; then wait for other workers' trials."""
         n = self.settings.n_trials
+        self.searching = True  # the baselines are queued (`_stop_when_done`)
         self._stop_when_done(self.study, None)  # a resumed study may be done already
         while not self.stop_reason:  # skipped trials (`dead_values`) leave budget
             started = len(self.study.get_trials(deepcopy=False))
@@ -383,11 +378,16 @@ class Search:
             study.stop()
 
     def _stop_when_done(self, study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
-        # --trials auto: no gain beyond the noise in the last `patience` trials.
+        # --trials auto (`stopping.auto_stop`); the space counts as measured only once the
+        # baselines and the screen's seeds queued have run.
         patience = self.settings.patience
         if patience is None or self.stop_reason:
             return
-        self.stop_reason = stop_reason(self.records(), self.settings.objective, patience) or ""
+        waiting = any(t.state.name == "WAITING" for t in study.get_trials(deepcopy=False))
+        queued, size = waiting or bool(self.pending) or not self.searching, self.space.size()
+        self.stop_reason = auto_stop(
+            self.records(), self.settings.objective, patience, size, queued
+        )
         if self.stop_reason and _t is not None:  # Optuna's stop: only inside optimize
             study.stop()
 

@@ -9,8 +9,12 @@ Every trial costs the user a run of their script. Two rules spend less:
 - `twin_of`: TPE samples a config it has already measured once it has converged. That
   trial reuses the earlier measurement instead of running the script again (a "twin"),
   and counts as a trial that gained nothing.
+- `exhausted`: ``--trials auto`` stops once every configuration of the space was
+  measured to its end (a pipeline that is not the limit, whose knobs are searched
+  between as written and AUTOTUNE only, where the script already is AUTOTUNE: one
+  configuration, and the rest of the search would only be twins of it).
 
-Both are pure functions of the finished trials, so that every worker of a shared study
+All are pure functions of the finished trials, so that every worker of a shared study
 reaches the same answer.
 """
 
@@ -98,6 +102,34 @@ def stop_reason(records: Sequence[TrialRecord], objective: Objective, patience: 
         f"stopped after {len(walked)} trials: the last {since_gain} gained nothing beyond "
         f"the noise ({noise:.0%}) over trial {best.number}'s {shown(best, objective)}"
     )
+
+
+def exhausted(records: Sequence[TrialRecord], space_size: int) -> str | None:
+    """Why the search should stop because nothing is left to measure: every one of the
+    space's `space_size` configurations was measured to its end (`twin_of`'s rule); else
+    None."""
+    measured = {
+        tuple(sorted(r.params.items(), key=lambda kv: kv[0]))
+        for r in records
+        if r.role is not Role.CONFIRM and r.state is TrialState.COMPLETE
+    }
+    if len(measured) < space_size:
+        return None
+    which = "the one configuration" if space_size == 1 else f"all {space_size} configurations"
+    return f"stopped after {len(records)} trials: {which} of the search space measured"
+
+
+def auto_stop(
+    records: Sequence[TrialRecord],
+    objective: Objective,
+    patience: int,
+    space_size: int,
+    queued: bool,
+) -> str:
+    """``--trials auto``'s verdict after a trial: `stop_reason`, else `exhausted` unless
+    trials are still `queued` (the baselines, the screen's seeds); "" to go on."""
+    done = stop_reason(records, objective, patience)
+    return done or ("" if queued else exhausted(records, space_size) or "")
 
 
 def _feasible(r: TrialRecord) -> TrialRecord:

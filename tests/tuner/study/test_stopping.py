@@ -378,3 +378,30 @@ def test_a_resumed_study_already_done_ends_cleanly(tmp_path: Path) -> None:
     assert len([r for r in again.records if r.role is Role.SEARCH]) == len(
         [r for r in first.records if r.role is Role.SEARCH]
     )
+
+
+def test_auto_stops_once_every_configuration_of_the_space_was_measured(tmp_path: Path) -> None:
+    """A pipeline that is not the limit is searched between as written and AUTOTUNE only;
+    where the script already is AUTOTUNE, the space holds one configuration: the
+    baselines measure it (the others are its twins), and the search stops there instead
+    of sampling it again until its patience runs out."""
+    from dataclasses import replace
+
+    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.study.stopping import exhausted
+
+    par = space().knob(f"{MAP}/num_parallel_calls")
+    one = SearchSpace((replace(par, choices=(AUTOTUNE,), as_written=AUTOTUNE),), cores=2)
+    runner = runs(plateau)
+    out = run_study(one, runner, settings(tmp_path, n_trials=20, patience=4))
+    assert len(runner.configs) == 1  # the script as written, run once
+    # The baselines ran (twins of the script as written), and no search trial after them.
+    roles = [r.role for r in out.records]
+    assert roles == [Role.AS_WRITTEN, Role.GUIDED, Role.AUTOTUNE, Role.HEURISTIC], roles
+    assert out.stop_reason.endswith("the one configuration of the search space measured")
+    recs = [rec(0, Role.AS_WRITTEN, 100.0), rec(1, Role.SEARCH, 120.0)]
+    assert exhausted(recs, 3) is None
+    assert (
+        exhausted(recs, 2)
+        == "stopped after 2 trials: all 2 configurations of the search space measured"
+    )
