@@ -19,6 +19,7 @@ from tftune.core.vocabulary import TrialState
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.measurement import FailureKind
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
+from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
@@ -326,7 +327,7 @@ def test_config_turns_latency_bound_map_parallel() -> None:
     assert tuned.examples_per_s > 4 * as_written.examples_per_s
     assert tuned.utilization_kind == "duty_cycle"
     assert tuned.utilization == pytest.approx(1 - tuned.input_wait_share)
-    assert len(tuned.repeats) == 2 and tuned.spread >= 0
+    assert 2 <= len(tuned.repeats) <= 2 + EXTRA_WINDOWS and tuned.spread >= 0
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ from tftune.tuner.config import Config, SiteConfig
 from tftune.tuner.measurement import FailureKind, Measurement
 from tftune.tuner.study import Mode, Runner, ScriptRunner
 from tftune.tuner.trial import MeasureSpec
+from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 REPEATS = 2
 # Short windows: the real runner's cases cost the child's TensorFlow import and ~1 s.
@@ -133,7 +134,8 @@ def test_a_complete_run_is_measured_over_every_window(subject: Subject) -> None:
     m = runner.measure(Config())
     assert m.state is TrialState.COMPLETE and m.ok, (m.reason, m.stderr_tail)
     _figures_are_sane(m)
-    assert len(m.repeats) == REPEATS
+    # The windows asked for, and up to EXTRA_WINDOWS more where they disagreed.
+    assert REPEATS <= len(m.repeats) <= REPEATS + EXTRA_WINDOWS
     assert m.reason is None or _one_line(m.reason)  # e.g. why utilization was not measured
     assert m.config == Config()  # what it applied
     assert m.crash() == ("", None)
@@ -148,7 +150,8 @@ def test_on_repeat_is_called_after_each_window_in_order(subject: Subject) -> Non
 
     m = subject.trains().measure(Config(), on_repeat=go_on)
     assert m.state is TrialState.COMPLETE, (m.reason, m.stderr_tail)
-    assert [i for i, _ in seen] == list(range(REPEATS)) == list(range(len(m.repeats)))
+    # Reported: each window asked for, in order (an extra one is not judged).
+    assert [i for i, _ in seen] == list(range(REPEATS)) == list(range(len(m.repeats)))[:REPEATS]
     assert all(eps > 0 for _, eps in seen)  # examples/s so far
 
 

@@ -14,6 +14,7 @@ from tftune.core.vocabulary import TrialState
 from tftune.tuner.trial import MeasureSpec, run_trial
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 from tftune.tuner.trial.spare import SparePool, spares_safe
+from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 # A raw SGD loop: each step updates a trainable variable, so the loop is training. The
 # script notes whether TensorFlow was imported before its first line ran.
@@ -59,7 +60,7 @@ def test_runs_start_from_spares_and_measure_as_cold_runs_do(tmp_path: Path) -> N
         pool.close()
     for m in runs:
         assert m.ok and m.state is TrialState.COMPLETE, (m.reason, m.stderr_tail)
-        assert m.examples == 8 * m.steps and len(m.repeats) == 2
+        assert m.examples == 8 * m.steps and 2 <= len(m.repeats) <= 2 + EXTRA_WINDOWS
     # Both runs' scripts started with TensorFlow imported: each came from a spare.
     assert marks.read_text().split() == ["True", "True"]
     assert pool.taken == 3
