@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 # A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
 # with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
 DECIDE_T = 2.0
+# Where the two runs of the script as written, or the winner's search trial and its
+# re-measure, lie further apart than this (relative to their mean), one pair of runs is
+# no evidence however large the gain: it is decided by the deciding runs. A
+# MirroredStrategy loop's batch-256 config read 975 and then 1,467 ex/s, "1.96x" over a
+# script as written at 748 and 900, and 0.87x by the script's own counter.
+DECIDE_ABOVE_SPREAD = 0.15
 
 
 def pareto_front(records: Sequence[TrialRecord]) -> tuple[TrialRecord, ...]:
@@ -163,6 +169,11 @@ class CloseCall:
     record: TrialRecord
     gain: float
     needed: float
+    # Why more runs decide it, said in the notes.
+    why: str = ""
+
+    def reason(self) -> str:
+        return self.why or f"within the noise (a change must gain {self.needed:.0%})"
 
 
 def welch_t(a: Sequence[float], b: Sequence[float]) -> float:
@@ -210,8 +221,8 @@ def decide_close_call(
     verdict = "a real gain" if change else "not told apart from the noise"
     note = (
         f"final round: trial {contender.number} ({contender.description}) gained "
-        f"{close.gain:+.1%} beside the script as written, within that round's noise (a "
-        f"change must gain {close.needed:.0%}); over {len(mine)} runs of it and "
+        f"{close.gain:+.1%} beside the script as written, {close.reason()}; over "
+        f"{len(mine)} runs of it and "
         f"{len(base)} of the script as written, alternately: {gain:+.1%}, t = {t:.1f} (a "
         f"change needs {MIN_GAIN:.0%} and t >= {DECIDE_T:.0f}): {verdict}"
         + (", recommending it" if change else ", keeping the script as written")
@@ -263,15 +274,13 @@ def choose_final(
 ) -> tuple[TrialRecord, TrialRecord | None, str | None, CloseCall | None]:
     """(winner's trial, winner's final-round record, a note, a close call): the best
     final-round figure that does not lose examples/s against the script as written *in
-    the same round*. The script as written when nothing does. `trial_best` is the
-    search's own winner (`choose_winner`), named in the notes. A close call is the
-    best's final-round record when it gained at least `MIN_GAIN` but less than the noise
-    demands (`decide_close_call` settles it), else None."""
+    the same round*; else the script as written. `trial_best` is the search's own winner
+    (`choose_winner`), named in the notes. A close call (settled by `decide_close_call`)
+    is the best's record when it gained `MIN_GAIN` but less than the noise demands, or
+    where one pair of runs is no evidence (`_one_pair_decides_nothing`)."""
     by_number = {r.number: r for r in records}
-    aw_again = next((f for f in final if f.number == as_written.number), None)
-    base = (
-        aw_again if aw_again is not None and aw_again.state is TrialState.COMPLETE else as_written
-    )
+    again = next((f for f in final if f.number == as_written.number), None)
+    base = again if again is not None and again.state is TrialState.COMPLETE else as_written
     floor = base.examples_per_s or 0.0
     scored = [
         replace(f, feasible=f.examples_per_s is not None and f.examples_per_s >= floor)
@@ -325,13 +334,41 @@ def choose_final(
             f"{said}: keeping the script as written",
             CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
         )
-    note = None
-    if pick.number != trial_best.number and not pick.same_config(trial_best):
-        note = (
-            f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
-            f"trial {trial_best.number}, when both were re-measured side by side"
+    noisy = _one_pair_decides_nothing(pick, by_number.get(pick.number), run_noise, objective)
+    if gain is not None and gain >= MIN_GAIN and noisy is not None:
+        said = f"final round: trial {pick.number} gained {gain:+.1%}, {noisy}"
+        return (
+            as_written,
+            None,
+            f"{said}: keeping the script as written",
+            CloseCall(pick, gain, needed, noisy),
         )
-    return by_number[pick.number], pick, note, None
+    return by_number[pick.number], pick, _beat_the_search(pick, trial_best), None
+
+
+def _one_pair_decides_nothing(
+    pick: TrialRecord, searched: TrialRecord | None, run_noise: float, objective: Objective
+) -> str | None:
+    """Why one pair of runs is no evidence (`DECIDE_ABOVE_SPREAD`): the script as
+    written's two runs (`run_noise`), or the pick's search trial and its re-measure, lie
+    too far apart; None where they do not."""
+    own = 0.0
+    if searched is not None and searched.state is TrialState.COMPLETE:
+        a, b = score(searched, objective)[0], score(pick, objective)[0]
+        own = abs(a - b) / ((a + b) / 2) if a > 0 and b > 0 else 0.0
+    spread = max(run_noise, own)
+    if spread <= DECIDE_ABOVE_SPREAD:
+        return None
+    return f"but two runs of one config differ by {spread:.0%} here, so one pair decides nothing"
+
+
+def _beat_the_search(pick: TrialRecord, trial_best: TrialRecord) -> str | None:
+    if pick.number == trial_best.number or pick.same_config(trial_best):
+        return None
+    return (
+        f"final round: trial {pick.number} ({pick.description}) beat the search's best, "
+        f"trial {trial_best.number}, when both were re-measured side by side"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +436,7 @@ def _settle_close_call(
     if on_note is not None:
         on_note(
             f"final round: trial {close.record.number} gained {close.gain:+.1%}, "
-            f"within the noise (a change must gain {close.needed:.0%}); measuring "
+            f"{close.reason()}; measuring "
             f"it and the script as written {settings.decide_pairs} more times, "
             "alternately ..."
         )

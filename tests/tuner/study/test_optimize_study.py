@@ -138,9 +138,29 @@ def test_a_search_best_that_repeats_a_baseline_is_judged_by_its_re_measure() -> 
     best, confirm, note, close = choose_final(records, aw, repeat, slow, Objective.THROUGHPUT)
     assert best is aw and confirm is None and close is None
     assert note is not None and "trial 4" in note and "900.0 as trial 1 vs 1000.0" in note
-    fast = [again(aw, 1000.0), again(autotune, 1500.0)]
+    fast = [again(aw, 1000.0), again(autotune, 1050.0)]
     best, confirm, note, _ = choose_final(records, aw, repeat, fast, Objective.THROUGHPUT)
     assert best is autotune and confirm is not None and note is None  # the same config
+
+
+def test_one_pair_of_noisy_runs_is_no_evidence_however_large_the_gain() -> None:
+    """A MirroredStrategy loop: the script as written read 900 and 748 ex/s, a batch-256
+    config 975 in the search and 1,467 in the final round: "+96%", beyond twice the
+    as-written runs' range, yet its own two runs differ by 40%. More runs decide it."""
+
+    def rec(n: int, role: Role, eps: float, params: dict[str, int]) -> TrialRecord:
+        return TrialRecord(n, role, TrialState.COMPLETE, params, f"batch={params}", eps, 0.5)
+
+    aw = rec(0, Role.AS_WRITTEN, 900.0, {})
+    big = rec(6, Role.SEARCH, 975.0, {"batch": 256})
+    final = [replace(aw, examples_per_s=748.0), replace(big, examples_per_s=1467.0)]
+    noise = (900.0 - 748.0) / ((900.0 + 748.0) / 2)
+    best, confirm, note, close = choose_final(
+        [aw, big], aw, big, final, Objective.THROUGHPUT, noise
+    )
+    assert best is aw and confirm is None
+    assert close is not None and close.record.number == 6 and close.gain > 0.9
+    assert "differ by 40%" in close.reason() and note is not None and "+96.1%" in note
 
 
 def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
