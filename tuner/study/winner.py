@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
+from tftune.probes.clock import spread
 from tftune.tuner.study.contract import Objective, Role, Runner, StudySettings, TrialRecord
 from tftune.tuner.study.gains import MIN_GAIN, relative_gain, required_gain, score
 from tftune.tuner.study.round_plan import final_candidates, leader, still_open
@@ -354,12 +355,12 @@ def _one_pair_decides_nothing(
     too far apart; None where they do not."""
     own = 0.0
     if searched is not None and searched.state is TrialState.COMPLETE:
-        a, b = score(searched, objective)[0], score(pick, objective)[0]
-        own = abs(a - b) / ((a + b) / 2) if a > 0 and b > 0 else 0.0
-    spread = max(run_noise, own)
-    if spread <= DECIDE_ABOVE_SPREAD:
+        runs = [score(searched, objective)[0], score(pick, objective)[0]]
+        own = spread(runs) if min(runs) > 0 else 0.0
+    apart = max(run_noise, own)
+    if apart <= DECIDE_ABOVE_SPREAD:
         return None
-    return f"but two runs of one config differ by {spread:.0%} here, so one pair decides nothing"
+    return f"but two runs of one config differ by {apart:.0%} here, so one pair decides nothing"
 
 
 def _beat_the_search(pick: TrialRecord, trial_best: TrialRecord) -> str | None:
