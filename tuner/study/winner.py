@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 # A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
 # with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
 DECIDE_T = 2.0
+# The deciding runs stop after a pair where Welch's t over the runs so far is already this
+# far from zero either way: a +20% gain whose runs each vary by 1% needs no second pair,
+# and a bar twice DECIDE_T keeps a decision taken on two runs a side as safe as one taken
+# on all of them.
+DECIDE_EARLY_T = 4.0
 # Where the two runs of the script as written, or the winner's search trial and its
 # re-measure, lie further apart than this (relative to their mean), one pair of runs is
 # no evidence however large the gain: it is decided by the deciding runs. A
@@ -189,6 +194,37 @@ def welch_t(a: Sequence[float], b: Sequence[float]) -> float:
     return (mb - ma) / se
 
 
+def _completed(runs: Sequence[TrialRecord], number: int) -> list[TrialRecord]:
+    return [r for r in runs if r.number == number and r.state is TrialState.COMPLETE]
+
+
+def _t_of(
+    contender: TrialRecord,
+    as_written: TrialRecord,
+    runs: Sequence[TrialRecord],
+    objective: Objective,
+) -> float | None:
+    """Welch's t of the contender's completed runs over the script as written's; None
+    where either has none."""
+    mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
+    if not mine or not base:
+        return None
+    return welch_t([score(r, objective)[0] for r in base], [score(r, objective)[0] for r in mine])
+
+
+def _settled(
+    contender: TrialRecord,
+    as_written: TrialRecord,
+    runs: Sequence[TrialRecord],
+    settings: StudySettings,
+) -> bool:
+    """The deciding runs so far settle it already (`DECIDE_EARLY_T`), with two completed
+    runs a side at least."""
+    enough = all(len(_completed(runs, r.number)) >= 2 for r in (contender, as_written))
+    t = _t_of(contender, as_written, runs, settings.objective)
+    return enough and t is not None and abs(t) >= DECIDE_EARLY_T
+
+
 def decide_close_call(
     close: CloseCall,
     contender: TrialRecord,
@@ -201,22 +237,17 @@ def decide_close_call(
     A pooled record is None where that config has no completed run. A change needs
     MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and no fewer
     examples/s than the script as written."""
-    mine = [r for r in runs if r.number == contender.number and r.state is TrialState.COMPLETE]
-    base = [r for r in runs if r.number == as_written.number and r.state is TrialState.COMPLETE]
-    if not mine or not base:
+    mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
+    t = _t_of(contender, as_written, runs, objective)
+    if t is None:
         note = (
             f"final round: trial {contender.number} ({contender.description}) gained "
             f"{close.gain:+.1%}, within the noise, and the runs meant to decide it did not "
             "complete: keeping the script as written"
         )
         return False, pool_runs(mine) if mine else None, pool_runs(base) if base else None, note
-
-    def figure(r: TrialRecord) -> float:
-        return score(r, objective)[0]
-
     pooled, pooled_base = pool_runs(mine), pool_runs(base)
     gain = relative_gain(pooled, pooled_base, objective) or 0.0
-    t = welch_t([figure(r) for r in base], [figure(r) for r in mine])
     holds = (pooled.examples_per_s or 0.0) >= (pooled_base.examples_per_s or 0.0)
     change = gain >= MIN_GAIN and t >= DECIDE_T and holds
     verdict = "a real gain" if change else "not told apart from the noise"
@@ -438,13 +469,15 @@ def _settle_close_call(
         on_note(
             f"final round: trial {close.record.number} gained {close.gain:+.1%}, "
             f"{close.reason()}; measuring "
-            f"it and the script as written {settings.decide_pairs} more times, "
+            f"it and the script as written up to {settings.decide_pairs} more times, "
             "alternately ..."
         )
     contender = next(r for r in records if r.number == close.record.number)
-    runs = verdict.runs + final_round(
-        [contender, as_written] * settings.decide_pairs, runner, space, on_note
-    )
+    runs = verdict.runs
+    for pair in range(1, settings.decide_pairs + 1):
+        runs += final_round([contender, as_written], runner, space, on_note)
+        if pair < settings.decide_pairs and _settled(contender, as_written, runs, settings):
+            break
     change, pooled, pooled_aw, note = decide_close_call(
         close, contender, as_written, runs, settings.objective
     )

@@ -531,6 +531,27 @@ def test_a_close_call_with_a_real_gain_is_decided_by_more_runs(tmp_path: Path) -
     assert any("more than the noise" in n and "+6.0%" in n for n in plain.notes), plain.notes
 
 
+def test_a_close_call_settled_by_its_first_deciding_pair_stops_there(tmp_path: Path) -> None:
+    """The script as written reads 1,000 in its trial and 1,300 in the final round (26%
+    apart), so +23% for a steady config is a close call. The first deciding pair already
+    puts it many standard errors ahead (t >= DECIDE_EARLY_T): the second pair is not run."""
+    aw_rates = iter([1000.0, 1300.0, 1250.0, 1280.0])
+    aw_runs: list[float] = []
+
+    def steady_gain(config: Config) -> tuple[float, float]:
+        if config.is_as_written():
+            aw_runs.append(next(aw_rates))
+            return aw_runs[-1], 0.5
+        return 1600.0, 0.5
+
+    out = run_study(space(), FakeRunner(steady_gain), settings(tmp_path, n_trials=6))
+    decided = [n for n in out.notes if "alternately" in n]
+    assert decided and "a real gain, recommending it" in decided[0], out.notes
+    assert "over 2 runs of it and 2 of the script as written" in decided[0]
+    assert len(aw_runs) == 1 + 1 + 1  # the trial, the final round's run, one deciding run
+    assert out.best.role is not Role.AS_WRITTEN
+
+
 def test_welch_t() -> None:
     from tftune.tuner.study.winner import welch_t
 
