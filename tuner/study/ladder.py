@@ -1,12 +1,21 @@
-"""Climbing the batch size: where a larger batch just gained, the next doubling is next.
+"""Climbing: where the latest new best points past itself, the next step is the next trial.
 
-A larger batch amortizes what every step pays whatever its size (the loop's own work
-per step, a kernel launch), and where one doubling paid, the next often pays again; TPE
-finds that only by chance, a trial at a time (bursty_source took it 9 trials). So when
-the latest finished trial is a new best beyond the noise (`stopping.latest_gain`) with a
-larger batch than the best before it, its config at twice the batch
-(`baselines.with_larger_batch`, within the batch sizes the space offers: the batch-size
-warning rules stay as they are) is the next trial (`next_rung`), once.
+Two ladders, each a rung at a time, each rung once per trial it climbs from:
+
+- **The batch size** (`next_rung`). A larger batch amortizes what every step pays
+  whatever its size (the loop's own work per step, a kernel launch), and where one
+  doubling paid, the next often pays again; TPE finds that only by chance, a trial at a
+  time (bursty_source took it 9 trials). So when the latest finished trial is a new best
+  beyond the noise (`stopping.latest_gain`) with a larger batch than the best before it,
+  its config at twice the batch (`baselines.with_larger_batch`, within the batch sizes
+  the space offers: the batch-size warning rules stay as they are) is the next trial.
+- **The thread pool** (`next_pool_rung`). AUTOTUNE never runs more calls at once than
+  the pool has threads, and a call site whose parallelism equals the pool's size may want
+  more: a map that waits on storage hides more latency with every thread. When the
+  latest new best fills its pool at some parallel call site, its config with the pool
+  at the next size the space offers, and those call sites at AUTOTUNE (tf.data then
+  sizes them within the larger pool), is the next trial. latency_io's search stopped at
+  a pool of 32 filled by parallelism 32, where AUTOTUNE in a pool of 64 read more.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from tftune.tuner.config import AUTOTUNE
 from tftune.tuner.study.baselines import with_larger_batch
 from tftune.tuner.study.contract import Objective, TrialRecord
 from tftune.tuner.study.stopping import latest_gain
@@ -23,6 +33,10 @@ if TYPE_CHECKING:
 
 # A trial enqueued by `next_rung` carries the number of the trial it climbs from here.
 LADDER_ATTR = "batch_ladder"
+# ... and one enqueued by `next_pool_rung`, here.
+POOL_LADDER_ATTR = "pool_ladder"
+
+Rung = tuple[str, int, dict[str, "KnobValue"]]  # (its attribute, the trial, its params)
 
 
 def _batches(space: SearchSpace, params: Mapping[str, KnobValue]) -> list[KnobValue]:
@@ -55,3 +69,58 @@ def next_rung(
     if up is None or any(dict(x.params) == up for x in records):
         return None
     return r.number, up
+
+
+def with_larger_pool(
+    space: SearchSpace, params: Mapping[str, KnobValue]
+) -> dict[str, KnobValue] | None:
+    """`params` with the thread pool at the next size offered and every parallel call
+    site that fills the pool at AUTOTUNE; None where the pool is not searched, no larger
+    one is offered, or no call site fills it. The default pool (None) has the core count's
+    threads."""
+    pool = next((k for k in space.knobs if k.field == "threadpool_size"), None)
+    if pool is None:
+        return None
+    size = params.get(pool.name, pool.as_written)
+    size = space.cores if size is None else size
+    larger = [c for c in pool.choices if isinstance(c, int) and isinstance(size, int) and c > size]
+    full = [
+        k
+        for k in space.knobs
+        if k.field == "num_parallel_calls"
+        and isinstance(params.get(k.name), int)
+        and params.get(k.name) != AUTOTUNE
+        and params.get(k.name) == size
+    ]
+    if not larger or not full:
+        return None
+    out = dict(params)
+    out[pool.name] = min(larger)
+    for k in full:
+        out[k.name] = space.nearest(k, AUTOTUNE)
+    return out
+
+
+def next_pool_rung(
+    records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
+) -> tuple[int, dict[str, KnobValue]] | None:
+    """(the trial to climb from, its params in the next pool), or None where the latest
+    trial is no new best, fills no pool, or that config was measured already (module
+    docstring)."""
+    gain = latest_gain(records, objective)
+    up = with_larger_pool(space, gain[0].params) if gain is not None else None
+    if gain is None or up is None or any(dict(x.params) == up for x in records):
+        return None
+    return gain[0].number, up
+
+
+def next_rungs(
+    records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
+) -> list[Rung]:
+    """The rungs to enqueue after the latest trial: the batch ladder's first."""
+    out: list[Rung] = []
+    for attr, climb in ((LADDER_ATTR, next_rung), (POOL_LADDER_ATTR, next_pool_rung)):
+        rung = climb(records, space, objective)
+        if rung is not None:
+            out.append((attr, *rung))
+    return out

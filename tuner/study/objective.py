@@ -1,13 +1,14 @@
 """One trial as Optuna's objective sees it.
 
-The search loop (`search.Search.objective`) samples a config and has the runner measure
-it; this module holds the three steps around that: a search trial that sampled a knob
-value which keeps failing is skipped before it runs (`skip_if_dead`); a searched trial
-that is clearly worse is pruned from the runner's per-repeat reports (`prune_guard`);
-and what was measured is stored as the trial's user attributes, where every worker reads
-it back (`store`, read by `records.record_of`). A failed run is stored as PRUNED and
-infeasible, flagged `records.FAILED_ATTR`: TPE learns from pruned and infeasible trials
-but ignores FAIL ones, and would keep sampling a config that crashes.
+The search loop (`search.Search.objective`) samples a config, and `measure_trial` has the
+runner measure it. Around that: a search trial that sampled a knob value which keeps
+failing is skipped before it runs (`skip_if_dead`); a measured config is not run again
+(`reuse_twin`); a searched trial that is clearly worse is pruned from the runner's
+per-repeat reports (`prune_guard`); and what was measured is stored as the trial's user
+attributes, where every worker reads it back (`store`, read by `records.record_of`). A
+failed run is stored as PRUNED and infeasible, flagged `records.FAILED_ATTR`: TPE learns
+from pruned and infeasible trials but ignores FAIL ones, and would keep sampling a config
+that crashes.
 """
 
 from __future__ import annotations
@@ -18,23 +19,34 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.batch_limits import ran_out_hit
-from tftune.tuner.study.contract import Objective, RepeatCallback, Role, StudySettings
+from tftune.tuner.study.contract import (
+    Objective,
+    RepeatCallback,
+    Role,
+    Runner,
+    StudySettings,
+    TrialRecord,
+)
 from tftune.tuner.study.gains import SEARCH_GAIN
+from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch
 from tftune.tuner.study.records import (
     CRASH_ATTR,
     FAILED_ATTR,
+    SEED_ATTR,
     STDERR_TAIL_ATTR,
     TRAINING_ATTR,
     TWIN_ATTR,
+    as_written_of,
     dead_values,
 )
-from tftune.tuner.study.storage import SKIPPED_ATTR
+from tftune.tuner.study.stopping import twin_of
+from tftune.tuner.study.storage import INTERRUPTED_ATTR, SKIPPED_ATTR, heartbeat
 
 if TYPE_CHECKING:
     import optuna
 
     from tftune.tuner.measurement import Measurement
-    from tftune.tuner.space import KnobValue
+    from tftune.tuner.space import KnobValue, SearchSpace
 
 # Prune a searched trial once a repeat's throughput is below this fraction of the best
 # complete trial (throughput objective) ...
@@ -274,3 +286,59 @@ def store(
     if objective is Objective.GPU_UTIL:
         return util
     return eps, util
+
+
+def measure_trial(
+    trial: optuna.Trial,
+    role: Role,
+    params: dict[str, KnobValue],
+    recs: Sequence[TrialRecord],
+    space: SearchSpace,
+    runner: Runner,
+    settings: StudySettings,
+    study: optuna.Study,
+) -> float | tuple[float, float]:
+    """Measure `params` (sampled by `trial`, a trial of role `role`) with `runner`, given
+    the finished trials `recs`, and end the trial (`store`). A config measured to its end
+    before is not run again (`reuse_twin`)."""
+    # TPE came back to a measured config, or a baseline is the script as written (a
+    # script already AUTOTUNE everywhere): no need to run it again.
+    twin = twin_of(recs, params) if role is not Role.AS_WRITTEN else None
+    if twin is not None:
+        return reuse_twin(trial, study.trials[twin.number])
+    aw = as_written_of(recs)
+    floor = aw.examples_per_s if aw is not None else None
+    best_eps = max(
+        (r.examples_per_s or 0.0 for r in recs if r.state is TrialState.COMPLETE), default=0.0
+    )
+    prune_why: list[str] = []
+    cut: list[str] = []
+    # A batch ladder's rung, or a screen seed batching more than as written: judged whole.
+    rung = trial.user_attrs.get(LADDER_ATTR) is not None or (
+        trial.user_attrs.get(SEED_ATTR) is not None
+        and aw is not None
+        and larger_batch(space, params, aw.params)
+    )
+    noise = (aw.spread or 0.0) if aw else 0.0
+    on_repeat = prune_guard(
+        settings.objective,
+        role,
+        floor,
+        best_eps,
+        prune_why,
+        halving_of(trial, settings.objective, noise),
+        cut,
+        rung=rung,
+    )
+    config = space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
+    try:
+        with heartbeat(study._storage, trial._trial_id):
+            m = cut_short(runner.measure(config, on_repeat=on_repeat), cut)
+    except KeyboardInterrupt:
+        # Optuna records the trial as FAIL and re-raises; these say it was stopped, not
+        # broken, so that the next run measures it again.
+        trial.set_user_attr("reason", "interrupted (Ctrl-C)")
+        trial.set_user_attr(INTERRUPTED_ATTR, True)
+        raise
+    ref = floor if floor is not None else (m.examples_per_s if role is Role.AS_WRITTEN else None)
+    return store(trial, m, ref, prune_why, settings.objective)

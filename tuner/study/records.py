@@ -41,6 +41,8 @@ DEAD_AFTER = 2
 STDERR_TAIL_ATTR = "stderr_tail"
 # A trial that reused the measurement of this earlier one (the same config).
 TWIN_ATTR = "twin_of"
+# A search trial enqueued from the pipeline screen carries its rank here.
+SEED_ATTR = "screen_seed"
 CRASH_ATTR = "crash"
 TRAINING_ATTR = "training"
 

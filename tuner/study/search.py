@@ -10,7 +10,7 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
    baseline the guess leads far is measured over one window (`objective.cut_short`);
 4. search: TPE (multivariate, seeded) until the budget or `stopping.auto_stop`;
    clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
-   where a larger batch just gained, twice that batch is the next trial (`ladder`);
+   where a new best points past itself (a larger batch, a full pool), a ladder's rung next;
 5. final round: the winner, re-measured beside the baselines (`final`);
 6. outcome: everything frozen into a `StudyOutcome`.
 
@@ -34,17 +34,11 @@ from tftune.tuner.crashes import find_instability
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.batch_limits import ran_out_batches
 from tftune.tuner.study.contract import Role, Runner, StudyOutcome, StudySettings, TrialRecord
-from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch, next_rung
-from tftune.tuner.study.objective import (
-    cut_short,
-    halving_of,
-    prune_guard,
-    reuse_twin,
-    skip_if_dead,
-    store,
-)
+from tftune.tuner.study.ladder import next_rungs
+from tftune.tuner.study.objective import measure_trial, skip_if_dead
 from tftune.tuner.study.opening import open_study
 from tftune.tuner.study.records import (
+    SEED_ATTR,
     as_written_of,
     baselines_of,
     final_runs,
@@ -52,13 +46,12 @@ from tftune.tuner.study.records import (
     record_of,
     trial_runs,
 )
-from tftune.tuner.study.stopping import auto_stop, twin_of
+from tftune.tuner.study.stopping import auto_stop
 from tftune.tuner.study.storage import (
-    INTERRUPTED_ATTR,
     booked,
     fail_stale_trials,
     finished,
-    heartbeat,
+    queued,
     retry_interrupted,
     study_lock,
     used,
@@ -80,8 +73,6 @@ AS_WRITTEN_POLL_S = 2.0
 AS_WRITTEN_ATTEMPTS = 2
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
-# A search trial enqueued from the pipeline screen carries its rank here.
-SEED_ATTR = "screen_seed"
 
 
 def run_study(
@@ -247,10 +238,13 @@ class Search:
         return self.settings.n_trials - booked(trials) - waiting
 
     def _enqueue(self, key: str, value: object, params: Mapping[str, KnobValue]) -> None:
-        """Enqueue `params` once per study (no trial has user attribute `key` = `value`
-        yet), and only within the budget."""
+        """Enqueue `params` once per study: not where a trial has user attribute `key` =
+        `value`, nor (a seed, a rung) where a trial with these params waits to run; and
+        only within the budget."""
         trials = self.study.get_trials(deepcopy=False)
-        if not any(t.user_attrs.get(key) == value for t in trials) and self._room(trials) > 0:
+        again = key != "role" and queued(trials, params)  # a baseline runs by its role
+        taken = again or any(t.user_attrs.get(key) == value for t in trials)
+        if not taken and self._room(trials) > 0:
             attrs = {key: value} if key == "role" else {"role": Role.SEARCH.value, key: value}
             self.study.enqueue_trial(dict(params), user_attrs=attrs)
 
@@ -344,11 +338,12 @@ class Search:
                 self.tell(left.note())
 
     def _climb(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
-        # A larger batch just gained: twice that batch is the next trial (`ladder`).
-        rung = next_rung(self.records(), self.space, self.settings.objective)
-        if rung is not None and not self.stop_reason:
+        # The latest best points past itself: the ladders' rungs run next (`ladder`).
+        if self.stop_reason:
+            return
+        for attr, start, params in next_rungs(self.records(), self.space, self.settings.objective):
             with self.enqueue_lock():
-                self._enqueue(LADDER_ATTR, rung[0], rung[1])
+                self._enqueue(attr, start, params)
 
     def feed(self, _study: optuna.Study, _t: optuna.trial.FrozenTrial | None) -> None:
         # The next of the screen's seeds once no trial waits (`enqueue_baselines`).
@@ -365,8 +360,7 @@ class Search:
                 return
 
     def _booked(self, study: optuna.Study, _t: optuna.trial.FrozenTrial) -> None:
-        # Other workers' running trials will finish too: starting another trial now
-        # would take the study past --trials.
+        # Other workers' running trials will finish too: one more would pass --trials.
         if booked(study.get_trials(deepcopy=False)) >= self.settings.n_trials:
             study.stop()
 
@@ -411,53 +405,12 @@ class Search:
             k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
             for k in self.space.knobs
         }
-        recs = self.records()
         if role is Role.SEARCH:
             skip_if_dead(trial, self.study.get_trials(deepcopy=False), params, self.settings)
         self.ran += 1
-        # TPE came back to a measured config, or a baseline is the script as written
-        # (a script already AUTOTUNE everywhere): no need to run it again.
-        twin = twin_of(recs, params) if role is not Role.AS_WRITTEN else None
-        if twin is not None:
-            return reuse_twin(trial, self.study.trials[twin.number])
-        aw = as_written_of(recs)
-        floor = aw.examples_per_s if aw is not None else None
-        best_eps = max(
-            (r.examples_per_s or 0.0 for r in recs if r.state is TrialState.COMPLETE),
-            default=0.0,
+        return measure_trial(
+            trial, role, params, self.records(), self.space, self.runner, self.settings, self.study
         )
-        prune_why: list[str] = []
-        cut: list[str] = []
-        # A ladder's rung, or a screen seed batching more than as written: judged whole.
-        rung = trial.user_attrs.get(LADDER_ATTR) is not None or (
-            trial.user_attrs.get(SEED_ATTR) is not None
-            and aw is not None
-            and larger_batch(self.space, params, aw.params)
-        )
-        on_repeat = prune_guard(
-            self.settings.objective,
-            role,
-            floor,
-            best_eps,
-            prune_why,
-            halving_of(trial, self.settings.objective, (aw.spread or 0.0) if aw else 0.0),
-            cut,
-            rung=rung,
-        )
-        config = self.space.config(params, apply_fixed=role is not Role.AS_WRITTEN)
-        try:
-            with heartbeat(self.study._storage, trial._trial_id):
-                m = cut_short(self.runner.measure(config, on_repeat=on_repeat), cut)
-        except KeyboardInterrupt:
-            # Optuna records the trial as FAIL and re-raises; these say it was stopped,
-            # not broken, so that the next run measures it again.
-            trial.set_user_attr("reason", "interrupted (Ctrl-C)")
-            trial.set_user_attr(INTERRUPTED_ATTR, True)
-            raise
-        ref = (
-            floor if floor is not None else (m.examples_per_s if role is Role.AS_WRITTEN else None)
-        )
-        return store(trial, m, ref, prune_why, self.settings.objective)
 
     # --- phase 6: outcome ---------------------------------------------------------------
 

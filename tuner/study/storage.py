@@ -346,6 +346,15 @@ def booked(trials: Sequence[Any], now: float | None = None) -> int:
     )
 
 
+def queued(trials: Sequence[Any], params: Mapping[str, Any]) -> bool:
+    """Whether a trial waits in the study with exactly `params` (Optuna keeps an enqueued
+    trial's params as its ``fixed_params`` until it runs)."""
+    return any(
+        t.state.name == "WAITING" and t.system_attrs.get("fixed_params") == dict(params)
+        for t in trials
+    )
+
+
 def running_fresh(trials: Sequence[Any], now: float | None = None) -> int:
     """Running trials that will still finish (`_alive`)."""
     import optuna

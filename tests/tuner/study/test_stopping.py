@@ -312,6 +312,42 @@ def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> Non
     assert LADDER_ATTR == "batch_ladder"
 
 
+# --- the pool ladder: a new best that fills its thread pool gets the next pool -----------
+
+
+def test_a_best_that_fills_its_pool_is_tried_next_in_a_larger_pool_with_autotune(
+    tmp_path: Path,
+) -> None:
+    from studykit import latency_bound
+
+    from tftune.testing import FakeRunner
+    from tftune.tuner.study.ladder import next_pool_rung, with_larger_pool
+
+    sp = space()
+    par, pool = f"{MAP}/num_parallel_calls", "threadpool_size"
+    full = sp.params_for({"num_parallel_calls": 32, "threadpool_size": 32})
+    out = run_study(
+        sp,
+        FakeRunner(latency_bound),
+        settings(tmp_path, n_trials=5, confirm=False, seeds=(full,), screened=True, patience=3),
+    )
+    # The screen's seed (parallelism 32 filling a pool of 32) was the guided trial and a
+    # new best; AUTOTUNE in a pool of 64 came next after the baselines, and won.
+    guided = next(r for r in out.records if r.role is Role.GUIDED)
+    assert dict(guided.params) == full
+    climbed = next(r for r in out.records if dict(r.params) == {**full, par: AUTOTUNE, pool: 64})
+    assert climbed.number == max(r.number for r in out.records if r.role is not Role.SEARCH) + 1
+    assert out.best.number == climbed.number and climbed.examples_per_s == 250.0 * 64
+    # No rung past the largest pool, nor from a site at AUTOTUNE.
+    assert next_pool_rung(out.records, sp, out.objective) is None
+    assert with_larger_pool(sp, {**full, pool: 64, par: 64}) is None
+    assert with_larger_pool(sp, {**full, par: AUTOTUNE}) is None
+    # The default pool has the core count's threads: parallelism 2 fills it.
+    two = sp.params_for({"num_parallel_calls": 2})
+    assert two[pool] is None
+    assert with_larger_pool(sp, two) == {**two, pool: 4, par: AUTOTUNE}
+
+
 def test_a_seed_that_repeats_a_config_measured_before_it_is_left_out(tmp_path: Path) -> None:
     from tftune.tuner.study.baselines import baseline_params
 
@@ -327,7 +363,9 @@ def test_a_seed_that_repeats_a_config_measured_before_it_is_left_out(tmp_path: P
     )
     roles = [r.role for r in out.records]
     assert roles[:3] == [Role.AS_WRITTEN, Role.GUIDED, Role.AUTOTUNE]
-    assert dict(out.records[3].params) == other  # not the guided config again, nor AUTOTUNE
+    searched = [dict(r.params) for r in out.records[3:]]
+    # The seeds after the guided one: not the guided config again, nor AUTOTUNE.
+    assert other in searched and best not in searched and auto not in searched, searched
 
 
 def test_a_window_that_beats_the_best_complete_trial_is_never_halved() -> None:

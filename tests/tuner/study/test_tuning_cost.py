@@ -314,7 +314,10 @@ def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(
     out, final, notes = final_runs(runs(fades), tmp_path)
     assert Config() in final  # the script as written again, and AUTOTUNE
     assert any(par_of(c) == AUTOTUNE for c in final)
-    assert not any("not re-measured" in n for n in notes)
+    # Both are measured again; a trial whose search figure is below the leader's
+    # re-measure may still be left out.
+    skipped = [n for n in notes if "not re-measured" in n]
+    assert not any("(as_written)" in n or "(autotune)" in n for n in skipped), skipped
     assert out.best.role is Role.AUTOTUNE or out.best.role is Role.AS_WRITTEN
 
 
