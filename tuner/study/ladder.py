@@ -20,7 +20,7 @@ Two ladders, each a rung at a time, each rung once per trial it climbs from:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tftune.tuner.config import AUTOTUNE
@@ -53,22 +53,46 @@ def larger_batch(
     )
 
 
+# A ladder's step: (the space, the new best, the best before it) -> the config to climb to.
+Step = Callable[["SearchSpace", TrialRecord, TrialRecord], "dict[str, KnobValue] | None"]
+
+
+def _batch_step(
+    space: SearchSpace, r: TrialRecord, before: TrialRecord
+) -> dict[str, KnobValue] | None:
+    """`r`'s config at twice the batch, where `r` gained by a larger batch than `before`."""
+    if not larger_batch(space, r.params, before.params):
+        return None
+    return with_larger_batch(space, r.params)
+
+
+def _pool_step(
+    space: SearchSpace, r: TrialRecord, _before: TrialRecord
+) -> dict[str, KnobValue] | None:
+    return with_larger_pool(space, r.params)
+
+
+def _climb(
+    gain: tuple[TrialRecord, TrialRecord] | None,
+    records: Sequence[TrialRecord],
+    space: SearchSpace,
+    step: Step,
+) -> tuple[int, dict[str, KnobValue]] | None:
+    """(the trial to climb from, the config `step` climbs to) after the latest new best
+    (`gain`: `stopping.latest_gain`), unless `step` finds none or it was measured."""
+    up = step(space, *gain) if gain is not None else None
+    if gain is None or up is None or any(dict(x.params) == up for x in records):
+        return None
+    return gain[0].number, up
+
+
 def next_rung(
     records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
 ) -> tuple[int, dict[str, KnobValue]] | None:
     """(the trial to climb from, its params at twice the batch), or None where the latest
     trial did not gain by a larger batch, the space offers none larger, or that config
     was measured already (module docstring)."""
-    gain = latest_gain(records, objective)
-    if gain is None:
-        return None
-    r, before = gain
-    up = (
-        with_larger_batch(space, r.params) if larger_batch(space, r.params, before.params) else None
-    )
-    if up is None or any(dict(x.params) == up for x in records):
-        return None
-    return r.number, up
+    return _climb(latest_gain(records, objective), records, space, _batch_step)
 
 
 def with_larger_pool(
@@ -83,15 +107,11 @@ def with_larger_pool(
         return None
     size = params.get(pool.name, pool.as_written)
     size = space.cores if size is None else size
-    larger = [c for c in pool.choices if isinstance(c, int) and isinstance(size, int) and c > size]
-    full = [
-        k
-        for k in space.knobs
-        if k.field == "num_parallel_calls"
-        and isinstance(params.get(k.name), int)
-        and params.get(k.name) != AUTOTUNE
-        and params.get(k.name) == size
-    ]
+    if not isinstance(size, int):
+        return None
+    larger = [c for c in pool.choices if isinstance(c, int) and c > size]
+    parallel = (k for k in space.knobs if k.field == "num_parallel_calls")
+    full = [k for k in parallel if params.get(k.name) == size]
     if not larger or not full:
         return None
     out = dict(params)
@@ -107,20 +127,17 @@ def next_pool_rung(
     """(the trial to climb from, its params in the next pool), or None where the latest
     trial is no new best, fills no pool, or that config was measured already (module
     docstring)."""
-    gain = latest_gain(records, objective)
-    up = with_larger_pool(space, gain[0].params) if gain is not None else None
-    if gain is None or up is None or any(dict(x.params) == up for x in records):
-        return None
-    return gain[0].number, up
+    return _climb(latest_gain(records, objective), records, space, _pool_step)
 
 
 def next_rungs(
     records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
 ) -> list[Rung]:
     """The rungs to enqueue after the latest trial: the batch ladder's first."""
+    gain = latest_gain(records, objective)
     out: list[Rung] = []
-    for attr, climb in ((LADDER_ATTR, next_rung), (POOL_LADDER_ATTR, next_pool_rung)):
-        rung = climb(records, space, objective)
+    for attr, step in ((LADDER_ATTR, _batch_step), (POOL_LADDER_ATTR, _pool_step)):
+        rung = _climb(gain, records, space, step)
         if rung is not None:
             out.append((attr, *rung))
     return out
