@@ -198,15 +198,11 @@ def _completed(runs: Sequence[TrialRecord], number: int) -> list[TrialRecord]:
     return [r for r in runs if r.number == number and r.state is TrialState.COMPLETE]
 
 
-def _t_of(
-    contender: TrialRecord,
-    as_written: TrialRecord,
-    runs: Sequence[TrialRecord],
-    objective: Objective,
+def _t(
+    mine: Sequence[TrialRecord], base: Sequence[TrialRecord], objective: Objective
 ) -> float | None:
-    """Welch's t of the contender's completed runs over the script as written's; None
-    where either has none."""
-    mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
+    """Welch's t of the contender's completed runs (`mine`) over the script as written's
+    (`base`); None where either has none."""
     if not mine or not base:
         return None
     return welch_t([score(r, objective)[0] for r in base], [score(r, objective)[0] for r in mine])
@@ -220,9 +216,9 @@ def _settled(
 ) -> bool:
     """The deciding runs so far settle it already (`DECIDE_EARLY_T`), with two completed
     runs a side at least."""
-    enough = all(len(_completed(runs, r.number)) >= 2 for r in (contender, as_written))
-    t = _t_of(contender, as_written, runs, settings.objective)
-    return enough and t is not None and abs(t) >= DECIDE_EARLY_T
+    mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
+    t = _t(mine, base, settings.objective)
+    return len(mine) >= 2 and len(base) >= 2 and t is not None and abs(t) >= DECIDE_EARLY_T
 
 
 def decide_close_call(
@@ -238,7 +234,7 @@ def decide_close_call(
     MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and no fewer
     examples/s than the script as written."""
     mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
-    t = _t_of(contender, as_written, runs, objective)
+    t = _t(mine, base, objective)
     if t is None:
         note = (
             f"final round: trial {contender.number} ({contender.description}) gained "
