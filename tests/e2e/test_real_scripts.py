@@ -384,21 +384,27 @@ def test_optimize_measures_the_training_loop(case: Case, data_dir: Path, tmp_pat
     as_written = tuning["baselines"]["as_written"]
     assert as_written is not None and as_written["state"] == "complete", as_written
     rate = as_written["examples_per_s"]
-    training_rate = summary.batch * 1000.0 / summary.median_ms
-    # The median step sees no epoch-start stall; tftune's figure includes it. Where the
-    # trial named one (a MirroredStrategy iterator rebuilt each epoch took 2-36 s under
-    # the suite's load), the reference is an epoch of median steps plus that stall.
+    median_rate = summary.batch * 1000.0 / summary.median_ms
+    # The median step sees no epoch-start stall; tftune's figure includes it, so it may sit
+    # below the median rate by the stall's share. Where the trial named one (a
+    # MirroredStrategy iterator rebuilt each epoch took 2-36 s under the suite's load), the
+    # lower reference is an epoch of median steps plus that stall. The stall is a mean
+    # over the epochs seen, which one slow epoch start can lift above what the windows held
+    # (fit_validation_epochs: 2.0 s over 19 steps, the windows at 313 ex/s), so the upper
+    # reference stays the median rate: a stall only ever lowers the training rate.
     trial = next(t for t in tuning["trials_detail"] if t["number"] == as_written["trial"])
     stall_s = (trial.get("training") or {}).get("epoch_stall_s") or 0.0
     per_epoch = (trial.get("training") or {}).get("steps_per_epoch")
+    stalled_rate = median_rate
     if stall_s and per_epoch:
         epoch_s = per_epoch * summary.median_ms / 1000.0 + stall_s
-        training_rate = summary.batch * per_epoch / epoch_s
+        stalled_rate = summary.batch * per_epoch / epoch_s
     context = (
-        f"as written {rate} ex/s; the script's own training rate {training_rate:.1f} ex/s "
-        f"(epoch-start stall {stall_s} s over {per_epoch} steps)"
+        f"as written {rate} ex/s; the script's own training rate {median_rate:.1f} ex/s by "
+        f"its median step, {stalled_rate:.1f} with the epoch-start stall ({stall_s} s over "
+        f"{per_epoch} steps)"
     )
-    assert MIN_RATE_SHARE * training_rate <= rate <= MAX_RATE_SHARE * training_rate, context
+    assert MIN_RATE_SHARE * stalled_rate <= rate <= MAX_RATE_SHARE * median_rate, context
     if as_written.get("steps_per_s"):  # examples per step, where the JSON gives steps
         per_step = rate / as_written["steps_per_s"]
         assert per_step == pytest.approx(case.batch, rel=0.02), context
