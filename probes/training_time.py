@@ -282,26 +282,26 @@ class PassTimeline:
     ) -> WindowStats | None:
         """The training figures of the steps delivered after `start_ns` (module
         docstring): other passes out; over the whole epochs the window holds where it
-        holds one, else with a drained prefix trimmed and the epoch stall spread."""
+        holds one, else with a drained prefix trimmed. Each epoch start costs the run's
+        mean stall (`cost`), not the one it held: one start can take 40 ms, the next 1 s."""
         if not records:
             return None
         times = self.step_times(start_ns, records)
         firsts = cost.first_steps if cost is not None and cost.spread else frozenset()
         starts = [i for i, r in enumerate(records) if r.deliver_ns in firsts]
-        if len(starts) >= 2:  # whole epochs, start to start: nothing to trim or spread
+        if cost is not None and len(starts) >= 2:  # whole epochs, start to start: no trim
             a, b = starts[0], starts[-1]
             before = records[a - 1].deliver_ns if a else start_ns
-            return _figures(before, records[a:b], times[a:b], times[a:b], 0.0, 0)
+            epochs = records[a:b]
+            counted = _stall_out(epochs, times[a:b], firsts)
+            stalls_s = cost.stall_s * (len(starts) - 1)
+            return _figures(before, epochs, times[a:b], counted, stalls_s, 0)
         dry = dry_steps(records, times)
         drained = drained_prefix(dry)
         if drained:
             start_ns, records = records[drained - 1].deliver_ns, records[drained:]
             times = times[drained:]
-        steady = [t for r, t in zip(records, times, strict=True) if r.deliver_ns not in firsts]
-        typical = percentile(steady, 50) if steady else 0.0
-        counted = [
-            typical if r.deliver_ns in firsts else t for r, t in zip(records, times, strict=True)
-        ]
+        counted = _stall_out(records, times, firsts)
         spread_s = cost.per_step_s() * len(records) if cost is not None else 0.0
         return _figures(start_ns, records, times, counted, spread_s, drained)
 
@@ -314,6 +314,16 @@ class PassTimeline:
     def epochs_begun(self, stream: int, rec: StepRecord) -> int:
         """How many epochs of `stream` had begun by `rec`'s request."""
         return sum(1 for s in self._starts if s.stream == stream and s.at_ns <= rec.request_ns)
+
+
+def _stall_out(
+    records: Sequence[StepRecord], times: Sequence[int], firsts: frozenset[int]
+) -> list[float]:
+    """The steps' times with each epoch's first step taken as a typical one (the median
+    of the others): its stall is counted apart, as the run's mean."""
+    steady = [t for r, t in zip(records, times, strict=True) if r.deliver_ns not in firsts]
+    typical = percentile(steady, 50) if steady else 0.0
+    return [typical if r.deliver_ns in firsts else t for r, t in zip(records, times, strict=True)]
 
 
 def _figures(

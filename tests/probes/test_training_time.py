@@ -230,6 +230,35 @@ def test_training_time_round_trips_through_json() -> None:
     assert TrainingTime.of(None, 0.01, 0.0, None, True).first_window_dropped
 
 
+def test_windows_over_whole_epochs_take_the_runs_mean_stall_not_their_own() -> None:
+    """An epoch's start that costs 40 ms, then 1 s, then 40 ms... (Keras fit between
+    making the iterator and asking it for a batch): each window over whole epochs counts
+    the run's mean stall, so two windows over different epochs read the same figure."""
+    timeline, records, t = PassTimeline(), [], 0
+    for e in range(7):
+        timeline.epoch(EpochStart(1, t, 10))
+        stall_ms = 1000 if e % 2 else 40
+        for i in range(10):
+            step_ms = 10 + (stall_ms if i == 0 else 0)
+            deliver = t + step_ms * MS
+            records.append(StepRecord(1, deliver - MS, deliver, 8))
+            t = deliver
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and cost.steps_per_epoch == 10
+    # Later epochs' starts but the second's: 40, 1000, 40, 1000, 40 ms.
+    assert cost.stall_s == pytest.approx((3 * 0.040 + 2 * 1.0) / 5)
+    epoch_s = 10 * 0.010 + cost.stall_s
+    # Epoch 2 (a 40-ms start) alone, then epochs 3 and 4 (1 s, then 40 ms).
+    one = timeline.window(records[19].deliver_ns, records[20:31], cost)
+    two = timeline.window(records[29].deliver_ns, records[30:51], cost)
+    assert one is not None and two is not None
+    assert one.steps == 10 and two.steps == 20
+    assert one.examples_per_s == pytest.approx(80 / epoch_s)
+    assert two.examples_per_s == pytest.approx(one.examples_per_s)
+    # Each start's own stall would read 80 / 0.14 and 160 / 1.24: 3.5x apart.
+    assert one.input_wait_s == pytest.approx(cost.stall_s + 10 * 0.001)
+
+
 def test_a_window_over_whole_epochs_reads_them_start_to_start() -> None:
     """Where a window holds an epoch's first step and the next one's, its figure is the
     whole epochs between them: however uneven the steps within an epoch (a buffer that

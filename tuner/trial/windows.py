@@ -15,9 +15,10 @@ warm-up and the measured windows (`MeasureSpec`):
    (pooled over the windows: `probes.training_time.pooled_rates`), whose True prunes;
 3. where those windows disagree (their rates' spread above `AGREE_WITHIN`, a first
    window that drained a warm-up's buffer left out), up to `EXTRA_WINDOWS` more, until
-   one moves the pooled figure by no more than half that: a run whose epochs differ (a
-   stall in one epoch, none in the next) is measured over more of them, so that its
-   figure is steadier. Extra windows are not reported: the pruner judges the windows
+   one moves the pooled figure by no more than half that. An epoch's start costs every
+   window the run's mean stall (`probes.training_time`), so epochs whose starts differ
+   (a stall in one, none in the next) do not split the windows: the run's mean is over
+   every epoch it saw. Extra windows are not reported: the pruner judges the windows
    asked for.
 
 The figures of a window are `probes.training_time`'s. Pure Python: no process here
