@@ -42,7 +42,7 @@ from tftune.probes.service_sizing import trace_sizing_json
 from tftune.probes.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.steps import FUNCTION_CALL_RE, Steps, detect_steps
 from tftune.probes.trace import HostTrace, RunTrace, load_run
-from tftune.probes.training_time import TrainingTime, read_clock_file
+from tftune.probes.training_record import TrainingTime, read_clock_file
 from tftune.probes.xprof_check import compare_with_xprof
 
 

@@ -24,7 +24,7 @@ from tftune.core.errors import TraceError
 from tftune.probes.callsites import SITES_FILE
 from tftune.probes.locate import SUFFIX, HostFile, RunInfo, choose
 from tftune.probes.trace import host_name_of
-from tftune.probes.training_time import CLOCK_FILE
+from tftune.probes.training_record import CLOCK_FILE
 
 URL_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 EXTRA = "pip install 'tftune[remote]'"

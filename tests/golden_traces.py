@@ -13,7 +13,7 @@ from gputrace import MS, US, GpuStepSpec, XSpaceBuilder, gpu_trace
 
 from tftune.probes.callsites import RecordedSite
 from tftune.probes.epoch_stall import PipelineStage, diagnose
-from tftune.probes.training_time import TrainingTime
+from tftune.probes.training_record import TrainingTime
 
 ROOT = "Iterator::Root"
 PREFETCH = f"{ROOT}::Prefetch"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.core.vocabulary import TrialState
 from tftune.probes.service_sizing import CpuUsage
-from tftune.probes.training_time import TrainingTime
+from tftune.probes.training_record import TrainingTime
 
 if TYPE_CHECKING:
     from tftune.tuner.config import Config

@@ -25,7 +25,7 @@ from tftune.core.errors import UserError
 from tftune.core.vocabulary import Band
 from tftune.probes.analysis import analyze
 from tftune.probes.callsites import write_sites
-from tftune.probes.training_time import write_clock_file
+from tftune.probes.training_record import write_clock_file
 
 GOLDEN = sorted((TESTS / "golden").glob("*/analysis.json"))
 OLDER = sorted(FIXTURES.glob("analysis_*.json"))

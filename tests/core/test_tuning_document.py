@@ -20,7 +20,7 @@ from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import ABSENT, MeasuredRate
 from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import TrialState
-from tftune.probes.training_time import TrainingTime
+from tftune.probes.training_record import TrainingTime
 from tftune.reports.tuning_model import build_tuning_model
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.crashes import CrashKind, CrashSummary, Run, find_instability

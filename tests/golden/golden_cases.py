@@ -31,7 +31,7 @@ from gputrace import XSpaceBuilder
 
 from tftune.probes.analysis import Analysis, analyze
 from tftune.probes.callsites import RecordedSite, write_sites
-from tftune.probes.training_time import TrainingTime, write_clock_file
+from tftune.probes.training_record import TrainingTime, write_clock_file
 from tftune.reports import analysis_terminal, render_report_json, tuning_terminal
 
 GOLDEN = Path(__file__).resolve().parent

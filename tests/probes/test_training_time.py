@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tftune.probes.clock import StepRecord
+from tftune.probes.training_record import TrainingTime
 from tftune.probes.training_time import (
     EpochStart,
     PassTimeline,
-    TrainingTime,
     drained_prefix,
     dry_steps,
     first_window_drained,

@@ -26,7 +26,7 @@ from tftune.tuner.options import Trials as Trials
 
 if TYPE_CHECKING:
     from tftune.core.tuning_trials import Instability
-    from tftune.probes.training_time import TrainingTime
+    from tftune.probes.training_record import TrainingTime
     from tftune.tuner.config import Config
     from tftune.tuner.crashes import CrashSummary
     from tftune.tuner.measurement import Measurement

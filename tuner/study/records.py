@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
-from tftune.probes.training_time import TrainingTime
+from tftune.probes.training_record import TrainingTime
 from tftune.tuner.crashes import CrashSummary, Run, find_instability
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR

@@ -19,7 +19,8 @@ from typing import Literal
 
 from tftune.probes.callsites import newest_run_dir
 from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.training_time import PassTimeline, TrainingTime, write_clock_file
+from tftune.probes.training_record import TrainingTime, write_clock_file
+from tftune.probes.training_time import PassTimeline
 from tftune.tuner.config import Config
 from tftune.tuner.trial.launch import (
     ChildRun,

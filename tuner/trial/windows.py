@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tftune.probes.clock import StepRecord, percentile, spread
+from tftune.probes.training_record import EpochCost
 from tftune.probes.training_time import (
-    EpochCost,
     PassTimeline,
     WindowStats,
     first_window_drained,

@@ -211,7 +211,7 @@ def test_profile_and_analyze_name_the_epoch_stall_of_steady_profiled_steps(
     clock of the profiled run saw the epoch's first step, and the analysis says so with
     the cause and the fix (`tftune-clock.json` beside the trace)."""
     from tftune.probes.analysis import analyze
-    from tftune.probes.training_time import CLOCK_FILE
+    from tftune.probes.training_record import CLOCK_FILE
     from tftune.reports.analysis_terminal import render
     from tftune.tuner.trial import profile_script
 
