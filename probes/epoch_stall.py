@@ -15,6 +15,12 @@ child walks the iterated dataset's lineage, `tuner.child.datasets.pipeline_chain
 - **an iterator rebuilt each epoch** (the dataset built anew every epoch): its functions
   are traced and its buffers filled again each time. Build it once, ``repeat()`` it and
   keep one iterator;
+- **a new iterator each epoch**, where most of the stall comes before the first element
+  is asked for (`MADE_SHARE`): making the epoch's iterator and letting the last one go.
+  Keras ``fit`` over a finite dataset does this every epoch (40 ms to 1 s an epoch
+  measured on the audio script of tests/realscripts), and keeps one iterator over a
+  ``repeat()``-ed dataset given ``steps_per_epoch``; a custom loop makes one iterator
+  over ``ds.repeat()`` and takes an epoch's steps from it;
 - **a new iterator over a tf.distribute dataset each epoch**: it starts every replica's
   pipeline (a multi-device iterator) again. Make one iterator over a ``repeat()``-ed
   dataset and take an epoch's steps from it;
@@ -35,10 +41,14 @@ from typing import Any
 
 # A stall costing this share of an epoch's training time or more is named.
 STALL_SHARE_NAMED = 0.05
+# Where at least this share of the stall comes before the first element is asked for,
+# the cause is the iterator's making, not the pipeline's first element.
+MADE_SHARE = 0.5
 
 SHUFFLE_BEHIND_MAP = "shuffle_behind_map"
 NO_CACHE = "no_cache"
 REBUILT = "rebuilt_each_epoch"
+NEW_ITERATOR = "new_iterator_each_epoch"
 DISTRIBUTED_ITERATOR = "distributed_iterator_each_epoch"
 PYTHON_SOURCE = "python_generator_source"
 UNEXPLAINED = "unexplained"
@@ -79,8 +89,8 @@ class EpochStall:
     stall_s: float  # extra time of each epoch's first step
     steps_per_epoch: int
     share: float  # of an epoch's training time
-    # SHUFFLE_BEHIND_MAP | NO_CACHE | REBUILT | DISTRIBUTED_ITERATOR | PYTHON_SOURCE
-    # | UNEXPLAINED
+    # SHUFFLE_BEHIND_MAP | NO_CACHE | REBUILT | NEW_ITERATOR | DISTRIBUTED_ITERATOR
+    # | PYTHON_SOURCE | UNEXPLAINED
     cause: str
     summary: str
     code: str | None
@@ -128,13 +138,38 @@ def diagnose(
     share: float | None,
     chain: Sequence[PipelineStage],
     rebuilt: bool = False,
+    made_s: float = 0.0,
 ) -> EpochStall | None:
     """The stall named with its cause and fix, or None below `STALL_SHARE_NAMED` (or
-    where no epoch's length is known)."""
+    where no epoch's length is known). `made_s`: the part of it before the first
+    element was asked for."""
     if stall_s is None or not steps_per_epoch or share is None or share < STALL_SHARE_NAMED:
         return None
-    cause, summary, code, sites = _cause(chain, rebuilt)
+    # Mostly before the first element was asked for: the iterator's making is the cause,
+    # unless a Python source or tf.distribute's own iterator has a fix of its own.
+    made = made_s >= MADE_SHARE * stall_s > 0
+    own = any(s.kind in ("generator", "distribute") for s in chain)
+    if made and rebuilt:  # the dataset is built again before each iterator is made
+        cause, summary, code, sites = _rebuilt()
+    elif made and not own:
+        cause, summary, code, sites = _new_iterator(made_s, steps_per_epoch)
+    else:
+        cause, summary, code, sites = _cause(chain, rebuilt)
     return EpochStall(stall_s, steps_per_epoch, share, cause, summary, code, sites)
+
+
+def _new_iterator(made_s: float, steps: int) -> tuple[str, str, str | None, tuple[str, ...]]:
+    return (
+        NEW_ITERATOR,
+        f"each epoch makes a new iterator, {made_s:.2f} s before its first batch is asked "
+        "for (Keras fit makes one per epoch over a finite dataset): repeat() the dataset "
+        "and keep one iterator, with the epoch's length given",
+        f"model.fit(train_ds.repeat(), steps_per_epoch={steps}, epochs=epochs, ...)\n"
+        "# a custom loop: one iterator over the repeated dataset\n"
+        f"it = iter(ds.repeat())\nfor epoch in range(epochs):\n    for step in range({steps}):\n"
+        "        train_step(next(it))",
+        (),
+    )
 
 
 def _cause(
@@ -173,14 +208,7 @@ def _cause(
             (),
         )
     if rebuilt:
-        return (
-            REBUILT,
-            "the dataset is built anew every epoch, so its functions are traced and its "
-            "buffers filled again: build it once, repeat() it and keep one iterator",
-            "ds = make_dataset().repeat()\nit = iter(ds)\nfor epoch in range(epochs):\n"
-            "    for step in range(steps_per_epoch):\n        batch = next(it)",
-            (),
-        )
+        return _rebuilt()
     maps = [s for s in chain[start:] if s.kind in ("map", "interleave")]
     if cache is None and maps:
         return (
@@ -196,6 +224,17 @@ def _cause(
         "the pipeline's first element of each epoch waits; prefetch at the end and a "
         "cache() of what does not change between epochs shorten it",
         None,
+        (),
+    )
+
+
+def _rebuilt() -> tuple[str, str, str | None, tuple[str, ...]]:
+    return (
+        REBUILT,
+        "the dataset is built anew every epoch, so its functions are traced and its "
+        "buffers filled again: build it once, repeat() it and keep one iterator",
+        "ds = make_dataset().repeat()\nit = iter(ds)\nfor epoch in range(epochs):\n"
+        "    for step in range(steps_per_epoch):\n        batch = next(it)",
         (),
     )
 

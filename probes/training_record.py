@@ -32,6 +32,10 @@ class EpochCost:
     epochs_seen: int
     first_steps: frozenset[int]  # the epoch-start steps, by delivery time
     rebuilt: bool = False  # a later epoch iterated a dataset built anew
+    # The part of `stall_s` before the first element was asked for: making the epoch's
+    # iterator (and letting the last one go) and the loop's work around it; the rest is
+    # the first element's wait.
+    made_s: float = 0.0
 
     @property
     def spread(self) -> bool:
@@ -92,7 +96,7 @@ class TrainingTime:
             cost.epochs_seen,
             share,
             dropped,
-            diagnose(cost.stall_s, cost.steps_per_epoch, share, chain, cost.rebuilt),
+            diagnose(cost.stall_s, cost.steps_per_epoch, share, chain, cost.rebuilt, cost.made_s),
         )
 
     def to_json(self) -> dict[str, object]:

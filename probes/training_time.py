@@ -225,9 +225,12 @@ class PassTimeline:
         later = [i for i in firsts if i > 0]
         later = later[1:] if len(later) > 1 else later
         stalls = [times[i] - typical for i in later] or [records[0].wait_ns - typical_wait]
+        # What of it came before the first element was asked for (the rest is its wait).
+        made = [times[i] - typical - (records[i].wait_ns - typical_wait) for i in later]
         lengths = [b - a for a, b in itertools.pairwise(firsts)]
         return EpochCost(
             stall_s=max(0.0, sum(stalls) / len(stalls)) / NS_PER_S,
+            made_s=max(0.0, sum(made) / len(made)) / NS_PER_S if made else 0.0,
             steps_per_epoch=_steps_per_epoch(lengths, starts[-1].cardinality),
             epochs_seen=len(firsts),
             first_steps=frozenset(records[i].deliver_ns for i in firsts),

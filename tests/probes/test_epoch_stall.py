@@ -6,6 +6,7 @@ import pytest
 
 from tftune.probes.epoch_stall import (
     DISTRIBUTED_ITERATOR,
+    NEW_ITERATOR,
     NO_CACHE,
     PYTHON_SOURCE,
     REBUILT,
@@ -86,3 +87,26 @@ def test_a_generator_cached_after_it_runs_in_the_first_epoch_only() -> None:
     generator = PipelineStage("generator", python=True)
     stall = diagnose(0.2, 12, 0.25, (SOURCE, generator, CACHE, MAP, BATCH))
     assert stall is not None and stall.cause == UNEXPLAINED
+
+
+def test_a_stall_made_before_the_first_request_is_the_new_iterator_not_the_pipeline() -> None:
+    """Keras fit over a finite dataset makes an iterator every epoch: where most of the
+    stall comes before the first element is asked for, a cache() or a reordered shuffle
+    would not touch it; one iterator over a repeat()ed dataset does."""
+    for chain in [(SOURCE, MAP, BATCH), (SOURCE, MAP, SHUFFLE, BATCH)]:
+        stall = diagnose(0.26, 19, 0.22, chain, made_s=0.21)
+        assert stall is not None and stall.cause == NEW_ITERATOR, chain
+        assert "0.21 s before its first batch" in stall.summary
+        assert stall.code is not None and "steps_per_epoch=19" in stall.code
+        assert "iter(ds.repeat())" in stall.code and "range(19)" in stall.code
+    # Mostly the first element's wait: the pipeline's cause, as before.
+    stall = diagnose(0.26, 19, 0.22, (SOURCE, MAP, SHUFFLE, BATCH), made_s=0.1)
+    assert stall is not None and stall.cause == SHUFFLE_BEHIND_MAP
+    # A dataset built anew, a Python source and tf.distribute's iterator keep their own.
+    stall = diagnose(0.26, 19, 0.22, (SOURCE, MAP, BATCH), rebuilt=True, made_s=0.2)
+    assert stall is not None and stall.cause == REBUILT
+    generator = PipelineStage("generator", python=True)
+    stall = diagnose(0.26, 19, 0.22, (SOURCE, generator, BATCH), made_s=0.2)
+    assert stall is not None and stall.cause == PYTHON_SOURCE
+    stall = diagnose(0.26, 19, 0.22, (SOURCE, PipelineStage("distribute")), made_s=0.2)
+    assert stall is not None and stall.cause == DISTRIBUTED_ITERATOR

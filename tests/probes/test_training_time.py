@@ -230,6 +230,26 @@ def test_training_time_round_trips_through_json() -> None:
     assert TrainingTime.of(None, 0.01, 0.0, None, True).first_window_dropped
 
 
+def test_an_epoch_cost_tells_the_iterators_making_from_the_first_elements_wait() -> None:
+    """Each epoch's first step comes 300 ms late: 250 ms before it is asked for (making
+    the iterator), then 50 ms of wait beyond a typical one."""
+    timeline, records, t = PassTimeline(), [], 0
+    for _ in range(5):
+        timeline.epoch(EpochStart(1, t, 10))
+        for i in range(10):
+            made_ms, wait_ms = (250, 51) if i == 0 else (0, 1)
+            request = t + (9 + made_ms) * MS
+            records.append(StepRecord(1, request, request + wait_ms * MS, 8))
+            t = request + wait_ms * MS
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None
+    assert cost.stall_s == pytest.approx(0.300) and cost.made_s == pytest.approx(0.250)
+    # A shuffle buffer's fill is all wait: nothing made.
+    timeline, records = _epochs(4, 20, 200)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and cost.made_s == pytest.approx(0.0)
+
+
 def test_windows_over_whole_epochs_take_the_runs_mean_stall_not_their_own() -> None:
     """An epoch's start that costs 40 ms, then 1 s, then 40 ms... (Keras fit between
     making the iterator and asking it for a batch): each window over whole epochs counts
