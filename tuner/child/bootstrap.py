@@ -169,8 +169,19 @@ class _Profiler:
         self.step = 0
         self.trace: Any = None
         self.stopping = False
+        self.stopper: threading.Thread | None = None  # writes the trace, off tf.data's threads
         # Only training steps are profiled (a counting loop, a peek, `adapt` are not).
         self.is_training: Callable[[int], bool] = lambda _stream: True
+
+    def finish(self) -> None:
+        """At the script's end: the trace written. A stop under way is waited for (a
+        short script can end while a loaded host still writes it, and the interpreter's
+        exit would kill the thread); else the steps it ran are kept."""
+        if self.stopper is not None:
+            self.stopper.join()
+        elif self.step > self.start and not self.stopping:
+            self.stopping = True
+            self._stop()
 
     def _stop(self) -> None:
         import tensorflow as tf
@@ -216,7 +227,8 @@ class _Profiler:
             self.trace.__enter__()
         elif self.step >= self.stop:
             self.stopping = True
-            threading.Thread(target=self._stop, name="tftune-profiler", daemon=True).start()
+            self.stopper = threading.Thread(target=self._stop, name="tftune-profiler", daemon=True)
+            self.stopper.start()
         self.step += 1
 
 
@@ -319,9 +331,8 @@ def main() -> None:
         raise
     finally:
         patcher.stop()
-        if profiler is not None and profiler.step > profiler.start and not profiler.stopping:
-            profiler.stopping = True
-            profiler._stop()  # the script ended early: keep the steps it ran
+        if profiler is not None:
+            profiler.finish()
         if writer is not None and hooks.notes:
             writer.event("notes", notes=hooks.notes)
         if writer is not None:
