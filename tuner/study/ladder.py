@@ -2,14 +2,14 @@
 
 Two ladders, each a rung at a time, each rung once per trial it climbs from:
 
-- **The batch size** (`next_rung`). A larger batch amortizes what every step pays
+- **The batch size** (`LADDER_ATTR`). A larger batch amortizes what every step pays
   whatever its size (the loop's own work per step, a kernel launch), and where one
   doubling paid, the next often pays again; TPE finds that only by chance, a trial at a
   time (bursty_source took it 9 trials). So when the latest finished trial is a new best
   beyond the noise (`stopping.latest_gain`) with a larger batch than the best before it,
   its config at twice the batch (`baselines.with_larger_batch`, within the batch sizes
   the space offers: the batch-size warning rules stay as they are) is the next trial.
-- **The thread pool** (`next_pool_rung`). AUTOTUNE never runs more calls at once than
+- **The thread pool** (`POOL_LADDER_ATTR`). AUTOTUNE never runs more calls at once than
   the pool has threads, and a call site whose parallelism equals the pool's size may want
   more: a map that waits on storage hides more latency with every thread. When the
   latest new best fills its pool at some parallel call site, its config with the pool
@@ -31,9 +31,9 @@ from tftune.tuner.study.stopping import latest_gain
 if TYPE_CHECKING:
     from tftune.tuner.space import KnobValue, SearchSpace
 
-# A trial enqueued by `next_rung` carries the number of the trial it climbs from here.
+# A trial enqueued by the batch ladder carries the number of the trial it climbs from here.
 LADDER_ATTR = "batch_ladder"
-# ... and one enqueued by `next_pool_rung`, here.
+# ... and one enqueued by the pool ladder, here.
 POOL_LADDER_ATTR = "pool_ladder"
 
 Rung = tuple[str, int, dict[str, "KnobValue"]]  # (its attribute, the trial, its params)
@@ -86,15 +86,6 @@ def _climb(
     return gain[0].number, up
 
 
-def next_rung(
-    records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
-) -> tuple[int, dict[str, KnobValue]] | None:
-    """(the trial to climb from, its params at twice the batch), or None where the latest
-    trial did not gain by a larger batch, the space offers none larger, or that config
-    was measured already (module docstring)."""
-    return _climb(latest_gain(records, objective), records, space, _batch_step)
-
-
 def with_larger_pool(
     space: SearchSpace, params: Mapping[str, KnobValue]
 ) -> dict[str, KnobValue] | None:
@@ -121,19 +112,12 @@ def with_larger_pool(
     return out
 
 
-def next_pool_rung(
-    records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
-) -> tuple[int, dict[str, KnobValue]] | None:
-    """(the trial to climb from, its params in the next pool), or None where the latest
-    trial is no new best, fills no pool, or that config was measured already (module
-    docstring)."""
-    return _climb(latest_gain(records, objective), records, space, _pool_step)
-
-
 def next_rungs(
     records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
 ) -> list[Rung]:
-    """The rungs to enqueue after the latest trial: the batch ladder's first."""
+    """The rungs to enqueue after the latest trial, the batch ladder's first: none for a
+    ladder where the latest trial is no new best, points nowhere past itself (no larger
+    batch gained, no pool filled, none larger offered), or that config was measured."""
     gain = latest_gain(records, objective)
     out: list[Rung] = []
     for attr, step in ((LADDER_ATTR, _batch_step), (POOL_LADDER_ATTR, _pool_step)):

@@ -284,7 +284,7 @@ def per_step_bound(config: Config) -> float:
 
 
 def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> None:
-    from tftune.tuner.study.ladder import LADDER_ATTR, next_rung
+    from tftune.tuner.study.ladder import LADDER_ATTR, next_rungs
 
     sp = space()
     batch = f"{BATCH}/batch_size"
@@ -308,7 +308,7 @@ def test_a_batch_that_gained_is_doubled_in_the_next_trial(tmp_path: Path) -> Non
     }
     assert out.best.examples_per_s == climbed.examples_per_s == 128_000.0
     # No rung past the largest batch, nor from a trial that gained some other way.
-    assert next_rung(out.records, sp, out.objective) is None
+    assert all(r[0] != LADDER_ATTR for r in next_rungs(out.records, sp, out.objective))
     assert LADDER_ATTR == "batch_ladder"
 
 
@@ -321,7 +321,7 @@ def test_a_best_that_fills_its_pool_is_tried_next_in_a_larger_pool_with_autotune
     from studykit import latency_bound
 
     from tftune.testing import FakeRunner
-    from tftune.tuner.study.ladder import next_pool_rung, with_larger_pool
+    from tftune.tuner.study.ladder import POOL_LADDER_ATTR, next_rungs, with_larger_pool
 
     sp = space()
     par, pool = f"{MAP}/num_parallel_calls", "threadpool_size"
@@ -339,7 +339,7 @@ def test_a_best_that_fills_its_pool_is_tried_next_in_a_larger_pool_with_autotune
     assert climbed.number == max(r.number for r in out.records if r.role is not Role.SEARCH) + 1
     assert out.best.number == climbed.number and climbed.examples_per_s == 250.0 * 64
     # No rung past the largest pool, nor from a site at AUTOTUNE.
-    assert next_pool_rung(out.records, sp, out.objective) is None
+    assert all(r[0] != POOL_LADDER_ATTR for r in next_rungs(out.records, sp, out.objective))
     assert with_larger_pool(sp, {**full, pool: 64, par: 64}) is None
     assert with_larger_pool(sp, {**full, par: AUTOTUNE}) is None
     # The default pool has the core count's threads: parallelism 2 fills it.
