@@ -5,7 +5,7 @@ steps in the middle of an epoch are steady, so a profile alone never shows it, y
 shuffle buffer filled through an expensive map can cost half of every epoch. A stall
 that costs `STALL_SHARE_NAMED` of training time or more is named (`diagnose`) with its
 cause, read from the training pipeline as the script built it (`PipelineStage`: the
-child walks the iterated dataset's lineage, `tuner.child.datasets.pipeline_chain`):
+child walks the iterated dataset's lineage, `tuner.child.lineage.pipeline_chain`):
 
 - **a shuffle buffer behind an expensive map**: each epoch refills the whole buffer
   through the map before the first element comes out. Shuffle what is cheap (file

@@ -6,9 +6,8 @@
   folder) is identified from the caller's frame, what the script passed is recorded
   (``hooks.on_site``: the as-written values), and the config's knobs for that site
   replace it.
-- `describe` reads what the script built on an iterated dataset (its last call site,
-  final prefetch, batching, options) by walking its lineage; `apply_globals` puts the
-  config's global options and a final prefetch on it.
+- `apply_globals` puts the config's global options and a final prefetch on the iterated
+  dataset (what the script built on it is read by `tuner/child/lineage.py`).
 
 `OP_KNOBS` (which knobs each op takes) and `READERS` are the vocabulary of call sites:
 the search space and the emitted config read them too.
@@ -21,11 +20,11 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from tftune.probes.epoch_stall import PipelineStage
+from tftune.tuner.child.lineage import unwrap_options
 from tftune.tuner.child.screen_drain import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
 from tftune.tuner.config import (
@@ -73,7 +72,6 @@ _API_MODULES = (
     "tensorflow._api.v2.compat.v1.data.experimental",
     "tensorflow.python.data.experimental",
 )
-_BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")
 
 
 def _knob_value(knob: str, value: object) -> int | bool | None:
@@ -275,139 +273,6 @@ def _tag(ds: Any, site: str | None) -> None:
         ds._tftune_site = site
 
 
-def _inputs(ds: Any) -> Sequence[Any]:
-    try:
-        return list(ds._inputs())
-    except Exception:
-        return []
-
-
-def _unwrap_options(ds: Any) -> Any:
-    while type(ds).__name__ == "_OptionsDataset":
-        inputs = _inputs(ds)
-        if not inputs:
-            break
-        ds = inputs[0]
-    return ds
-
-
-# tf.distribute's per-replica datasets (fed by a multi-device iterator), and a dataset
-# passed into a tf.function as an argument: their lineage cannot be walked.
-_PER_DEVICE_DATASETS = frozenset({"_PerDeviceGenerator", "_ReincarnatedPerDeviceGenerator"})
-_OPAQUE_DATASETS = _PER_DEVICE_DATASETS | {"_VariantDataset"}
-
-
-def is_per_device(ds: Any, depth: int = 0) -> bool:
-    """A tf.distribute per-device dataset: its lineage reads from a multi-device iterator
-    (`_create_device_dataset` puts a prefetch and options over the generator)."""
-    if type(ds).__name__ in _PER_DEVICE_DATASETS:
-        return True
-    return depth < 16 and any(is_per_device(i, depth + 1) for i in _inputs(ds))
-
-
-# Stages whose elements come from datasets a function builds (not walkable): a flat_map or
-# interleave before any batch, such as `from_generator` (Keras' PyDataset adapter).
-_ELEMENTS_FROM_A_FUNCTION = ("FlatMap", "Interleave")
-
-
-def _is_batched(ds: Any, depth: int = 0) -> bool | None:
-    """Whether the dataset's lineage batches (and does not unbatch after); None when the
-    lineage is opaque (`_OPAQUE_DATASETS`, `_ELEMENTS_FROM_A_FUNCTION`)."""
-    name = type(ds).__name__
-    if "Unbatch" in name or depth > 64:
-        return False
-    if any(name.endswith(c) for c in _BATCHING_CLASSES):
-        return True
-    if name in _OPAQUE_DATASETS or any(k in name for k in _ELEMENTS_FROM_A_FUNCTION):
-        return None
-    answers = [_is_batched(i, depth + 1) for i in _inputs(ds)]
-    if any(a is True for a in answers):
-        return True
-    return None if any(a is None for a in answers) else False
-
-
-# Dataset classes by the kind of stage they are (the first match wins: ParallelMap
-# before Map, FlatMap before Map).
-_STAGE_KINDS = (
-    ("FlatMap", "interleave"),
-    ("Interleave", "interleave"),
-    ("MapAndBatch", "map"),
-    ("Map", "map"),
-    ("Shuffle", "shuffle"),
-    ("Cache", "cache"),
-    ("Batch", "batch"),
-    ("Prefetch", "prefetch"),
-    ("Repeat", "repeat"),
-)
-_PYTHON_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
-
-
-def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
-    """The pipeline as the script built it, source first: each stage's kind, the user's
-    line where the child saw the call, and whether its function runs Python."""
-    stages: list[PipelineStage] = []
-    current: Any = ds
-    while current is not None and len(stages) < 64:
-        name = type(current).__name__
-        inputs = _inputs(current)
-        if name != "_OptionsDataset":
-            kind = next((k for part, k in _STAGE_KINDS if part in name), None)
-            kind = kind or ("source" if not inputs else "other")
-            ops = _function_ops(current)
-            if kind == "interleave" and "GeneratorDataset" in ops:
-                # from_generator (and Keras' adapter of a PyDataset or a generator) is a
-                # flat_map whose function makes a Python generator's dataset.
-                kind = "generator"
-            site = getattr(current, "_tftune_site", None) or getattr(
-                current, "_tftune_mark_site", None
-            )
-            python = kind == "generator" or bool(ops & _PYTHON_OPS)
-            stages.append(PipelineStage(kind, site, python))
-        current = inputs[0] if inputs else None
-    return tuple(reversed(stages))
-
-
-def _function_ops(ds: Any) -> frozenset[str]:
-    """The op types of a stage's function (a map's, a flat_map's); none without one."""
-    try:
-        return frozenset(op.type for op in ds._map_func.function.graph.get_operations())
-    except Exception:
-        return frozenset()
-
-
-def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
-    """What the script built: its last call site, final prefetch, batching, options.
-
-    `batched_default` answers for a lineage that cannot be walked (see `_is_batched`)."""
-    last = _unwrap_options(ds)
-    try:
-        options = ds.options()
-        threadpool = options.threading.private_threadpool_size
-        deterministic = options.deterministic
-    except Exception:
-        threadpool, deterministic = None, None
-    return IterationInfo(
-        site=_lineage_site(ds),
-        final_prefetch="Prefetch" in type(last).__name__,
-        batched=batched if (batched := _is_batched(ds)) is not None else batched_default,
-        threadpool_size=threadpool or None,
-        deterministic=deterministic,
-    )
-
-
-def _lineage_site(ds: Any, depth: int = 0) -> str | None:
-    """The call site of the nearest transformation the user called on `ds`'s lineage:
-    ``ds.repeat().take(n).enumerate()`` is built at its ``batch`` line."""
-    site: str | None = getattr(ds, "_tftune_site", None)
-    if site is not None or depth > 16:
-        return site
-    for parent in _inputs(ds):
-        found = _lineage_site(parent, depth + 1)
-        if found is not None:
-            return found
-    return None
-
-
 def _emulate_injected_prefetch(ds: Any) -> Any:
     """Add the final prefetch TF's ``inject_prefetch`` rewrite would add to `ds`."""
     from tensorflow.python.data.ops import dataset_ops
@@ -418,7 +283,7 @@ def _emulate_injected_prefetch(ds: Any) -> Any:
         autotune = options.autotune.enabled is not False
     except Exception:
         return ds
-    if not (inject and autotune) or "Prefetch" in type(_unwrap_options(ds)).__name__:
+    if not (inject and autotune) or "Prefetch" in type(unwrap_options(ds)).__name__:
         return ds
     prefetch = getattr(dataset_ops.DatasetV2.prefetch, "__tftune_original__", None)
     return (prefetch or dataset_ops.DatasetV2.prefetch)(ds, AUTOTUNE)

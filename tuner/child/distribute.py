@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tftune.tuner.child.datasets import describe
+from tftune.tuner.child.lineage import describe
 from tftune.tuner.child.streams import Streams
 
 

@@ -59,7 +59,7 @@ class EpochMade:
     cardinality: int  # the dataset's elements: -1 infinite, -2 unknown
     rebuilt: bool  # over a dataset other than the stream's last one (built anew)
     # The pipeline as the script built it, source first: with a stream's first epoch
-    # and with a rebuilt one (`datasets.pipeline_chain`), else None.
+    # and with a rebuilt one (`lineage.pipeline_chain`), else None.
     chain: tuple[PipelineStage, ...] | None = None
 
 

@@ -27,10 +27,8 @@ from tftune.tuner.child.datasets import (
     _original_iter,
     _tag,
     apply_globals,
-    describe,
-    is_per_device,
-    pipeline_chain,
 )
+from tftune.tuner.child.lineage import describe, is_per_device, pipeline_chain
 from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_spec, unscreenable
 from tftune.tuner.child.service_read import distribute_at_cut
 from tftune.tuner.child.state import EpochMade

@@ -1,4 +1,4 @@
-"""The training pipeline as the script built it (`tuner.child.datasets.pipeline_chain`),
+"""The training pipeline as the script built it (`tuner.child.lineage.pipeline_chain`),
 read from real tf.data datasets: what the epoch-start stall's cause is named from."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from tftune.probes.epoch_stall import PYTHON_SOURCE, diagnose  # noqa: E402
-from tftune.tuner.child.datasets import pipeline_chain  # noqa: E402
+from tftune.tuner.child.lineage import pipeline_chain  # noqa: E402
 
 
 class _Batches(keras.utils.PyDataset):  # type: ignore[misc]
