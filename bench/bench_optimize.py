@@ -80,7 +80,7 @@ def coarse(space: Any) -> Any:
 def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     from tftune.core.vocabulary import TrialState
     from tftune.tuner.platform import cpu_flags, mentions_keras
-    from tftune.tuner.space import build_space
+    from tftune.tuner.space_build import build_space
     from tftune.tuner.study import (
         Role,
         ScriptRunner,

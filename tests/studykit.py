@@ -14,7 +14,8 @@ from rich.table import Table
 from tftune.reports import tuning_terminal
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
 from tftune.tuner.tuning_doc import RunFacts, trial_row, tuning_document

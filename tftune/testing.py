@@ -14,7 +14,7 @@ deterministic::
         par = (site.num_parallel_calls if site else None) or 1
         return 250.0 * min(max(par, 1), 8)  # examples/s
 
-    runner = FakeRunner(script, repeats=2)  # space: `tftune.tuner.space.build_space`
+    runner = FakeRunner(script, repeats=2)  # space: `tftune.tuner.space_build.build_space`
     outcome = run_study(space, runner, StudySettings(storage="s.journal", n_trials=8))
     assert runner.configs[0].is_as_written()  # what ran, in order: `runner.runs`
 

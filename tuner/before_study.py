@@ -24,7 +24,8 @@ from tftune.tuner.bounds import MODEL_BOUND_FACTOR, Ceiling, pipeline_sizing
 from tftune.tuner.config import Config
 from tftune.tuner.options import OptimizeOptions
 from tftune.tuner.screen import Screen, with_screen_sizing
-from tftune.tuner.space import BatchBound, SearchSpace
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.space_build import BatchBound
 from tftune.tuner.study import GuidedHint, Mode, Objective, Runner
 from tftune.tuner.trial import Discovery
 
@@ -50,7 +51,7 @@ def check_inputs(script: str | os.PathLike[str], options: OptimizeOptions) -> Pa
 def check_search_options(options: OptimizeOptions) -> BatchBound | None:
     """``--batch-size`` parsed; a malformed ``--space`` file fails now, not after
     discovery."""
-    from tftune.tuner.space import build_space
+    from tftune.tuner.space_build import build_space
     from tftune.tuner.space_file import apply_space_file
 
     bound = BatchBound.parse(options.batch_size) if options.batch_size else None
@@ -358,7 +359,7 @@ def build_search_space(
     ``--batch-size``, with the tf.data service's knobs for ``--data-service`` (the
     trainers' job name: ``tftune-<script>``); `ScriptError` when nothing is left."""
     from tftune.tuner.platform import cpu_flags, mentions_keras
-    from tftune.tuner.space import build_space
+    from tftune.tuner.space_build import build_space
     from tftune.tuner.space_file import apply_space_file
 
     if not found.sites:

@@ -56,7 +56,8 @@ from tftune.tuner.record import api_call, build_record
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.screen import Screen, search_seeds
 from tftune.tuner.service import check_address
-from tftune.tuner.space import PY_DATASET_OPS, SearchSpace
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.space_build import PY_DATASET_OPS
 from tftune.tuner.study import (
     GuidedHint,
     Objective,

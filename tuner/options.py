@@ -151,7 +151,7 @@ class OptimizeOptions:
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{_flag(name)} {value!r}: expected a string")
         if self.batch_size:  # "" is no bound, as no flag is
-            from tftune.tuner.space import BatchBound
+            from tftune.tuner.space_build import BatchBound
 
             BatchBound.parse(self.batch_size)  # a ConfigError naming --batch-size
         if self.data_service:

@@ -87,7 +87,7 @@ def test_workers_started_at_once_enqueue_each_baseline_once(tmp_path: Path) -> N
 
     from tftune.testing import FakeRunner
     from tftune.tuner.config import SiteConfig
-    from tftune.tuner.space import build_space
+    from tftune.tuner.space_build import build_space
     from tftune.tuner.study import StudySettings, run_study
     from tftune.tuner.trial.discovery import CallSite
 

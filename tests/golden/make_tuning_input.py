@@ -24,7 +24,8 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, SiteConfig
 from tftune.tuner.crashes import CrashKind, CrashSummary
 from tftune.tuner.emit import globals_snippet, source_diff
-from tftune.tuner.space import build_space, config_from_values
+from tftune.tuner.space import config_from_values
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
 from tftune.tuner.tuning_doc import tuning_document, write_json_atomic

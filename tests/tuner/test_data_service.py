@@ -199,7 +199,7 @@ def test_a_cut_that_cannot_be_applied() -> None:
 def test_space_config_file_and_diff(tmp_path: Path) -> None:
     from tftune.tuner import service as svc
     from tftune.tuner.emit import source_diff
-    from tftune.tuner.space import build_space
+    from tftune.tuner.space_build import build_space
 
     class Site:
         def __init__(self, site: str, op: str) -> None:

@@ -32,7 +32,8 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
 from tftune.tuner.measurement import FailureKind
-from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import (
     Role,
     StudyOutcome,

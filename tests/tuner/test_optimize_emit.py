@@ -19,7 +19,7 @@ from tftune.reports.tuning_comparison import comparison
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
 from tftune.tuner.emit import globals_snippet, rewrite_sources, run_command, source_diff
-from tftune.tuner.space import build_space
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
 from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_document, write_json_atomic

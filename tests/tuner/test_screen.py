@@ -17,7 +17,8 @@ from tftune.tuner.screen import (
     candidates,
     run_screen,
 )
-from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import StudySettings
 from tftune.tuner.trial import discover
 from tftune.tuner.trial.discovery import CallSite
@@ -294,7 +295,7 @@ model.fit(ds.repeat(), steps_per_epoch=20, epochs=3, verbose=0)
 def test_an_adapt_samples_own_map_is_no_knob_of_training(tmp_path: Path) -> None:
     """``norm.adapt(ds.take(2).map(f))`` before ``fit``: the sample's map feeds no
     update, so its parallelism is left out (said), and the training map's is searched."""
-    from tftune.tuner.space import NOT_TRAINING_SITE
+    from tftune.tuner.space_build import NOT_TRAINING_SITE
 
     script = tmp_path / "train.py"
     script.write_text(ADAPT)

@@ -14,7 +14,7 @@ from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space import build_space
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import (
     Objective,
     Role,

@@ -20,7 +20,8 @@ from tftune.tuner.bounds import Ceiling
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.screen import Screen, ScreenEntry
-from tftune.tuner.space import SearchSpace, build_space
+from tftune.tuner.space import SearchSpace
+from tftune.tuner.space_build import build_space
 from tftune.tuner.study import (
     Mode,
     Role,
