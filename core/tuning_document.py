@@ -28,12 +28,21 @@ from tftune.core.tuning_parts import (
     present,
     put_present,
 )
+from tftune.core.tuning_rewrites import RewriteRow, rows_from_reader, rows_json
 from tftune.core.tuning_trials import Instability, TrialRow
 
 SCHEMA = 1
 OBJECTIVES = ("throughput", "gpu-util", "both")
 # The fields of the whole run (`WholeRun`), written after the study's.
-WHOLE_RUN_KEYS = ("break_even", "stop_reason", "training", "record", "findings", "screen")
+WHOLE_RUN_KEYS = (
+    "break_even",
+    "stop_reason",
+    "training",
+    "record",
+    "findings",
+    "screen",
+    "rewrites",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,8 @@ class WholeRun:
     record: Mapping[str, Any] | None = None  # the reproducibility record
     findings: tuple[str, ...] = ()  # the output-layer findings of every run
     screen: Mapping[str, Any] | Absent | None = ABSENT  # the pipeline screen's ranking
+    # Every rewrite the run considered: measured, checked, refused or not applicable.
+    rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -56,6 +67,8 @@ class WholeRun:
             "findings": list(self.findings),
         }
         put_present(out, "screen", self.screen)
+        if not isinstance(self.rewrites, Absent):
+            out["rewrites"] = rows_json(self.rewrites)
         return out
 
     @classmethod
@@ -70,6 +83,7 @@ class WholeRun:
             record=free_object(r, "record"),
             findings=r.strings("findings"),
             screen=free_object(r, "screen") if present(r, "screen") else ABSENT,
+            rewrites=rows_from_reader(r, "rewrites") if present(r, "rewrites") else ABSENT,
         )
 
 

@@ -64,9 +64,19 @@ class PipelineStage:
     kind: str
     site: str | None = None  # the user's line, where the child saw the call
     python: bool = False  # its function runs Python (py_function, numpy_function)
+    # A stateful random op in its function (its type: "RandomUniform"), or a random op
+    # whose seed is a variable the function advances (a Keras random layer's).
+    random: str | None = None
+    # Its elements per pass as tf.data knows them (-1: infinite, -2: unknown).
+    elements: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "site": self.site, "python": self.python}
+        out: dict[str, Any] = {"kind": self.kind, "site": self.site, "python": self.python}
+        if self.random is not None:
+            out["random"] = self.random
+        if self.elements is not None:
+            out["elements"] = self.elements
+        return out
 
     @staticmethod
     def from_json(raw: object) -> PipelineStage | None:
@@ -74,7 +84,10 @@ class PipelineStage:
             return None
         site = raw.get("site")
         where = site if isinstance(site, str) else None
-        return PipelineStage(raw["kind"], where, bool(raw.get("python")))
+        random = raw.get("random") if isinstance(raw.get("random"), str) else None
+        n = raw.get("elements")
+        elements = n if isinstance(n, int) and not isinstance(n, bool) else None
+        return PipelineStage(raw["kind"], where, bool(raw.get("python")), random, elements)
 
 
 def chain_from_json(raw: object) -> tuple[PipelineStage, ...]:

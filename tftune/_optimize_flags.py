@@ -60,6 +60,25 @@ _OPTIONS = (
         help="Enqueue a guess derived from the as-written trial.",
     ),
     click.option(
+        "--rewrites/--no-rewrites",
+        default=True,
+        show_default=True,
+        help=(
+            "Also search the pipeline rewrites that pass their equivalence check (cache(), "
+            "a shuffle moved above its map, one iterator across epochs)."
+        ),
+    ),
+    click.option(
+        "--cache-budget",
+        metavar="SIZE",
+        help="The most a cache() rewrite may hold in memory [a quarter of what is available].",
+    ),
+    click.option(
+        "--cache-dir",
+        type=click.Path(file_okay=False),
+        help="A folder for a cache() rewrite's file where it does not fit in memory.",
+    ),
+    click.option(
         "--space",
         "space_file",
         type=click.Path(dir_okay=False),

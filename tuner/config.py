@@ -13,10 +13,17 @@ File format (schema 1)::
       "threadpool_size": 32, "deterministic": false, "mixed_precision": "off",
       "final_prefetch": "AUTOTUNE", "autotune_cpu_budget": null, "autotune_ram_budget_mb": null,
       "meta": {"...": "free-form, kept as is (metrics, command, ...)"},
-      "data_service": {"address": "grpc://host:5050", "cut": "train.py:40", "...": "..."}
+      "data_service": {"address": "grpc://host:5050", "cut": "train.py:40", "...": "..."},
+      "one_iterator": true
     }
 
 ``data_service`` (optional) is the tf.data service, see `tftune.tuner.service`.
+
+Rewrites (`tftune.tuner.rewrites`) change a pipeline's shape and are written only where
+set: per call site, ``"cache": "memory"`` (or a folder for a file cache) inserts
+``cache()`` right after the map at that line, and ``"shuffle_first": true`` moves the
+shuffle at that line above the maps directly before it; globally, ``"one_iterator": true``
+keeps one iterator over the training dataset across epochs.
 """
 
 from __future__ import annotations
@@ -51,6 +58,11 @@ class SiteConfig:
     batch_size: int | None = None
     # A Keras PyDataset's workers are processes (True) or threads (False).
     use_multiprocessing: bool | None = None
+    # Rewrites (tuner/rewrites.py): ``cache()`` right after the map or interleave at this
+    # line, in memory (`CACHE_MEMORY`) or in a file under the folder given; the shuffle at
+    # this line moved above the maps directly before it.
+    cache: str | None = None
+    shuffle_first: bool | None = None
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
@@ -64,7 +76,9 @@ class SiteConfig:
 
 
 SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
-BOOL_SITE_KNOBS = frozenset({"use_multiprocessing"})
+BOOL_SITE_KNOBS = frozenset({"use_multiprocessing", "shuffle_first"})
+# A cache in memory; any other value of the `cache` knob is the folder of a file cache.
+CACHE_MEMORY = "memory"
 
 
 def capped_interleave_calls(cycle_length: object, calls: object, cores: int) -> object:
@@ -98,6 +112,8 @@ class Config:
     meta: Mapping[str, Any] = field(default_factory=dict)
     # distribute() to a tf.data service at a cut point (tuner/service.py); None: local.
     data_service: ServiceConfig | None = None
+    # Rewrite: one iterator over the training dataset across epochs (tuner/rewrites.py).
+    one_iterator: bool | None = None
 
     def site(self, key: str) -> SiteConfig | None:
         return self.sites.get(key)
@@ -108,7 +124,7 @@ class Config:
     def is_as_written(self) -> bool:
         return (
             all(s.is_empty() for s in self.sites.values())
-            and all(getattr(self, name) is None for name in _GLOBALS)
+            and all(getattr(self, name) is None for name in (*_GLOBALS, *_WHERE_SET))
             and self.data_service is None
         )
 
@@ -122,6 +138,9 @@ class Config:
             out[name] = _knob_to_json(value) if name in _AUTOTUNABLE else value
         if self.data_service is not None:
             out["data_service"] = self.data_service.to_json()
+        for name in _WHERE_SET:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         if self.meta:
             out["meta"] = dict(self.meta)
         return out
@@ -135,10 +154,12 @@ _GLOBALS: tuple[str, ...] = (
     "autotune_cpu_budget",
     "autotune_ram_budget_mb",
 )
-_TOP_KEYS = frozenset({"schema", "sites", "meta", "data_service", *_GLOBALS})
+# Globals written only where set: a config file without them reads as before.
+_WHERE_SET: tuple[str, ...] = ("one_iterator",)
+_TOP_KEYS = frozenset({"schema", "sites", "meta", "data_service", *_GLOBALS, *_WHERE_SET})
 
 
-def _knob_to_json(value: int | bool | None) -> int | str | bool | None:
+def _knob_to_json(value: int | bool | str | None) -> int | str | bool | None:
     if value == AUTOTUNE and not isinstance(value, bool):
         return AUTOTUNE_JSON
     return value
@@ -157,12 +178,23 @@ def _parse_knob(where: str, name: str, raw: object) -> int | None:
     return raw
 
 
-def _parse_site_knob(where: str, name: str, raw: object) -> int | bool | None:
+def _parse_site_knob(where: str, name: str, raw: object) -> int | bool | str | None:
     if name in BOOL_SITE_KNOBS:
         if raw is None or isinstance(raw, bool):
             return raw
         raise ConfigError(f"{where}: {name} must be true, false or null, got {raw!r}")
+    if name == "cache":
+        return parse_cache(where, raw)
     return _parse_knob(where, name, raw)
+
+
+def parse_cache(where: str, raw: object) -> str | None:
+    """The `cache` knob: null, "memory", or the folder of a file cache (a non-empty path)."""
+    if raw is None or (isinstance(raw, str) and raw.strip()):
+        return raw
+    raise ConfigError(
+        f'{where}: cache must be "{CACHE_MEMORY}", the folder of a file cache, or null, got {raw!r}'
+    )
 
 
 def _validate_site_key(where: str, key: object) -> str:
@@ -215,6 +247,10 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise ConfigError(f"{source}: meta must be an object")
+    one = data.get("one_iterator")
+    if one is not None and not isinstance(one, bool):
+        raise ConfigError(f"{source}: one_iterator must be true, false or null, got {one!r}")
+    kwargs["one_iterator"] = one
     kwargs["data_service"] = service_from_json(data.get("data_service"), source)
     return Config(sites=sites, deterministic=det, mixed_precision=mp, meta=meta, **kwargs)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.tuning_parts import ABSENT
 from tftune.core.userfiles import write_output
 from tftune.probes.environment import Environment, collect
 from tftune.tuner.before_study import (
@@ -53,6 +54,7 @@ from tftune.tuner.config import Config
 from tftune.tuner.options import OptimizeOptions, default_study_name
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
+from tftune.tuner.rewrite_check import RewritePlan
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.screen import Screen, search_seeds
 from tftune.tuner.service import check_address
@@ -68,6 +70,7 @@ from tftune.tuner.study import (
     trial_budget,
 )
 from tftune.tuner.trial import Discovery
+from tftune.tuner.trial.spare import SparePool
 
 __all__ = [
     "GUIDE_PROFILE_STEPS",
@@ -169,21 +172,24 @@ def optimize(
         found = discover_training(path, args, o.step_timeout_s, note, spares)
         gpu = gpu_visible() if h.runner is None else h.runner.gpu_visible
         space = build_search_space(script, path, found, gpu, o.space_file, bound, note, service)
+        # The profile and the checks run the real script: by default only when the
+        # trials do too.
+        do_profile = (h.runner is None) if o.profile is None else o.profile
+        plan = _plan_rewrites(o, do_profile, path, args, found, space, note, spares)
+        space = plan.space
         obj = pick_objective(o.objective, gpu, note)
         measure = MeasureOptions(o.window_s, o.repeats, o.step_timeout_s)
         pool = make_runners(path, args, found, gpu, h.runner, slots, measure, note, spares)
-        # The profile runs the real script: by default only when the trials do too.
-        do_profile = (h.runner is None) if o.profile is None else o.profile
         look = _Guidance(o.guided and do_profile, o.bounds, o.guided)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
         space = narrow_if_not_the_limit(space, screen, note)
         settings = _settings(o, obj, hint, path, args, started, screen, space)
         outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)
     record = _record(script, path, args, o, h.invocation, env_future)
-    won = _emit_winner(script, path, args, found, outcome, o.best_file, record, note)
+    won = _emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
     screened = screen.to_json() if screen is not None else None
     report = _tuning_report(
-        script, won, found, space, ceiling, gpu, o.seed, record, started, screened
+        script, won, found, space, ceiling, gpu, o.seed, record, started, screened, plan
     )
     json_path = _write_json(report, o.json_file)
     html_path = _write_html(report, o.html_file, h.render_html)
@@ -199,6 +205,30 @@ def optimize(
         won.snippet,
         report,
         inline=h.inline,
+    )
+
+
+def _plan_rewrites(
+    options: OptimizeOptions,
+    real: bool,
+    path: Path,
+    args: Sequence[str],
+    found: Discovery,
+    space: SearchSpace,
+    note: Callable[[str], None],
+    spares: SparePool | None,
+) -> RewritePlan:
+    """The rewrites the training pipeline allows, checked and added to the space
+    (`tuner.rewrite_check`); none with ``--no-rewrites``, nor where the trials do not
+    run the real script (`real`: an injected runner)."""
+    from tftune.tuner.rewrite_check import plan_rewrites
+    from tftune.tuner.trial.launch import RunnerDeps
+
+    if not options.rewrites or not real:
+        return RewritePlan((), space, considered=False)
+    deps = RunnerDeps(spares=spares) if spares is not None else None
+    return plan_rewrites(
+        path, args, found, space, options.cache_budget, options.cache_dir, note, deps
     )
 
 
@@ -272,9 +302,22 @@ def _settings(
         confirm=options.confirm,
         target=shlex.join([str(path), *args]),
         hint=hint,
-        seeds=tuple(search_seeds(space, screen)),
+        seeds=tuple(_seeds(space, screen)),
         screened=screen is not None and (screen.stopped or bool(screen.seeds())),
     )
+
+
+def _seeds(space: SearchSpace, screen: Screen | None) -> list[dict[str, Any]]:
+    """The search's first trials: the pipeline screen's best config (the guided trial),
+    the rewrites over it, each rewrite alone (`rewrite_check.rewrite_seeds`), then the
+    screen's next best. The rewrites come before the screen's runners-up: ``--trials
+    auto`` stops after a run of trials without a gain, and what each rewrite gains alone
+    is in the report."""
+    from tftune.tuner.rewrite_check import rewrite_seeds
+
+    screened = search_seeds(space, screen)
+    alone, together = rewrite_seeds(space, screened)
+    return [*screened[:1], *together, *alone, *screened[1:]]
 
 
 def _run_study(
@@ -330,6 +373,7 @@ def _emit_winner(
     best_file: str | os.PathLike[str],
     record: dict[str, Any],
     note: Callable[[str], None],
+    plan: RewritePlan,
 ) -> _Winner:
     """Writes the winner's config (with the reproducibility record and the findings);
     builds the diff of the user's lines and the snippet of what no line holds."""
@@ -349,10 +393,13 @@ def _emit_winner(
     if advice is not None:
         extra["notes"] = [advice]
     save_config(replace(best, meta={**best.meta, **extra}), best_path)
-    diff = emit.source_diff(path, outcome.best_config)
+    diff = emit.source_diff(path, outcome.best_config, plan.facts)
     own_pipeline = any(s.op not in PY_DATASET_OPS for s in found.sites)
     snippet = emit.globals_snippet(
-        outcome.best_config, own_pipeline=own_pipeline, config_file=str(best_path)
+        outcome.best_config,
+        own_pipeline=own_pipeline,
+        config_file=str(best_path),
+        facts=plan.facts,
     )
     return _Winner(outcome, best_path, command, diff, snippet, findings, advice)
 
@@ -397,6 +444,7 @@ def _tuning_report(
     record: dict[str, Any],
     started: float,
     screen: dict[str, Any] | None,
+    plan: RewritePlan,
 ) -> dict[str, Any]:
     """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
     record, the precision findings and the pipeline screen's ranking."""
@@ -410,6 +458,7 @@ def _tuning_report(
         advice=won.advice,
         requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
         screen=screen,
+        rewrites=plan.rows if plan.considered else ABSENT,
     )
     return tuning_doc.tuning_document(
         script=str(script),

@@ -103,6 +103,13 @@ class OptimizeOptions:
     bounds: bool = field(default=True, metadata=_cli("--bounds", _CHANGED))
     # --guided/--no-guided: enqueue a guess derived from the script as written
     guided: bool = field(default=True, metadata=_cli("--guided", _CHANGED))
+    # --rewrites/--no-rewrites: also search the pipeline rewrites that pass their check
+    rewrites: bool = field(default=True, metadata=_cli("--rewrites", _CHANGED))
+    # --cache-budget: the most a cache() rewrite may hold in memory ("6GB", "512MB";
+    # None: a quarter of the memory available when the check runs)
+    cache_budget: str | None = field(default=None, metadata=_cli("--cache-budget", _CHANGED))
+    # --cache-dir: a folder for a cache() rewrite's file where it does not fit in memory
+    cache_dir: PathOption = field(default=None, metadata=_cli("--cache-dir", _CHANGED))
 
     # Where the study lives: the resume command names both, the defaults resolved
     # (`where`). --storage: an Optuna storage URL or journal file (None: a journal file
@@ -146,7 +153,9 @@ class OptimizeOptions:
             _check_number(self, name)
         if self.step_timeout_s is not None and self.step_timeout_s <= 0:
             raise ConfigError(f"--step-timeout {self.step_timeout_s}: must be more than 0")
-        for name in ("batch_size", "data_service"):
+        if self.cache_budget is not None:
+            parse_bytes(self.cache_budget, "--cache-budget")
+        for name in ("batch_size", "data_service", "cache_budget"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{_flag(name)} {value!r}: expected a string")
@@ -169,6 +178,27 @@ class OptimizeOptions:
     def outputs(self) -> tuple[tuple[PathOption, str], ...]:
         """The files this run writes, each with its flag (None: not written)."""
         return tuple((getattr(self, n), _flag(n)) for n in ("best_file", "json_file", "html_file"))
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 10**3}
+_UNITS |= {"m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_bytes(text: object, flag: str) -> int:
+    """A size as users write it ("6GB", "512MiB", "1.5G", "2000000") in bytes."""
+    raw = str(text).strip().lower().replace(" ", "")
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(number) :]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise ConfigError(
+            f"{flag} {text!r}: expected a size such as 6GB, 512MiB or a number of bytes"
+        ) from None
+    if value < 1:
+        raise ConfigError(f"{flag} {text!r}: must be more than 0 bytes")
+    return int(value)
 
 
 _OBJECTIVES = tuple(o.value for o in Objective)

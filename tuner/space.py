@@ -33,6 +33,7 @@ from tftune.tuner.config import (
     Config,
     SiteConfig,
     capped_interleave_calls,
+    parse_cache,
 )
 
 KnobValue = int | str | bool | None
@@ -44,6 +45,7 @@ GLOBAL_KNOB_NAMES = (
     "deterministic",
     "autotune_cpu_budget",
     "autotune_ram_budget_mb",
+    "one_iterator",
 )
 AUTOTUNABLE_KNOBS = frozenset(
     {"num_parallel_calls", "cycle_length", "buffer_size", "final_prefetch"}
@@ -84,6 +86,9 @@ class SearchSpace:
     left_out: tuple[LeftOut, ...] = ()
     warnings: tuple[str, ...] = ()
     cores: int = 1
+    # A rewrite that others switch off: a shuffle is not moved above a map that a cache
+    # follows (the cache would keep one epoch's order). {knob: the knobs that win over it}
+    overridden_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
@@ -151,6 +156,9 @@ class SearchSpace:
         pipeline starts), so its parallelism is capped at its cycle length."""
         out = dict(params)
         written = {k.name: k.as_written for k in self.knobs}
+        for name, winners in self.overridden_by.items():
+            if any(out.get(w) not in (None, False) for w in winners):
+                out[name] = written.get(name)
         for k in self.knobs:
             if k.field != "cycle_length":
                 continue
@@ -229,6 +237,8 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
                 if knob in BOOL_SITE_KNOBS:
                     if not isinstance(value, bool):
                         raise ConfigError(f"{name}: expected true or false, got {value!r}")
+                elif knob == "cache":
+                    parse_cache(name, value)
                 elif not isinstance(value, int) or isinstance(value, bool):
                     raise ConfigError(f"{name}: expected an integer or AUTOTUNE, got {value!r}")
                 sites.setdefault(site, {})[knob] = value
@@ -238,6 +248,7 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
             raise ConfigError(f"{name}: not a known knob")
     mp = globals_.pop("mixed_precision", None)
     det = globals_.pop("deterministic", None)
+    one = globals_.pop("one_iterator", None)
     ints: dict[str, int | None] = {}
     for name, value in globals_.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -247,6 +258,7 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
         sites={s: SiteConfig(**kn) for s, kn in sorted(sites.items())},
         mixed_precision=mp if isinstance(mp, str) else None,
         deterministic=det if isinstance(det, bool) else None,
+        one_iterator=one if isinstance(one, bool) else None,
         data_service=service.service_from_values(values),
         **ints,  # type: ignore[arg-type]
     )

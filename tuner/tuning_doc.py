@@ -37,12 +37,14 @@ from tftune.core.tuning_parts import (
     SearchedSpace,
     TrialCounts,
 )
+from tftune.core.tuning_rewrites import RewriteRow
 from tftune.core.tuning_trials import TrialRow
 from tftune.core.userfiles import write_output
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.breakeven import BreakEven
 from tftune.tuner.config import Config
+from tftune.tuner.rewrite_check import measured_rewrites
 from tftune.tuner.space import SearchSpace, format_value
 from tftune.tuner.study import Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import Discovery
@@ -145,6 +147,9 @@ class RunFacts:
     # The pipeline screen's ranking (`tuner.screen`; None: it did not run); ABSENT: not
     # part of the document.
     screen: Mapping[str, Any] | Absent | None = ABSENT
+    # The rewrites considered before the study (`tuner.rewrite_check`), their figures
+    # filled in from the trials here; ABSENT: not part of the document (--no-rewrites).
+    rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
 
 
 def tuning_document(
@@ -201,7 +206,7 @@ def tuning_document(
         snippet=snippet,
         notes=tuple(notes),
         platform={"python": platform.python_version(), "cores": os.cpu_count()},
-        run=_whole_run(outcome, wall_s, run) if run is not None else None,
+        run=_whole_run(outcome, space, wall_s, run) if run is not None else None,
     )
 
 
@@ -234,7 +239,7 @@ def _searched(space: SearchSpace) -> SearchedSpace:
     )
 
 
-def _whole_run(outcome: StudyOutcome, wall_s: float, run: RunFacts) -> WholeRun:
+def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: RunFacts) -> WholeRun:
     """What the whole run adds: the break-even at its wall time, why the search stopped,
     what was measured as training, its record and findings."""
     aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
@@ -251,6 +256,11 @@ def _whole_run(outcome: StudyOutcome, wall_s: float, run: RunFacts) -> WholeRun:
         record=run.record,
         findings=run.findings,
         screen=run.screen,
+        rewrites=(
+            measured_rewrites(run.rewrites, outcome, space)
+            if not isinstance(run.rewrites, Absent)
+            else ABSENT
+        ),
     )
 
 

@@ -158,7 +158,8 @@ def _built_options(
             "--trials", "7", "--objective", "both", "--space", "sp ace.json",
             "--batch-size", "8:64", "--window", "0.5", "--repeats", "3", "--json", "t.json",
             "--data-service", "grpc://h:5000", "--seed", "3", "--no-bounds", "--no-guided",
-            "--storage", "s.journal", "--study-name", "mine",
+            "--storage", "s.journal", "--study-name", "mine", "--no-rewrites",
+            "--cache-budget", "2GB", "--cache-dir", "/scratch/c",
         ],
         [],  # every default: the storage and the study name are written resolved
     ],

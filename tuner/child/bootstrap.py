@@ -38,6 +38,7 @@ from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.patcher import Patcher
 from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
 from tftune.tuner.config import config_from_json
+from tftune.tuner.rewrites import FitCall
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 # A warm spare (`tuner/trial/spare.py`): the modules to import before the spec exists
@@ -143,6 +144,9 @@ class _Discovery:
 
     def keras(self, name: str) -> None:
         self._write({"kind": "keras", "module": name})
+
+    def fit(self, call: FitCall) -> None:
+        self._write({"kind": "fit", **call.to_json()})
 
     def _write(self, row: dict[str, Any]) -> None:
         with self._lock:
@@ -266,6 +270,7 @@ def _wire(
         hooks.on_records = discovery.records
         hooks.on_training = discovery.training
         hooks.on_start = discovery.started
+        hooks.on_fit = discovery.fit
         patcher.instrument_clock = True
         _PostImportHook.when_imported("keras", lambda m: discovery.keras(m.__name__))
     elif mode == "measure" and writer is not None:

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from tftune.tuner.child.lineage import unwrap_options
+from tftune.tuner.child.rewrite_apply import MadeBy, remember_call, shuffle_above_maps, with_cache
 from tftune.tuner.child.screen_drain import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
 from tftune.tuner.config import (
@@ -119,7 +120,9 @@ class DatasetOps(PatcherState):
 
     def _patch_marked_ops(self) -> None:
         """``shuffle`` and ``cache`` take no knob, but an epoch-start stall's cause and fix
-        name their lines (`pipeline_chain`): the result is marked with the user's line."""
+        name their lines (`pipeline_chain`): the result is marked with the user's line. A
+        shuffle whose site the config moves (`SiteConfig.shuffle_first`) is made above
+        the maps before it (`rewrites.shuffle_above_maps`)."""
         from tensorflow.python.data.ops import dataset_ops
 
         cls = dataset_ops.DatasetV2
@@ -128,20 +131,37 @@ class DatasetOps(PatcherState):
             current = getattr(cls, op)
             original = getattr(current, "__tftune_original__", current)
 
-            def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def make(op: str, original: Callable[..., Any]) -> Callable[..., Any]:
                 @functools.wraps(original)
                 def marked(*args: Any, **kwargs: Any) -> Any:
-                    result = original(*args, **kwargs)
-                    site = patcher.site_of(sys._getframe(1))
+                    site = patcher.forced_site or patcher.site_of(sys._getframe(1))
+                    patcher.forced_site = None
+                    override = patcher.config.site(site) if site is not None else None
+                    result = None
+                    if op == "shuffle" and override is not None and override.shuffle_first:
+                        result = shuffle_above_maps(args[0], args[1:], kwargs, patcher._remap)
+                    if result is None:
+                        result = original(*args, **kwargs)
                     if site is not None:
+                        patcher.seen_sites.add(site)
                         with contextlib.suppress(AttributeError):
                             result._tftune_mark_site = site
+                    if patcher.recording and args:  # replayed at its site (the check)
+                        remember(result, Replay(marked, args, kwargs, site))
                     return result
 
                 marked.__tftune_original__ = original  # type: ignore[attr-defined]
                 return marked
 
-            setattr(cls, op, make(original))
+            setattr(cls, op, make(op, original))
+
+    def _remap(self, made: MadeBy, ds: Any) -> Any:
+        """A user's map made again over `ds`, at its own call site (its knobs apply)."""
+        self.forced_site = made.site
+        try:
+            return made.fn(ds, *made.args[1:], **made.kwargs)
+        finally:
+            self.forced_site = None
 
     def _patch_readers(self) -> None:
         """`tf.data.TFRecordDataset(files, num_parallel_reads=...)` and its kin: a call
@@ -235,6 +255,11 @@ class DatasetOps(PatcherState):
                     if capped != calls:
                         bound.arguments["num_parallel_calls"] = capped
             result = original(*bound.args, **bound.kwargs)
+            if op == "map":  # the order rewrite makes it again above a moved shuffle
+                remember_call(result, MadeBy(op, wrapper, args, dict(kwargs), site))
+            if override is not None and override.cache and op in ("map", "interleave"):
+                _tag(result, site)
+                result = with_cache(result, override.cache, site)
             if constructor:
                 _tag(args[0], site)
             elif method:

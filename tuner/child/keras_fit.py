@@ -7,7 +7,9 @@
 - A Keras optimizer's ``apply`` registers the weights the NaN watch checks
   (tuner/child/nanwatch.py) and counts as an update for the roles (tuner/child/roles.py).
 - ``Model.fit`` gets a callback that reports a NaN/inf loss, and a model output
-  computed in 16 bits when training begins (tuner/precision.py).
+  computed in 16 bits when training begins (tuner/precision.py); with the one-iterator
+  rewrite, a finite dataset is repeated with its length as ``steps_per_epoch``
+  (tuner/child/rewrite_apply.py).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from types import ModuleType
 from typing import Any
 
 from tftune.tuner.child.datasets import DatasetOps
+from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
 from tftune.tuner.child.state import Hooks
+from tftune.tuner.rewrites import LOOP_FIT, LOOP_FIT_STEPS
 
 
 class KerasPatches(DatasetOps):
@@ -66,7 +70,17 @@ class KerasPatches(DatasetOps):
                 return original_fit(model, *args, **kwargs)
             given = bound.arguments.get("callbacks") or []
             bound.arguments["callbacks"] = [*list(given), callback]
-            return original_fit(*bound.args, **bound.kwargs)
+            if self.hooks.on_fit is not None:
+                self.hooks.on_fit(fit_call(bound.arguments, self.site_of(sys._getframe(1))))
+            if self.config.one_iterator:  # the rewrite: one iterator across epochs
+                for change in one_iterator_fit(bound.arguments):
+                    self.hooks.notes.append(f"fit trains with one iterator: {change}")
+            given_steps = bound.arguments.get("steps_per_epoch") is not None
+            outer, self.in_fit = self.in_fit, LOOP_FIT_STEPS if given_steps else LOOP_FIT
+            try:
+                return original_fit(*bound.args, **bound.kwargs)
+            finally:
+                self.in_fit = outer
 
         fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
         model_cls.fit = fit

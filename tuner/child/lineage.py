@@ -10,6 +10,7 @@ on each pass, and its elements per pass).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +55,7 @@ def is_per_device(ds: Any, depth: int = 0) -> bool:
 _ELEMENTS_FROM_A_FUNCTION = ("FlatMap", "Interleave")
 
 
-def _is_batched(ds: Any, depth: int = 0) -> bool | None:
+def is_batched(ds: Any, depth: int = 0) -> bool | None:
     """Whether the dataset's lineage batches (and does not unbatch after); None when the
     lineage is opaque (`_OPAQUE_DATASETS`, `_ELEMENTS_FROM_A_FUNCTION`)."""
     name = type(ds).__name__
@@ -64,7 +65,7 @@ def _is_batched(ds: Any, depth: int = 0) -> bool | None:
         return True
     if name in _OPAQUE_DATASETS or any(k in name for k in _ELEMENTS_FROM_A_FUNCTION):
         return None
-    answers = [_is_batched(i, depth + 1) for i in inputs_of(ds)]
+    answers = [is_batched(i, depth + 1) for i in inputs_of(ds)]
     if any(a is True for a in answers):
         return True
     return None if any(a is None for a in answers) else False
@@ -88,7 +89,8 @@ _PYTHON_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
 
 def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
     """The pipeline as the script built it, source first: each stage's kind, the user's
-    line where the child saw the call, and whether its function runs Python."""
+    line where the child saw the call, whether its function runs Python or draws random
+    numbers anew on each pass (`random_op`), and its elements per pass."""
     stages: list[PipelineStage] = []
     current: Any = ds
     while current is not None and len(stages) < 64:
@@ -106,23 +108,53 @@ def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
                 current, "_tftune_mark_site", None
             )
             python = kind == "generator" or bool(ops & _PYTHON_OPS)
-            stages.append(PipelineStage(kind, site, python))
+            stages.append(PipelineStage(kind, site, python, random_op(ops), _elements(current)))
         current = inputs[0] if inputs else None
     return tuple(reversed(stages))
 
 
 def _function_ops(ds: Any) -> frozenset[str]:
-    """The op types of a stage's function (a map's, a flat_map's); none without one."""
+    """The op types of a stage's function (a map's, a flat_map's, a filter's predicate),
+    the functions it calls included; none without one."""
+    fn = getattr(ds, "_map_func", None) or getattr(ds, "_predicate", None)
     try:
-        return frozenset(op.type for op in ds._map_func.function.graph.get_operations())
+        graph_def = fn.function.graph.as_graph_def()  # type: ignore[union-attr]
     except Exception:
         return frozenset()
+    ops = {node.op for node in graph_def.node}
+    ops |= {node.op for f in graph_def.library.function for node in f.node_def}
+    return frozenset(ops)
+
+
+# Stateful random ops draw anew on every pass: `tf.random.uniform`, the `tf.image.random_*`
+# family, `tf.random.Generator` (Rng*). A stateless random op is random across passes too
+# where its seed is a variable the function advances (Keras' random layers).
+_RANDOM_PREFIXES = ("Random", "Stateful", "Rng", "Multinomial", "TruncatedNormal")
+_ADVANCES_STATE = frozenset({"AssignVariableOp", "AssignAddVariableOp"})
+
+
+def random_op(ops: frozenset[str]) -> str | None:
+    """The first random op of a function's ops that draws anew on every pass, or None."""
+    calls = {"StatefulPartitionedCall"}
+    found = sorted(o for o in ops if o.startswith(_RANDOM_PREFIXES) and o not in calls)
+    if found:
+        return found[0]
+    stateless = sorted(o for o in ops if o.startswith("StatelessRandom"))
+    if stateless and ops & _ADVANCES_STATE:
+        return stateless[0]
+    return None
+
+
+def _elements(ds: Any) -> int | None:
+    with contextlib.suppress(Exception):
+        return int(ds.cardinality())
+    return None
 
 
 def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
     """What the script built: its last call site, final prefetch, batching, options.
 
-    `batched_default` answers for a lineage that cannot be walked (see `_is_batched`)."""
+    `batched_default` answers for a lineage that cannot be walked (see `is_batched`)."""
     last = unwrap_options(ds)
     try:
         options = ds.options()
@@ -133,7 +165,7 @@ def describe(ds: Any, batched_default: bool = False) -> IterationInfo:
     return IterationInfo(
         site=_lineage_site(ds),
         final_prefetch="Prefetch" in type(last).__name__,
-        batched=batched if (batched := _is_batched(ds)) is not None else batched_default,
+        batched=batched if (batched := is_batched(ds)) is not None else batched_default,
         threadpool_size=threadpool or None,
         deterministic=deterministic,
     )

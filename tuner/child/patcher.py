@@ -35,6 +35,7 @@ from typing import Any
 
 from tftune.tuner.child.datasets import _DATASET_METHODS
 from tftune.tuner.child.distribute import DistributePatches
+from tftune.tuner.child.equivalence import CHECK_META_KEY
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.keras_fit import KerasPatches
 from tftune.tuner.child.roles import is_trainable_float
@@ -79,7 +80,8 @@ class Patcher(KerasPatches, DistributePatches):
 
         self._prefixes = _internal_prefixes()
         cls = dataset_ops.DatasetV2
-        if SCREEN_META_KEY in self.config.meta:  # the pipeline screen rebuilds datasets
+        # The pipeline screen and the equivalence check rebuild datasets.
+        if SCREEN_META_KEY in self.config.meta or CHECK_META_KEY in self.config.meta:
             self.recording = True
             record_methods()
         for op in _DATASET_METHODS:
@@ -103,7 +105,17 @@ class Patcher(KerasPatches, DistributePatches):
 
         @functools.wraps(original_iter)
         def __iter__(ds: Any) -> Any:
-            return tagged_iter(patcher.prepare(ds))
+            user = patcher.site_of(sys._getframe(1)) is not None  # the script's own loop
+            if patcher.config.one_iterator and user:
+                view = patcher.epoch_view_of(ds, tagged_iter)
+                if view is not None:
+                    return view
+            patcher.user_iter = user
+            try:
+                prepared = patcher.prepare(ds)
+            finally:
+                patcher.user_iter = False
+            return tagged_iter(prepared)
 
         __iter__.__tftune_original__ = original_iter  # type: ignore[attr-defined]
         cls.__iter__ = __iter__  # type: ignore[method-assign]

@@ -25,6 +25,7 @@ from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
 from tftune.tuner.config import Config, SiteConfig
+from tftune.tuner.rewrites import FitCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,10 @@ class IterationInfo:
     deterministic: bool | None
     stream: int | None = None  # the clock's stream number (when streams are followed)
     lineage: tuple[str, ...] = ()  # the user's call sites the dataset was built through
+    # For discovery: the pipeline stage by stage (`lineage.pipeline_chain`), and how the
+    # loop iterates it (`tuner.rewrites`: fit, fit_steps, eager, graph, other).
+    chain: tuple[PipelineStage, ...] = ()
+    loop: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,8 @@ class Hooks:
     # The script's first line is about to run: the child's wall clock in ns (its preamble,
     # up to the first training step, is timed from here).
     on_start: Callable[[int], None] | None = None
+    # A Keras fit call, as the script made it (discovery: the one-iterator rewrite).
+    on_fit: Callable[[FitCall], None] | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -113,6 +120,10 @@ class PatcherState:
         self.forced_site: str | None = None
         self.replay_reached: set[str] | None = None
         self.batch_seen = False  # a user batch call was seen: elements count as batches
+        # How the dataset being prepared is iterated (`IterationInfo.loop`): inside Keras
+        # fit (with or without steps_per_epoch), or from the script's own frame.
+        self.in_fit: str | None = None
+        self.user_iter = False
         self._prefixes: tuple[str, ...] = ()
         self._streams = 0
         self._lock = threading.Lock()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
 from typing import Any
@@ -28,11 +30,14 @@ from tftune.tuner.child.datasets import (
     _tag,
     apply_globals,
 )
+from tftune.tuner.child.equivalence import check_spec, run_check
 from tftune.tuner.child.lineage import describe, is_per_device, pipeline_chain
+from tftune.tuner.child.rewrite_apply import EpochView, epoch_view, finite_length
 from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_spec, unscreenable
 from tftune.tuner.child.service_read import distribute_at_cut
-from tftune.tuner.child.state import EpochMade
+from tftune.tuner.child.state import EpochMade, IterationInfo
 from tftune.tuner.child.step_clock import StepClock
+from tftune.tuner.rewrites import LOOP_EAGER, LOOP_GRAPH, LOOP_OTHER
 
 
 class Streams(DatasetOps, StepClock):
@@ -81,12 +86,14 @@ class Streams(DatasetOps, StepClock):
                 self._note_source(stream, ds)
             info = replace(info, stream=stream)
         if self.hooks.on_iterate is not None:
-            self.hooks.on_iterate(replace(info, lineage=tuple(sorted(lineage_sites(ds)))))
-        screen = screen_spec(self.config)
+            lineage = tuple(sorted(lineage_sites(ds)))
+            loop = self._loop_kind(dataset_clock)
+            self.hooks.on_iterate(
+                replace(info, lineage=lineage, chain=pipeline_chain(ds), loop=loop)
+            )
         training_here = self._is_training_at(info.site) and not per_device
-        if screen is not None and training_here:
-            # tftune optimize's pipeline screen (tuner/child/screen_drain.py): rank configs.
-            run_screen(self, ds, info, screen, _original_iter(), apply_globals)
+        if training_here:
+            self._look_before_training(ds, info)
         src = ds
         if self.config.data_service is not None and training_here:
             # tftune optimize --data-service (tuner/child/service_read.py): read from the service.
@@ -116,6 +123,27 @@ class Streams(DatasetOps, StepClock):
             bounds.drain_pipeline_only(out, stream, _original_iter(), self.hooks.on_cpu)
         return out
 
+    def _look_before_training(self, ds: Any, info: IterationInfo) -> None:
+        """What `tftune optimize` runs on the training dataset before its study, each in
+        a run of its own that leaves after it: the rewrites' equivalence check
+        (tuner/child/equivalence.py) and the pipeline screen (tuner/child/screen_drain.py)."""
+        check = check_spec(self.config)
+        if check is not None:
+            run_check(self, ds, info, check, _original_iter())
+        screen = screen_spec(self.config)
+        if screen is not None:
+            run_screen(self, ds, info, screen, _original_iter(), apply_globals)
+
+    def _loop_kind(self, dataset_clock: bool) -> str:
+        """How the dataset being prepared is iterated (`tuner.rewrites`' loop words)."""
+        import tensorflow as tf
+
+        if self.in_fit is not None:
+            return self.in_fit
+        if dataset_clock or not tf.executing_eagerly():
+            return LOOP_GRAPH
+        return LOOP_EAGER if self.user_iter else LOOP_OTHER
+
     def iterator_made(self, stream: int, dataset: Any, made_ns: int) -> None:
         """An iterator over `stream`'s dataset was made at `made_ns` (the child's wall
         clock, as the step clock's): an epoch starts (``hooks.on_epoch``), with the
@@ -133,6 +161,25 @@ class Streams(DatasetOps, StepClock):
         self._epochs_seen.add(stream)
         chain = self._chains.get(stream) if first or rebuilt else None
         on_epoch(EpochMade(stream, made_ns, _cardinality(dataset), rebuilt, chain))
+
+    def epoch_view_of(self, ds: Any, make: Callable[[Any], Any]) -> EpochView | None:
+        """The one-iterator rewrite (`Config.one_iterator`) of a loop that iterates `ds`
+        eagerly: this epoch's view of one iterator over ``ds.repeat()`` (`epoch_view`),
+        made by `make` from the prepared dataset (`prepare`: options, clock). An epoch
+        read from the held iterator is still an epoch start for the step clock. None
+        where `ds` has no known, finite length or is iterated while a graph is traced."""
+        import tensorflow as tf
+
+        length = finite_length(ds)
+        if length is None or not tf.executing_eagerly():
+            return None
+        made_ns = time.time_ns()
+        view = epoch_view(ds, length, lambda repeated: make(self.prepare(repeated)))
+        if view.reused:
+            stream = getattr(view.iterator, "_tftune_stream", None)
+            if stream is not None and self.hooks.on_epoch is not None:
+                self.hooks.on_epoch(EpochMade(int(stream), made_ns, length, False, None))
+        return view
 
     def distributed_made(self, stream: int, source: Any) -> None:
         """An iterator over a tf.distribute dataset (stream `stream`) built from the

@@ -17,9 +17,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tftune.probes.clock import ClockEvent
+from tftune.probes.epoch_stall import PipelineStage, chain_from_json
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig, config_from_json
+from tftune.tuner.rewrites import FitCall
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
 from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
@@ -61,6 +63,10 @@ class IteratedPipeline:
     deterministic: bool | None
     stream: int | None = None
     lineage: tuple[str, ...] = ()  # the user's call sites the dataset was built through
+    # The pipeline stage by stage, source first, and how the loop iterates it
+    # (`tuner.rewrites`' loop words): what the rewrites are considered from.
+    chain: tuple[PipelineStage, ...] = ()
+    loop: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +97,7 @@ class Discovery:
     # From the script's first line to the stream found training (child clock): what
     # every run of the script pays before its first training step. None: not seen.
     preamble_s: float | None = None
+    fits: tuple[FitCall, ...] = ()  # the Keras fit calls made (the training one last)
 
     @property
     def found(self) -> bool:
@@ -145,6 +152,14 @@ class Discovery:
         trains = {s.stream for s in self.streams if s.training}
         found = {s for p in self.pipelines if p.stream not in trains for s in p.lineage}
         return frozenset(found - training)
+
+    def training_pipeline(self) -> IteratedPipeline | None:
+        """The training stream's pipeline as the loop that trains iterated it last."""
+        trains = self.training
+        if trains is None:
+            return None
+        mine = [p for p in self.pipelines if p.stream == trains.stream]
+        return mine[-1] if mine else None
 
     def site_keys(self) -> frozenset[str]:
         return frozenset(s.site for s in self.sites)
@@ -213,6 +228,7 @@ def parse_discovery(
     sites: dict[tuple[str, str], dict[str, Any]] = {}  # in order of first call
     calls: dict[tuple[str, str], int] = {}
     pipelines: list[IteratedPipeline] = []
+    fits: list[FitCall] = []
     uses_keras = False
     started: int | None = None
     preamble_s: float | None = None
@@ -234,6 +250,8 @@ def parse_discovery(
             pipelines.append(_pipeline(row))
         elif kind == "keras":
             uses_keras = True
+        elif kind == "fit":
+            fits.append(FitCall.from_json(row))
     return Discovery(
         script,
         tuple(_call_site(row, calls[key]) for key, row in sites.items()),
@@ -245,6 +263,7 @@ def parse_discovery(
         timed_out,
         waited_s,
         preamble_s=preamble_s,
+        fits=tuple(fits),
     )
 
 
@@ -257,6 +276,8 @@ def _pipeline(row: dict[str, Any]) -> IteratedPipeline:
         deterministic=row.get("deterministic"),
         stream=row.get("stream"),
         lineage=tuple(str(x) for x in row.get("lineage") or ()),
+        chain=chain_from_json(row.get("chain")),
+        loop=row.get("loop") if isinstance(row.get("loop"), str) else None,
     )
 
 

@@ -58,6 +58,8 @@ def run_trial(
     anything the script does; `ScriptError` only for a script that is missing or invalid."""
     config = config or Config()
     spec = spec or MeasureSpec()
+    if any(site.cache for site in config.sites.values()):  # what it changes comes after
+        spec = replace(spec, warmup_epochs=max(spec.warmup_epochs, 1))  # its first epoch
     deps = deps or RunnerDeps()
     path = check_script(script)
     with workdir() as work:

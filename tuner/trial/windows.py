@@ -70,7 +70,10 @@ class MeasureSpec:
     """How a trial is measured. All times in seconds."""
 
     warmup_steps: int = 5  # steps skipped (tracing, first-epoch fill) ...
-    warmup_s: float = 1.0  # ... and at least this long after the first step
+    warmup_s: float = 1.0  # ... and at least this long after the first step ...
+    # ... and, where this is 1, until the second epoch begins: a config with a cache()
+    # fills it over the first epoch, and what it changes is every epoch after that.
+    warmup_epochs: int = 0
     window_s: float = 3.0  # length of one repeat window ...
     window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
     # The first of several windows is this share of `window_s`: the pruner and a
@@ -169,6 +172,7 @@ class Windows:
             len(self.records) > spec.warmup_steps
             and (rec.deliver_ns - first) / 1e9 >= spec.warmup_s
             and self.settled((rec.deliver_ns - first) / 1e9)
+            and self._epochs_done(rec) >= spec.warmup_epochs
         )
         if not warm:
             return
@@ -191,6 +195,12 @@ class Windows:
         self.on_open()
         if boundary:  # the epoch's first step is the window's first
             self.current, self.current_ns = [rec], self.timeline.step_ns(opened, rec)
+
+    def _epochs_done(self, rec: StepRecord) -> int:
+        """Epochs of the training stream over by `rec`'s request (the one it is in aside)."""
+        if self.stream is None:
+            return 0
+        return max(0, self.timeline.epochs_begun(self.stream, rec) - 1)
 
     def _epoch_boundary(self, steps: list[StepRecord], rec: StepRecord) -> bool | None:
         """Where epochs are no longer than a window, whether `rec` (the last of `steps`,

@@ -1,0 +1,386 @@
+"""Child side: the equivalence check of the rewrites, before any of them is measured.
+
+`tftune optimize` asks for it in the config's meta (`CHECK_META_KEY`): where the script is
+about to iterate its training dataset, each candidate rewrite (`tuner.rewrites.Candidate`)
+is applied to a rebuild of that dataset (the pipeline screen's `Rebuilder`, which replays
+the calls that built it) and its elements are compared with the script's own
+(`run_check`). Then the child leaves, without training. What is compared:
+
+- **cache**: the part of the pipeline above the cache, rebuilt twice, must give the same
+  first elements on both passes, in order: a cache serves every later epoch the first
+  pass's elements, so the part above it must not draw anything anew. Its size is measured
+  on the way (bytes per example times the examples of a pass);
+- **order**: the shuffle's output, with the shuffle moved, against the script's own, with
+  one seed for both and the buffer held to `CHECK_SHUFFLE_BUFFER` (a map is element-wise,
+  so the order does not depend on the buffer's size): in order, else as a multiset;
+- **iterator**: one pass and the start of the next, read from one iterator over
+  ``ds.repeat()``, against two passes read from two iterators, with every shuffle held in
+  order (a buffer of one): the epoch ends where the script's did.
+
+Every shuffle of a rebuild gets one seed, so that two rebuilds are comparable. A failed
+check is a result (`RewriteState.REFUSED`, with where the outputs differed), never a
+crash: each candidate's row is written as soon as it is known.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NoReturn
+
+from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
+from tftune.tuner.child.lineage import is_batched
+from tftune.tuner.child.rewrite_apply import finite_length
+from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay, write_results
+from tftune.tuner.config import Config
+from tftune.tuner.rewrites import Candidate
+
+CHECK_META_KEY = "tftune_check"
+# At least this many examples are compared, and at least `CHECK_BATCHES` elements.
+CHECK_EXAMPLES = 256
+CHECK_BATCHES = 2
+CHECK_SHUFFLE_BUFFER = 64
+CHECK_SEED = 20260
+# One candidate's check gives up after this long (a rebuilt pipeline's first elements).
+CHECK_CANDIDATE_S = 60.0
+
+
+class _Late(Exception):
+    """A check ran past its deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSpec:
+    """What the parent asks for (the config's meta, `CHECK_META_KEY`)."""
+
+    candidates: tuple[Candidate, ...]
+    out: str
+    seconds: float = CHECK_CANDIDATE_S
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> CheckSpec:
+        found = tuple(Candidate.from_json(c) for c in meta["candidates"])
+        return cls(found, str(meta["out"]), float(meta.get("seconds", CHECK_CANDIDATE_S)))
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "candidates": [c.to_json() for c in self.candidates],
+            "out": self.out,
+            "seconds": self.seconds,
+        }
+
+
+def check_spec(config: Config) -> CheckSpec | None:
+    meta = config.meta.get(CHECK_META_KEY)
+    return CheckSpec.from_meta(meta) if isinstance(meta, Mapping) else None
+
+
+# --- elements ---------------------------------------------------------------------------
+
+Leaves = tuple[Any, ...]
+
+
+def leaves(element: Any) -> Leaves:
+    """An element as numpy arrays: its tensors, ragged and sparse ones taken apart."""
+    import numpy as np
+    import tensorflow as tf
+
+    return tuple(np.asarray(x) for x in tf.nest.flatten(element, expand_composites=True))
+
+
+def _same(a: Leaves, b: Leaves) -> bool:
+    import numpy as np
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        nan = x.dtype.kind in "fc"
+        if not np.array_equal(x, y, equal_nan=nan):
+            return False
+    return True
+
+
+def _key(element: Leaves) -> tuple[Any, ...]:
+    return tuple(
+        (x.dtype.str, x.shape, repr(x.tolist()) if x.dtype.kind == "O" else x.tobytes())
+        for x in element
+    )
+
+
+def nbytes(element: Leaves) -> int:
+    """An element's size in memory (a string's by its length)."""
+    total = 0
+    for x in element:
+        if x.dtype.kind == "O":
+            total += sum(len(v) if isinstance(v, (bytes, str)) else 8 for v in x.ravel())
+        else:
+            total += int(x.nbytes)
+    return total
+
+
+def compare(a: Sequence[Leaves], b: Sequence[Leaves], multiset: bool) -> Equivalence:
+    """`b` against `a`: element by element, else (where `multiset`) as multisets."""
+    n = min(len(a), len(b))
+    first = next((i for i in range(n) if not _same(a[i], b[i])), None)
+    if first is None and len(a) == len(b):
+        return Equivalence(True, n, "in order")
+    if multiset and collections.Counter(map(_key, a)) == collections.Counter(map(_key, b)):
+        return Equivalence(True, n, "as a multiset")
+    if first is None:
+        detail = f"{len(a)} elements against {len(b)}"
+    else:
+        detail = f"outputs differ at element {first}"
+    return Equivalence(False, n, "as a multiset" if multiset else "in order", detail)
+
+
+def take(ds: Any, n: int, deadline: float, iterate: Callable[[Any], Iterator[Any]]) -> list[Leaves]:
+    """Up to `n` elements of `ds` (fewer where it ends), or `_Late` past `deadline`."""
+    out: list[Leaves] = []
+    it = iterate(ds)
+    while len(out) < n:
+        if time.monotonic() > deadline:
+            raise _Late
+        try:
+            out.append(leaves(next(it)))
+        except StopIteration:
+            break
+    return out
+
+
+def wanted(sample: Sequence[Leaves], batched: bool) -> int:
+    """Elements to compare: `CHECK_EXAMPLES` examples and `CHECK_BATCHES` elements."""
+    per = max(1, _examples(sample[0]) if sample and batched else 1)
+    return max(CHECK_BATCHES, -(-CHECK_EXAMPLES // per))
+
+
+def _examples(element: Leaves) -> int:
+    return int(element[0].shape[0]) if element and element[0].shape else 1
+
+
+# --- rebuilding --------------------------------------------------------------------------
+
+
+class _SeededRebuilder(Rebuilder):
+    """A `Rebuilder` whose shuffles all take one seed and at most `buffer` elements."""
+
+    def __init__(self, force: Callable[[str | None], None], buffer: int) -> None:
+        super().__init__(force, set())
+        self.buffer = buffer
+
+    def _call(self, replay: Replay, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if getattr(replay.fn, "__name__", "") == "shuffle":
+            args, kwargs = _seeded(args, kwargs, self.buffer)
+        return super()._call(replay, args, kwargs)
+
+
+def _seeded(
+    args: tuple[Any, ...], kwargs: dict[str, Any], buffer: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    from tensorflow.python.data.ops import dataset_ops
+
+    method = dataset_ops.DatasetV2.shuffle
+    while hasattr(method, "__tftune_original__") or hasattr(method, "__wrapped__"):
+        method = getattr(method, "__tftune_original__", None) or method.__wrapped__
+    bound = inspect.signature(method).bind(*args, **kwargs)
+    given = bound.arguments.get("buffer_size")
+    try:
+        size = int(given)
+    except (TypeError, ValueError):
+        size = buffer
+    bound.arguments["buffer_size"] = max(1, min(size, buffer))
+    bound.arguments["seed"] = CHECK_SEED
+    return tuple(bound.args), dict(bound.kwargs)
+
+
+def made_at(ds: Any, site: str, op: str, depth: int = 0) -> Any | None:
+    """The dataset on `ds`'s lineage that the script's `op` call at `site` returned."""
+    replay: Replay | None = getattr(ds, REPLAY_ATTR, None)
+    if replay is not None and replay.site == site and getattr(replay.fn, "__name__", "") == op:
+        return ds
+    if depth > 256:
+        return None
+    try:
+        inputs = list(ds._inputs())
+    except Exception:
+        inputs = []
+    for parent in inputs:
+        found = made_at(parent, site, op, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+# --- the checks ---------------------------------------------------------------------------
+
+
+class Checker:
+    """Checks the candidates on the training dataset `ds` (module docstring). `patcher`
+    is the child's `Patcher`: its config is each rebuild's, its forced site the replay's."""
+
+    def __init__(self, patcher: Any, ds: Any, batched: bool, iterate: Callable[[Any], Any]):
+        self.patcher, self.ds, self.batched, self.iterate = patcher, ds, batched, iterate
+
+    def rebuild(self, target: Any, config: Config, buffer: int = CHECK_SHUFFLE_BUFFER) -> Any:
+        def force(site: str | None) -> None:
+            self.patcher.forced_site = site
+
+        before = self.patcher.config
+        self.patcher.config = config
+        try:
+            return _SeededRebuilder(force, buffer).rebuild(target)
+        finally:
+            self.patcher.config = before
+
+    def run(self, c: Candidate, seconds: float) -> RewriteRow:
+        deadline = time.monotonic() + seconds
+        try:
+            if c.kind is RewriteKind.CACHE:
+                return self.cache(c, deadline)
+            if c.kind is RewriteKind.ORDER:
+                return self.order(c, deadline)
+            return self.iterator(c, deadline)
+        except _Late:
+            why = f"not checked: its elements took over {seconds:.0f} s to come"
+        except Exception as exc:  # a rewrite this pipeline cannot take: a result
+            why = f"the rewritten pipeline failed: {type(exc).__name__}: {exc}"[:300]
+        return _refused(c, why)
+
+    def _take(self, ds: Any, n: int, deadline: float) -> list[Leaves]:
+        return take(ds, n, deadline, self.iterate)
+
+    def cache(self, c: Candidate, deadline: float) -> RewriteRow:
+        assert c.site is not None
+        target = made_at(self.ds, c.site, "map") or made_at(self.ds, c.site, "interleave")
+        if target is None:
+            return _refused(c, f"the map at {c.site} was not found in the training pipeline")
+        first = self._take(self.rebuild(target, Config()), CHECK_BATCHES, deadline)
+        n = wanted(first, bool(is_batched(target)))
+        a = self._take(self.rebuild(target, Config()), n, deadline)
+        b = self._take(self.rebuild(target, Config()), n, deadline)
+        result = compare(a, b, multiset=False)
+        if not result.passed:
+            why = (
+                f"the part above the cache gave other elements on a second pass "
+                f"({result.detail}): it is not deterministic, and a cache would repeat one "
+                "pass's elements every epoch"
+            )
+            return _refused(c, why, result)
+        cached = self._take(self.rebuild(target, c.config()), n, deadline)
+        again = compare(a, cached, multiset=False)
+        if not again.passed:
+            return _refused(c, f"the cached pipeline differs: {again.detail}", again)
+        size = _cache_bytes(a, target, self.iterate)
+        check = replace(result, how="in order, on two passes")
+        what = f"cache() after the map at {c.site}"
+        return RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, what, check, size)
+
+    def order(self, c: Candidate, deadline: float) -> RewriteRow:
+        assert c.site is not None
+        target = made_at(self.ds, c.site, "shuffle")
+        if target is None:
+            return _refused(c, f"the shuffle at {c.site} was not found in the training pipeline")
+        probe = self._take(self.rebuild(target, Config()), CHECK_BATCHES, deadline)
+        n = wanted(probe, False)
+        a = self._take(self.rebuild(target, Config()), n, deadline)
+        b = self._take(self.rebuild(target, c.config()), n, deadline)
+        result = compare(a, b, multiset=True)
+        if not result.passed:
+            return _refused(c, f"the moved shuffle's outputs differ: {result.detail}", result)
+        maps = ", ".join(s.rsplit(":", 1)[-1] for s in c.crosses)
+        what = f"the shuffle at {c.site} moved above the map(s) at line {maps}"
+        return RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, what, result)
+
+    def iterator(self, c: Candidate, deadline: float) -> RewriteRow:
+        length = finite_length(self.ds)
+        if length is None:
+            return _refused(c, "the training dataset's length is not known and finite")
+        extra = max(CHECK_BATCHES, min(length, wanted([], self.batched)))
+        held_in_order = 1  # a shuffle buffer of one: each pass in the same order
+        one = self.rebuild(self.ds, Config(), held_in_order)
+        two = self.rebuild(self.ds, Config(), held_in_order)
+        try:
+            passes = self._take(one, length, deadline) + self._take(two, extra, deadline)
+            repeated = self.rebuild(self.ds, Config(), held_in_order).repeat()
+            held = self._take(repeated, length + extra, deadline)
+        except _Late:
+            why = f"not checked: one epoch of {length} elements took too long to read"
+            return _refused(c, why)
+        result = compare(passes, held, multiset=False)
+        if not result.passed:
+            why = f"one iterator's epochs differ from the script's: {result.detail}"
+            return _refused(c, why, result)
+        check = replace(result, how="in order, across an epoch's end")
+        what = f"one iterator across epochs of {length} elements"
+        return RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, what, check)
+
+
+def _refused(c: Candidate, why: str, check: Equivalence | None = None) -> RewriteRow:
+    return RewriteRow(c.kind, c.site, c.param, RewriteState.REFUSED, why, check)
+
+
+# Counting a pass's elements where tf.data does not know them gives up after this long.
+CHECK_COUNT_S = 15.0
+# Stages that give one element per element of their input.
+_ONE_TO_ONE = ("Map", "Prefetch", "Options", "Cache", "Shuffle", "Enumerate")
+
+
+def _cache_bytes(sample: Sequence[Leaves], target: Any, iterate: Any) -> int | None:
+    """What a cache of the whole pass holds: bytes per element of `sample` times the
+    elements of a pass (`pass_length`; None where they cannot be known)."""
+    if not sample:
+        return None
+    per = sum(nbytes(e) for e in sample) / len(sample)
+    n = pass_length(target, iterate)
+    return int(per * n) if n is not None else None
+
+
+def pass_length(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int | None:
+    """`ds`'s elements per pass: tf.data's count where it knows it, else the count of
+    the nearest stage below it that gives a different number of elements (the reads
+    before a map; the maps themselves are not run again), within `seconds`."""
+    n = finite_length(ds)
+    if n is not None:
+        return n
+    below = ds
+    while any(part in type(below).__name__ for part in _ONE_TO_ONE):
+        try:
+            inputs = list(below._inputs())
+        except Exception:
+            return None
+        if len(inputs) != 1:
+            return None
+        below = inputs[0]
+    deadline, count = time.monotonic() + seconds, 0
+    for _ in iterate(below):
+        count += 1
+        if time.monotonic() > deadline:
+            return None
+    return count
+
+
+def run_check(patcher: Any, ds: Any, info: Any, spec: CheckSpec, iterate: Any) -> NoReturn:
+    """Check each candidate on `ds` (module docstring), write one row per candidate to
+    `spec.out` as it goes, then leave without running the script's training."""
+    import tensorflow as tf
+
+    from tftune.tuner.child.state import Hooks
+
+    rows: list[RewriteRow] = []
+    if tf.inside_function():
+        why = "the training dataset is iterated inside a tf.function: it cannot be read here"
+        rows = [_refused(c, why) for c in spec.candidates]
+        write_results(spec.out, [r.to_json() for r in rows])
+        os._exit(0)
+    hooks, patcher.hooks = patcher.hooks, Hooks()  # replayed calls are no new sites
+    checker = Checker(patcher, ds, bool(info.batched), iterate)
+    for candidate in spec.candidates:
+        rows.append(checker.run(candidate, spec.seconds))
+        write_results(spec.out, [r.to_json() for r in rows])
+    patcher.hooks = hooks
+    os._exit(0)

@@ -1,0 +1,299 @@
+"""The rewrites before the study, parent side: consider, check, then search them.
+
+`tftune optimize` reads the training pipeline discovery saw (`tuner.rewrites.consider`),
+runs the script once more up to its training loop to check each candidate's equivalence
+there (`check_rewrites`: tuner/child/equivalence.py writes a `RewriteRow` each), decides
+where a cache lives (`place_cache`: in memory within the budget, else a file under
+``--cache-dir``, else refused with both figures), and adds each rewrite that passed to the
+search space as a dimension off / on (`with_rewrites`). The rows of every rewrite
+considered, refused ones and those that do not apply included, go to the tuning JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
+from tftune.core.vocabulary import TrialState
+from tftune.tuner.child.equivalence import CHECK_CANDIDATE_S, CHECK_META_KEY, CheckSpec
+from tftune.tuner.config import CACHE_MEMORY, Config
+from tftune.tuner.options import parse_bytes
+from tftune.tuner.rewrite_code import RewriteFacts
+from tftune.tuner.rewrites import (
+    LOOP_FIT,
+    LOOP_FIT_STEPS,
+    ONE_ITERATOR,
+    REWRITE_FIELDS,
+    Candidate,
+    consider,
+)
+from tftune.tuner.space import Knob, KnobValue, LeftOut, SearchSpace
+from tftune.tuner.study import Role, StudyOutcome
+from tftune.tuner.trial import Discovery
+from tftune.tuner.trial.launch import ChildRun, RunnerDeps, child_spec, workdir
+from tftune.tuner.trial.watch import FIRST_STEP_S
+
+# A cache in memory may hold at most this share of the memory available by default.
+CACHE_BUDGET_SHARE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class RewritePlan:
+    """The rewrites of one tuning run: every row considered, and the space with the
+    ones that passed as dimensions."""
+
+    rows: tuple[RewriteRow, ...]
+    space: SearchSpace
+    candidates: tuple[Candidate, ...] = ()
+    facts: RewriteFacts = field(default_factory=RewriteFacts)
+    considered: bool = True  # False: --no-rewrites (or no real script to check them on)
+
+
+def available_memory() -> int | None:
+    """The memory available to new work on this host, in bytes (Linux' MemAvailable)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cache_budget(option: str | None) -> int | None:
+    """``--cache-budget`` in bytes, or `CACHE_BUDGET_SHARE` of the memory available."""
+    if option is not None:
+        return parse_bytes(option, "--cache-budget")
+    free = available_memory()
+    return int(free * CACHE_BUDGET_SHARE) if free is not None else None
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def place_cache(row: RewriteRow, budget: int | None, cache_dir: str | None) -> str | RewriteRow:
+    """Where a checked cache lives: `CACHE_MEMORY` when its measured size fits the
+    `budget`, else `cache_dir`; else the row refused with both figures."""
+    size = row.cache_bytes
+    if size is not None and budget is not None and size <= budget:
+        return CACHE_MEMORY
+    if cache_dir is not None:
+        return str(Path(cache_dir).resolve())
+    if size is None:
+        why = "its size is not known (a pass's length is unknown to tf.data and took too "
+        why += "long to count): give --cache-dir to cache it in a file"
+    elif budget is None:
+        why = f"needs {_size(size)} and this host's available memory is not known: give "
+        why += "--cache-budget or --cache-dir"
+    else:
+        why = f"needs {_size(size)}, budget {_size(budget)} (--cache-budget, or --cache-dir "
+        why += "for a file)"
+    return replace(row, state=RewriteState.REFUSED, reason=why)
+
+
+def check_rewrites(
+    script: Path,
+    args: Sequence[str],
+    candidates: Sequence[Candidate],
+    training_at: tuple[str | None, str | None] | None,
+    deps: RunnerDeps | None = None,
+) -> list[RewriteRow]:
+    """One run of the script up to its training loop, where each candidate is checked
+    (tuner/child/equivalence.py); a candidate the run never reached is refused, saying
+    why."""
+    with workdir() as work:
+        out = work / "check.json"
+        spec = CheckSpec(tuple(candidates), str(out))
+        config = replace(Config(), meta={CHECK_META_KEY: spec.to_meta()})
+        child = child_spec("apply", script, args, config)
+        if training_at is not None:
+            child["training_at"] = list(training_at)
+        deadline = FIRST_STEP_S + (CHECK_CANDIDATE_S + 5.0) * len(candidates)
+        ended = ChildRun(deps or RunnerDeps(), work, child).run(deadline_s=deadline)
+        got = _read(out)
+    done = {(r.kind, r.site) for r in got}
+    if ended.timed_out:
+        why = "not checked: the check ran out of time before it"
+    else:
+        why = f"not checked: the script ended (code {ended.returncode}) before its training loop"
+    missing = [
+        RewriteRow(c.kind, c.site, c.param, RewriteState.REFUSED, why)
+        for c in candidates
+        if (c.kind, c.site) not in done
+    ]
+    return [*got, *missing]
+
+
+def _read(path: Path) -> list[RewriteRow]:
+    from tftune.core.document_reading import Reader
+
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(raw, list):
+        return []
+    return [RewriteRow.from_reader(Reader(r, source=str(path))) for r in raw if isinstance(r, dict)]
+
+
+def with_rewrites(
+    space: SearchSpace,
+    rows: Sequence[RewriteRow],
+    placed: dict[str, str],
+    candidates: Sequence[Candidate],
+) -> SearchSpace:
+    """`space` with a dimension (off / on) for each rewrite that passed its check, a
+    `LeftOut` for each refused one, and the order rewrites a cache at one of their maps
+    switches off (`SearchSpace.overridden_by`)."""
+    knobs, left = list(space.knobs), list(space.left_out)
+    passed = {r.param for r in rows if r.state is RewriteState.CHECKED and r.param}
+    for row in rows:
+        if row.param is None:
+            continue
+        if row.param not in passed:
+            left.append(LeftOut(row.param, f"refused: {row.reason}"))
+            continue
+        on: str | bool = placed.get(row.param, True)
+        field = ONE_ITERATOR if row.param == ONE_ITERATOR else row.param.rpartition("/")[2]
+        knobs.append(Knob(row.param, field, row.site, (None, on), None, row.kind.label))
+    caches = {c.site: c.param for c in candidates if c.kind is RewriteKind.CACHE}
+    overridden = {
+        c.param: tuple(caches[s] for s in c.crosses if caches.get(s) in passed)
+        for c in candidates
+        if c.kind is RewriteKind.ORDER and c.param in passed
+    }
+    overridden = {k: v for k, v in overridden.items() if v}
+    return replace(space, knobs=tuple(knobs), left_out=tuple(left), overridden_by=overridden)
+
+
+def plan_rewrites(
+    script: Path,
+    args: Sequence[str],
+    found: Discovery,
+    space: SearchSpace,
+    budget_option: str | None,
+    cache_dir: str | os.PathLike[str] | None,
+    note: Callable[[str], None],
+    deps: RunnerDeps | None = None,
+) -> RewritePlan:
+    """Consider, check and place the rewrites of the training pipeline (module
+    docstring); notes say what was found."""
+    pipeline = found.training_pipeline()
+    if pipeline is None:
+        return RewritePlan((), space)
+    candidates, rows = consider(pipeline.chain, pipeline.loop)
+    trains = found.training
+    where = (trains.site, trains.place) if trains else None
+    checked = check_rewrites(script, args, candidates, where, deps) if candidates else []
+    budget = cache_budget(budget_option)
+    placed: dict[str, str] = {}
+    final: list[RewriteRow] = []
+    for row in checked:
+        if row.kind is RewriteKind.CACHE and row.state is RewriteState.CHECKED and row.param:
+            where_or_row = place_cache(row, budget, str(cache_dir) if cache_dir else None)
+            if isinstance(where_or_row, RewriteRow):
+                row = where_or_row
+            else:
+                placed[row.param] = where_or_row
+        final.append(row)
+    final += rows
+    for row in final:
+        at = f" at {row.site}" if row.site else ""
+        word = "checked" if row.state is RewriteState.CHECKED else row.state.value
+        note(f"rewrite {row.kind.value}{at}: {word.replace('_', ' ')}: {row.reason}")
+    space = with_rewrites(space, final, placed, candidates)
+    return RewritePlan(tuple(final), space, tuple(candidates), facts_of(found, candidates))
+
+
+def facts_of(found: Discovery, candidates: Sequence[Candidate]) -> RewriteFacts:
+    """What the rewrites' code needs from discovery (`rewrite_code.RewriteFacts`)."""
+    pipeline = found.training_pipeline()
+    fitted = pipeline is not None and pipeline.loop in (LOOP_FIT, LOOP_FIT_STEPS)
+    chain = pipeline.chain if pipeline is not None else ()
+    return RewriteFacts(
+        crosses={c.site: c.crosses for c in candidates if c.kind is RewriteKind.ORDER and c.site},
+        fit=found.fits[-1] if fitted and found.fits else None,
+        loop_place=found.training.place if found.training is not None else None,
+        epoch_length=chain[-1].elements if chain and (chain[-1].elements or 0) > 0 else None,
+    )
+
+
+def rewrite_seeds(
+    space: SearchSpace, best_knobs: Sequence[Mapping[str, KnobValue]]
+) -> tuple[list[dict[str, KnobValue]], list[dict[str, KnobValue]]]:
+    """The search's first trials for the rewrites: the script as written with each
+    rewrite alone (its own gain, for the report), and every rewrite on top of the
+    pipeline screen's best config (`best_knobs`, best first; the script as written where
+    the screen ranked none), so that the rewrites and the knobs are measured together."""
+    fields = {k.name: k for k in space.knobs if k.field in REWRITE_FIELDS}
+    if not fields:
+        return [], []
+    written = space.as_written_params()
+    on = {name: next(c for c in k.choices if c is not None) for name, k in fields.items()}
+    alone = [{**written, name: value} for name, value in on.items()]
+    base = dict(best_knobs[0]) if best_knobs else written
+    together = {**base, **on}
+    return alone, ([together] if together not in alone else [])
+
+
+def _applied(config: Config, row: RewriteRow) -> bool:
+    """Whether `config` applies the rewrite of `row`."""
+    if row.kind is RewriteKind.ITERATOR:
+        return bool(config.one_iterator)
+    site = config.site(row.site) if row.site is not None else None
+    if site is None:
+        return False
+    return bool(site.cache) if row.kind is RewriteKind.CACHE else bool(site.shuffle_first)
+
+
+def measured_rewrites(
+    rows: Sequence[RewriteRow], outcome: StudyOutcome, space: SearchSpace
+) -> tuple[RewriteRow, ...]:
+    """The rows with what the trials measured: how many ran with each checked rewrite,
+    the best of those with it alone (the script as written plus it) and its gain over
+    the script as written, and whether the winner holds it."""
+    written = outcome.baselines.get(Role.AS_WRITTEN)
+    base = written.examples_per_s if written is not None else None
+    # A pruned trial was measured too (its first windows), a failed one not.
+    done = [r for r in outcome.records if r.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    out: list[RewriteRow] = []
+    for row in rows:
+        if row.param is None or row.state is not RewriteState.CHECKED:
+            out.append(row)
+            continue
+        with_it = [r for r in done if _applied(space.config(r.params), row)]
+        alone = [r.examples_per_s for r in with_it if _alone(space, r.params, row.param)]
+        best_alone = max((x for x in alone if x is not None), default=None)
+        out.append(
+            replace(
+                row,
+                state=RewriteState.MEASURED if with_it else RewriteState.CHECKED,
+                trials=len(with_it),
+                alone_examples_per_s=_round(best_alone),
+                alone_gain=_round(best_alone / base, 3) if best_alone and base else None,
+                in_winner=_applied(outcome.best_config, row),
+            )
+        )
+    return tuple(out)
+
+
+def _alone(space: SearchSpace, params: Mapping[str, KnobValue], param: str) -> bool:
+    written = space.as_written_params()
+    differs = {k for k, v in params.items() if v != written.get(k)}
+    return differs == {param}
+
+
+def _round(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(x, nd)

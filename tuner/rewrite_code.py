@@ -1,0 +1,176 @@
+"""The rewrites as code on the user's own lines (`tuner.emit` puts them in the diff).
+
+- a cache: ``.cache()`` right after the map call at its line (``.cache("FILE")`` for a
+  file cache);
+- a shuffle moved: where the maps and the shuffle are consecutive statements that each
+  reassign one name (``ds = ds.map(f)`` then ``ds = ds.shuffle(n)``), the shuffle's
+  statement moves above the maps; else ``.shuffle(...)`` leaves its call and goes in
+  right before the first map's;
+- one iterator in Keras ``fit``: ``x.repeat()`` with ``steps_per_epoch=N``, and the
+  validation data likewise where its length is known (`RewriteFacts.fit`); a custom loop
+  has no one line to change: `iterator_snippet` says what to write.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tftune.tuner.config import CACHE_MEMORY, Config
+from tftune.tuner.rewrites import FitCall
+from tftune.tuner.source_edits import Edit, find_calls, keyword_added, span
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteFacts:
+    """What the rewrites' code needs beyond the config: the maps each moved shuffle
+    goes above (shuffle site -> map sites), the training ``fit`` call, and the training
+    loop's place and epoch length."""
+
+    crosses: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fit: FitCall | None = None
+    loop_place: str | None = None
+    epoch_length: int | None = None
+
+
+def _line(site: str) -> tuple[str, int] | None:
+    path, _, line = site.rpartition(":")
+    return (path, int(line)) if line.isdigit() else None
+
+
+def rewrite_files(config: Config, facts: RewriteFacts) -> set[str]:
+    """The files the rewrites of `config` edit (relative paths)."""
+    files = {key.rpartition(":")[0] for key, s in config.sites.items() if s.cache}
+    files |= {key.rpartition(":")[0] for key, s in config.sites.items() if s.shuffle_first}
+    if config.one_iterator and facts.fit is not None and facts.fit.place:
+        files.add(facts.fit.place.rpartition(":")[0])
+    return files
+
+
+def rewrite_edits(
+    tree: ast.Module,
+    source: bytes,
+    starts: Sequence[int],
+    rel: str,
+    config: Config,
+    facts: RewriteFacts,
+) -> list[Edit]:
+    """The edits of `config`'s rewrites in the file `rel` (module docstring)."""
+    edits: list[Edit] = []
+    for key, site in config.sites.items():
+        where = _line(key)
+        if where is None or where[0] != rel:
+            continue
+        if site.cache:
+            edits += _cache(tree, starts, where[1], site.cache, key)
+        if site.shuffle_first:
+            lines = [w[1] for s in facts.crosses.get(key, ()) if (w := _line(s)) and w[0] == rel]
+            edits += _moved_shuffle(tree, source, starts, where[1], lines)
+    fit = facts.fit
+    if config.one_iterator and fit is not None and fit.place:
+        where = _line(fit.place)
+        if where is not None and where[0] == rel:
+            edits += _fit(tree, starts, where[1], fit)
+    return edits
+
+
+def _cache(tree: ast.Module, starts: Sequence[int], line: int, where: str, key: str) -> list[Edit]:
+    calls = find_calls(tree, line, ("map", "interleave"))
+    if not calls:
+        return []
+    call = max(calls, key=lambda c: span(c, starts)[1])
+    end = span(call, starts)[1]
+    if where == CACHE_MEMORY:
+        return [Edit(end, end, ".cache()")]
+    name = key.replace("/", "_").replace(":", "-")
+    return [Edit(end, end, f".cache({where.rstrip('/') + '/tftune-cache-' + name!r})")]
+
+
+def _statement_of(tree: ast.Module, call: ast.Call) -> tuple[list[ast.stmt], int] | None:
+    """The body and index of the simple statement ``name = name.op(...)`` that is
+    `call`, or None."""
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if not isinstance(body, list):
+                continue
+            for i, stmt in enumerate(body):
+                if isinstance(stmt, ast.Assign) and stmt.value is call and _reassigns(stmt):
+                    return body, i
+    return None
+
+
+def _reassigns(stmt: ast.Assign) -> bool:
+    value = stmt.value
+    return (
+        len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Attribute)
+        and isinstance(value.func.value, ast.Name)
+        and value.func.value.id == stmt.targets[0].id
+    )
+
+
+def _moved_shuffle(
+    tree: ast.Module, source: bytes, starts: Sequence[int], line: int, map_lines: Sequence[int]
+) -> list[Edit]:
+    shuffles = find_calls(tree, line, ("shuffle",))
+    maps = [c for ml in map_lines for c in find_calls(tree, ml, ("map",))]
+    if len(shuffles) != 1 or not maps:
+        return []
+    shuffle, first = shuffles[0], min(maps, key=lambda c: span(c, starts)[0])
+    moved = _statement_of(tree, shuffle)
+    above = _statement_of(tree, first)
+    if moved is not None and above is not None and moved[0] is above[0]:
+        body, i = moved
+        if above[1] < i and i - above[1] == len(maps):  # the maps' statements, then it
+            a = starts[body[i].lineno - 1]
+            b = starts[body[i].end_lineno or body[i].lineno]
+            at = starts[body[above[1]].lineno - 1]
+            text = source[a:b].decode("utf-8", "replace")
+            return [Edit(a, b, ""), Edit(at, at, text)]
+    assert isinstance(shuffle.func, ast.Attribute) and isinstance(first.func, ast.Attribute)
+    receiver_end = span(shuffle.func.value, starts)[1]
+    call_text = source[receiver_end : span(shuffle, starts)[1]].decode("utf-8", "replace")
+    into = span(first.func.value, starts)[1]
+    return [Edit(receiver_end, span(shuffle, starts)[1], ""), Edit(into, into, call_text)]
+
+
+def _repeated(expr: ast.expr, starts: Sequence[int]) -> list[Edit]:
+    a, b = span(expr, starts)
+    simple = isinstance(expr, (ast.Name, ast.Attribute, ast.Call, ast.Subscript))
+    return [Edit(b, b, ".repeat()")] if simple else [Edit(a, a, "("), Edit(b, b, ").repeat()")]
+
+
+def _fit(tree: ast.Module, starts: Sequence[int], line: int, fit: FitCall) -> list[Edit]:
+    calls = find_calls(tree, line, ("fit",))
+    if len(calls) != 1:
+        return []
+    call, edits = calls[0], []
+    x = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "x"), None)
+    if x is not None and fit.x_elements and not fit.steps_given:
+        edits += _repeated(x, starts)
+        edits.append(keyword_added(call, "steps_per_epoch", str(fit.x_elements), starts))
+    val = next((k.value for k in call.keywords if k.arg == "validation_data"), None)
+    if val is not None and fit.validation_elements and not fit.validation_steps_given:
+        edits += _repeated(val, starts)
+        edits.append(keyword_added(call, "validation_steps", str(fit.validation_elements), starts))
+    return edits
+
+
+def iterator_snippet(config: Config, facts: RewriteFacts) -> list[str]:
+    """The one-iterator rewrite of a custom loop, as lines to write (no one line of the
+    script changes: its loop takes another shape)."""
+    if not config.one_iterator or facts.fit is not None:
+        return []
+    n = facts.epoch_length or "steps_per_epoch"
+    at = f" (the loop at {facts.loop_place})" if facts.loop_place else ""
+    return [
+        f"# one iterator across epochs{at}: each epoch reads {n} elements from it",
+        "it = iter(ds.repeat())",
+        "for epoch in range(epochs):",
+        f"    for step in range({n}):",
+        "        element = next(it)",
+    ]

@@ -1,0 +1,241 @@
+"""The rewrites `tftune optimize` measures: which ones a training pipeline allows.
+
+A knob changes an argument; a rewrite changes a pipeline's shape (`RewriteKind`). The
+stall finder (`probes.epoch_stall`) and `tftune analyze` name them as fixes; here each
+becomes a dimension of the search where the pipeline allows it:
+
+- **cache** (``<map site>/cache``): ``cache()`` right after the last map or interleave
+  that comes before any shuffle, random stage, repeat or Python generator. Everything
+  above it then runs once; what the epochs see is the same, where the part above the
+  cache gives the same elements on every pass (the check's two-pass test). In memory
+  where its measured size fits the budget, else in a file under ``--cache-dir``, else
+  refused with both figures;
+- **order** (``<shuffle site>/shuffle_first``): a shuffle moved above the maps directly
+  before it: its buffer fills with their inputs (file names, lines), so an epoch's first
+  element no longer waits for a buffer's worth of maps. A map is element-wise, so with
+  one seed the order and the elements are the same; never above a random map;
+- **iterator** (``one_iterator``): Keras ``fit`` over a finite dataset, or an eager loop
+  over one, keeps one iterator across epochs (``ds.repeat()`` with the epoch's length).
+
+`consider` reads the training pipeline as discovery saw it (`PipelineStage`s, source
+first, and how the training loop iterates it) and returns the candidates, each checked
+for equivalence in the child before it is measured (tuner/child/equivalence.py), and the
+rows of what cannot apply, with why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
+from tftune.probes.epoch_stall import PipelineStage
+from tftune.tuner.config import CACHE_MEMORY, Config, SiteConfig
+
+# How the training loop iterates its dataset (`tuner.child.state.IterationInfo.loop`).
+LOOP_FIT = "fit"  # Keras fit, no steps_per_epoch given
+LOOP_FIT_STEPS = "fit_steps"  # Keras fit given steps_per_epoch
+LOOP_EAGER = "eager"  # the script's own loop, eagerly (for x in ds, iter(ds))
+LOOP_GRAPH = "graph"  # inside a tf.function
+LOOP_OTHER = "other"  # a library's (tf.distribute, Keras evaluate, ...)
+
+ONE_ITERATOR = "one_iterator"  # the study's parameter of the iterator rewrite
+CACHE_KNOB, ORDER_KNOB = "cache", "shuffle_first"
+# The knobs' fields that are rewrites (`tuner.config`: two per call site, one global).
+REWRITE_FIELDS = frozenset({CACHE_KNOB, ORDER_KNOB, ONE_ITERATOR})
+# Stages a cache must stay above: an epoch sees them anew (shuffled, drawn, repeated, or
+# made by Python, whose generator may change between epochs).
+_BARRIERS = frozenset({"shuffle", "repeat", "generator", "distribute"})
+_MAPPING = frozenset({"map", "interleave"})
+
+
+@dataclass(frozen=True, slots=True)
+class FitCall:
+    """A Keras ``fit`` call as the script made it (discovery sees the training one):
+    where, and the datasets' lengths where tf.data knows them (None: not a dataset, or
+    not known and finite), and whether it gave their steps itself."""
+
+    place: str | None
+    x_elements: int | None
+    validation_elements: int | None
+    steps_given: bool
+    validation_steps_given: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "place": self.place,
+            "x_elements": self.x_elements,
+            "validation_elements": self.validation_elements,
+            "steps_given": self.steps_given,
+            "validation_steps_given": self.validation_steps_given,
+        }
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> FitCall:
+        def count(key: str) -> int | None:
+            value = raw.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        place = raw.get("place")
+        return FitCall(
+            place if isinstance(place, str) else None,
+            count("x_elements"),
+            count("validation_elements"),
+            bool(raw.get("steps_given")),
+            bool(raw.get("validation_steps_given")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A rewrite the pipeline allows, to be checked, then searched by `param`."""
+
+    kind: RewriteKind
+    site: str | None
+    param: str
+    crosses: tuple[str, ...] = ()  # order: the maps' sites the shuffle moves above
+
+    def config(self, cache: str = CACHE_MEMORY) -> Config:
+        """The script as written with this rewrite alone (a cache `cache`)."""
+        if self.kind is RewriteKind.CACHE and self.site is not None:
+            return Config(sites={self.site: SiteConfig(cache=cache)})
+        if self.kind is RewriteKind.ORDER and self.site is not None:
+            return Config(sites={self.site: SiteConfig(shuffle_first=True)})
+        return Config(one_iterator=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "site": self.site,
+            "param": self.param,
+            "crosses": list(self.crosses),
+        }
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> Candidate:
+        return Candidate(
+            RewriteKind(raw["kind"]),
+            raw.get("site"),
+            str(raw["param"]),
+            tuple(str(s) for s in raw.get("crosses") or ()),
+        )
+
+
+def consider(
+    chain: Sequence[PipelineStage], loop: str | None
+) -> tuple[list[Candidate], list[RewriteRow]]:
+    """The rewrites the training pipeline `chain` (source first) allows, iterated as
+    `loop` says, and the rows of those it names that cannot apply here (module
+    docstring)."""
+    found: list[Candidate] = []
+    rows: list[RewriteRow] = []
+    for part in (_cache(chain), *_orders(chain), _iterator(chain, loop)):
+        if isinstance(part, Candidate):
+            found.append(part)
+        elif part is not None:
+            rows.append(part)
+    return found, rows
+
+
+def _row(kind: RewriteKind, site: str | None, state: RewriteState, why: str) -> RewriteRow:
+    return RewriteRow(kind, site, None, state, why)
+
+
+def _line(site: str | None) -> str:
+    return f"line {site.rsplit(':', 1)[-1]}" if site else "a library's stage"
+
+
+def _barrier(stage: PipelineStage) -> str | None:
+    """Why an epoch sees `stage` anew (a cache must stay above it), or None."""
+    if stage.kind in _BARRIERS:
+        return {
+            "shuffle": "a shuffle",
+            "repeat": "a repeat",
+            "generator": "a Python generator",
+            "distribute": "tf.distribute's split",
+        }[stage.kind]
+    if stage.random is not None:
+        return f"a random op ({stage.random})"
+    if stage.elements == -1:
+        return "an infinite stage"
+    return None
+
+
+def _cache(chain: Sequence[PipelineStage]) -> Candidate | RewriteRow | None:
+    """The cache after the last map before the first barrier (module docstring)."""
+    end = next((i for i, s in enumerate(chain) if _barrier(s) is not None), len(chain))
+    maps = [i for i in range(end) if chain[i].kind in _MAPPING]
+    later = [s for s in chain[end:] if s.kind in _MAPPING and s.site is not None]
+    if not maps:
+        if later and end < len(chain):
+            why = (
+                f"the maps come after {_barrier(chain[end])} at {_line(chain[end].site)}: "
+                "a cache below it would repeat one epoch's order or draws"
+            )
+            return _row(RewriteKind.CACHE, later[0].site, RewriteState.NOT_APPLICABLE, why)
+        return None
+    last = maps[-1]
+    stage = chain[last]
+    if any(s.kind == "cache" for s in chain[last + 1 : end]):
+        return None  # cached already
+    if stage.site is None:
+        why = "the last deterministic map is a library's: no line of the script builds it"
+        return _row(RewriteKind.CACHE, None, RewriteState.NOT_APPLICABLE, why)
+    if sum(1 for s in chain if s.site == stage.site and s.kind in _MAPPING) > 1:
+        why = f"{_line(stage.site)} holds two maps: a cache cannot be placed between them"
+        return _row(RewriteKind.CACHE, stage.site, RewriteState.NOT_APPLICABLE, why)
+    return Candidate(RewriteKind.CACHE, stage.site, f"{stage.site}/{CACHE_KNOB}")
+
+
+def _orders(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
+    """A shuffle of the script's directly after its maps: moved above them."""
+    out: list[Candidate | RewriteRow] = []
+    for i, stage in enumerate(chain):
+        if stage.kind != "shuffle" or stage.site is None:
+            continue
+        maps: list[PipelineStage] = []
+        for before in reversed(chain[:i]):
+            if before.kind != "map":
+                break
+            maps.append(before)
+        if not maps:
+            continue
+        if any(m.site is None for m in maps):
+            why = "a library's map comes directly before the shuffle: it cannot be made again"
+            out.append(_row(RewriteKind.ORDER, stage.site, RewriteState.NOT_APPLICABLE, why))
+            continue
+        random = next((m for m in maps if m.random is not None), None)
+        if random is not None:
+            why = (
+                f"random op {random.random} in the map at {_line(random.site)}: a shuffle "
+                "is never moved above a random map"
+            )
+            out.append(_row(RewriteKind.ORDER, stage.site, RewriteState.REFUSED, why))
+            continue
+        crosses = tuple(str(m.site) for m in reversed(maps))
+        out.append(Candidate(RewriteKind.ORDER, stage.site, f"{stage.site}/{ORDER_KNOB}", crosses))
+    return out
+
+
+def _iterator(chain: Sequence[PipelineStage], loop: str | None) -> Candidate | RewriteRow | None:
+    """One iterator across epochs, for Keras fit without steps_per_epoch or an eager
+    loop of the script's, over a dataset of known, finite length."""
+    if loop not in (LOOP_FIT, LOOP_EAGER) or not chain:
+        if any(s.kind == "distribute" for s in chain):
+            why = (
+                "the training loop iterates a tf.distribute dataset: make one iterator over "
+                "a repeat()ed dataset yourself (the epoch-stall fix shows how)"
+            )
+            return _row(RewriteKind.ITERATOR, None, RewriteState.NOT_APPLICABLE, why)
+        return None
+    elements = chain[-1].elements
+    if elements == -1:
+        return None  # repeated already: one iterator
+    if elements is None or elements < 1:
+        why = (
+            "the epoch's length is unknown to tf.data (a filter, a text reader, a "
+            "generator): one iterator needs it to end each epoch where the script's did"
+        )
+        return _row(RewriteKind.ITERATOR, None, RewriteState.NOT_APPLICABLE, why)
+    return Candidate(RewriteKind.ITERATOR, None, ONE_ITERATOR)
