@@ -59,7 +59,7 @@ class WholeRun:
     rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "break_even": self.break_even,
             "stop_reason": self.stop_reason,
             "training": self.training,

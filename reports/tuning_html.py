@@ -2,7 +2,8 @@
 
 `render_tuning_html(model)` only formats a `TuningReport` (`reports.tuning_model`): the
 result first (tuned against the script as written, AUTOTUNE and the machine's ceiling), the
-four-way comparison measured in the same run, the winning config with its diff, the
+four-way comparison measured in the same run, the pipeline rewrites considered
+(`reports.rewrite_rows`), the winning config with its diff, the
 optimization history, parameter importances, what was searched, the failed and pruned
 trials (with their crash) and the run's facts. Charts are inline SVG (`reports._svg`); the
 shell is `reports._page`.
@@ -33,6 +34,7 @@ from tftune.reports._page import (
     stat,
     timestamp_now,
 )
+from tftune.reports.rewrite_rows import rewrites_section
 from tftune.reports.tuning_model import Trial, TuningReport, build_tuning_model
 from tftune.reports.words import device_label
 
@@ -52,6 +54,7 @@ def render_tuning_html(
         _tuning_hero(model),
         _instability_section(model),
         _comparison_section(model),
+        rewrites_section(model.document),
         _winner_section(model, ids),
         _history_section(model),
         _importance_section(model),

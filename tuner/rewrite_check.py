@@ -201,12 +201,13 @@ def plan_rewrites(
     placed: dict[str, str] = {}
     final: list[RewriteRow] = []
     for row in checked:
-        if row.kind is RewriteKind.CACHE and row.state is RewriteState.CHECKED and row.param:
+        param = row.param
+        if row.kind is RewriteKind.CACHE and row.state is RewriteState.CHECKED and param:
             where_or_row = place_cache(row, budget, str(cache_dir) if cache_dir else None)
             if isinstance(where_or_row, RewriteRow):
                 row = where_or_row
             else:
-                placed[row.param] = where_or_row
+                placed[param] = where_or_row
         final.append(row)
     final += rows
     for row in final:

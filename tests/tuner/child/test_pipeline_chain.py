@@ -50,3 +50,31 @@ def test_a_keras_py_dataset_is_a_python_generator_and_its_stall_says_workers() -
 def test_a_plain_flat_map_is_no_generator() -> None:
     ds = tf.data.Dataset.range(4).flat_map(lambda x: tf.data.Dataset.from_tensors(x))
     assert _kinds(ds) == [("source", False), ("interleave", False)]
+
+
+def test_a_stage_that_draws_anew_each_pass_is_named_with_its_op() -> None:
+    """What a cache must stay above: a stateful random op, one inside a function the map
+    calls, and a Keras random layer (a stateless op whose seed variable advances). A
+    stateless op with a fixed seed and a plain map draw nothing anew."""
+    from tftune.tuner.child.lineage import pipeline_chain
+
+    src = tf.data.Dataset.from_tensor_slices(tf.zeros([4, 8, 8, 3]))
+
+    @tf.function
+    def jitter(x: object) -> object:
+        return x + tf.random.uniform([])
+
+    flip = keras.layers.RandomFlip()
+    randoms = {
+        "uniform": src.map(lambda x: x + tf.random.uniform([])),
+        "nested": src.map(jitter),
+        "image": src.map(tf.image.random_flip_left_right),
+        "keras": src.map(lambda x: flip(x, training=True)),
+    }
+    for name, ds in randoms.items():
+        assert pipeline_chain(ds)[-1].random is not None, name
+    seeded = src.map(lambda x: tf.image.stateless_random_flip_left_right(x, seed=(1, 2)))
+    plain = src.map(lambda x: x * 2.0).batch(2)
+    assert pipeline_chain(seeded)[-1].random is None
+    assert [s.random for s in pipeline_chain(plain)] == [None, None, None]
+    assert [s.elements for s in pipeline_chain(plain)] == [4, 4, 2]

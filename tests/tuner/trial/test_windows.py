@@ -91,3 +91,24 @@ def test_a_run_ending_in_an_extra_window_kept_what_it_measured() -> None:
     _feed(win, [10.0] * 14 + [20.0] * 12)
     assert len(win.windows) == 2 and not win.done() and win.enough()
     assert AGREE_WITHIN < 0.67  # what made it go on
+
+
+def test_a_config_with_a_cache_is_measured_after_its_first_epoch() -> None:
+    """A cache fills over the first epoch: the windows open once the second has begun,
+    so the slow filling epoch (30 ms a step here) is no part of the figure."""
+    from tftune.probes.training_time import EpochStart
+
+    spec = MeasureSpec(
+        warmup_steps=3, warmup_s=0.0, window_s=0.1, window_steps=10, repeats=2, warmup_epochs=1
+    )
+    win, _ = _windows(spec)
+    win.timeline.epoch(EpochStart(1, 0, 400))
+    t = _feed(win, [30.0] * 100)  # the first epoch: the cache filling
+    assert win.window_start_ns is None  # still warming up, past warmup_steps
+    win.timeline.epoch(EpochStart(1, t + 1, 400))
+    _feed(win, [10.0] * 200, start_ns=t + 2)
+    assert win.done() and win.windows
+    first_window = win.windows[0][1]
+    assert all(r.deliver_ns > t for r in first_window)
+    (rate,) = {round(s.examples_per_s) for s in win.stats(win.windows)}
+    assert rate == 800  # 8 examples each 10 ms: the cached epochs alone

@@ -1,0 +1,105 @@
+"""The rewrites' equivalence check on real scripts: discovery reads the training
+pipeline, `consider` names the candidates, and one run of the script checks each on a
+rebuild of its real dataset (tuner/child/equivalence.py). A deterministic tokenizer
+passes every check; the same tokenizer drawing random numbers in Python is refused a
+cache and a moved shuffle, with where its outputs differed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import requires_tf
+
+from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
+from tftune.tuner.rewrite_check import check_rewrites
+from tftune.tuner.rewrites import LOOP_EAGER, consider
+from tftune.tuner.trial import discover
+
+pytestmark = [requires_tf, pytest.mark.slow]
+
+SCRIPT = """\
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+RANDOM = sys.argv[1:] == ["random"]
+lines = [f"review {i} says {'good' if i % 3 else 'bad'} things" for i in range(400)]
+
+
+def tokenize(text):
+    words = text.numpy().decode().split()
+    ids = [sum(map(ord, w)) % 97 + 1 for w in words]
+    if RANDOM:
+        ids = [i + int(np.random.randint(0, 5)) for i in ids]
+    return np.array(ids, np.int64)
+
+
+def load(text):
+    ids = tf.py_function(tokenize, [text], tf.int64)
+    ids.set_shape([None])
+    return ids
+
+
+ds = tf.data.Dataset.from_tensor_slices(lines)
+ds = ds.map(load)
+ds = ds.shuffle(300)
+ds = ds.padded_batch(16, padded_shapes=[None])
+w = tf.Variable(0.0)
+opt = tf.keras.optimizers.SGD(0.01)
+for epoch in range(1000):
+    for ids in ds:
+        with tf.GradientTape() as tape:
+            loss = (w - tf.reduce_mean(tf.cast(ids, tf.float32))) ** 2
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+"""
+
+
+def _checked(tmp_path: Path, *args: str) -> dict[RewriteKind, RewriteRow]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    found = discover(script, list(args))
+    pipeline = found.training_pipeline()
+    assert pipeline is not None and pipeline.loop == LOOP_EAGER
+    candidates, rows = consider(pipeline.chain, pipeline.loop)
+    assert rows == []
+    assert {c.kind for c in candidates} == {
+        RewriteKind.CACHE,
+        RewriteKind.ORDER,
+        RewriteKind.ITERATOR,
+    }
+    trains = found.training
+    assert trains is not None
+    checked = check_rewrites(script, list(args), candidates, (trains.site, trains.place))
+    return {r.kind: r for r in checked}
+
+
+def test_a_deterministic_tokenizer_passes_every_check(tmp_path: Path) -> None:
+    got = _checked(tmp_path)
+    assert {r.state for r in got.values()} == {RewriteState.CHECKED}, got
+    cache = got[RewriteKind.CACHE]
+    assert cache.site == "train.py:25" and cache.check is not None
+    assert cache.check.passed and cache.check.compared >= 256  # examples, before the batch
+    # 400 reviews of 5 int64 ids each, and the strings' shapes: measured, not guessed.
+    assert cache.cache_bytes is not None and 400 * 5 * 8 <= cache.cache_bytes < 100_000
+    order = got[RewriteKind.ORDER]
+    assert order.site == "train.py:26" and order.check is not None
+    assert order.check.how == "in order"  # one seed: the same order, the same elements
+    iterator = got[RewriteKind.ITERATOR]
+    assert iterator.check is not None and "epoch's end" in iterator.check.how
+    assert iterator.check.compared > 25  # one epoch of 25 batches and the next one's start
+
+
+def test_a_tokenizer_that_draws_random_numbers_is_refused_a_cache_and_a_moved_shuffle(
+    tmp_path: Path,
+) -> None:
+    got = _checked(tmp_path, "random")
+    cache, order = got[RewriteKind.CACHE], got[RewriteKind.ORDER]
+    assert cache.state is RewriteState.REFUSED
+    assert "not deterministic" in cache.reason and "differ at element" in cache.reason
+    assert order.state is RewriteState.REFUSED and "differ" in order.reason
+    # One iterator changes nothing a pass computes: its epochs are as long.
+    iterator = got[RewriteKind.ITERATOR]
+    assert iterator.state is RewriteState.CHECKED
+    assert iterator.check is not None and "random" in iterator.check.how
