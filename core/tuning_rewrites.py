@@ -149,3 +149,20 @@ def rows_json(rows: Sequence[RewriteRow]) -> list[dict[str, Any]]:
 
 def rows_from_reader(r: Reader, key: str) -> tuple[RewriteRow, ...]:
     return tuple(RewriteRow.from_reader(sub) for sub in r.objects(key))
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """What the child's equivalence check run writes for the parent: a row per
+    candidate so far, and the training dataset's examples per pass where it counted them
+    (tf.data knew no length: `tuner.child.equivalence.pass_examples`)."""
+
+    rows: tuple[RewriteRow, ...] = ()
+    epoch_examples: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rows": rows_json(self.rows), "epoch_examples": self.epoch_examples}
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> CheckReport:
+        return cls(rows_from_reader(r, "rows"), r.integer("epoch_examples"))

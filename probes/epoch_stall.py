@@ -145,6 +145,23 @@ class EpochStall:
             return None
 
 
+# Stages whose work an epoch start repeats, unless a cache below holds their output.
+_EXPENSIVE = frozenset({"map", "interleave", "generator"})
+
+
+def recurs(chain: Sequence[PipelineStage]) -> bool:
+    """Whether an epoch-start stall recurs every epoch, read from the pipeline alone: not
+    where a cache() comes after every map and Python source (each later epoch is read
+    from it, and the first epoch's stall was its filling); else it does (a shuffle
+    buffer refilled through a map, a pipeline restarting cold). An unknown pipeline (no
+    chain) is taken to recur."""
+    expensive = [i for i, s in enumerate(chain) if s.kind in _EXPENSIVE or s.python]
+    caches = [i for i, s in enumerate(chain) if s.kind == "cache"]
+    if not caches:
+        return True
+    return bool(expensive) and max(expensive) > max(caches)
+
+
 def diagnose(
     stall_s: float | None,
     steps_per_epoch: int | None,

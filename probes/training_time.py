@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tftune.core.units import NS_PER_S
 from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.epoch_stall import PipelineStage, chain_from_json
+from tftune.probes.epoch_stall import PipelineStage, chain_from_json, recurs
 from tftune.probes.training_record import EpochCost, TrainingTime
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
@@ -109,7 +110,10 @@ class WindowStats:
 class PassTimeline:
     """A run's other-stream passes and epoch starts, to time its training steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, epoch_examples: int | None = None) -> None:
+        # The training dataset's examples per pass, where tf.data does not know its
+        # length and they were counted before the run (None: not known).
+        self.epoch_examples = epoch_examples
         # Other streams' elements, (request_ns, deliver_ns, stream), sorted by request.
         self._others: list[tuple[int, int, int]] = []
         self._starts: list[EpochStart] = []
@@ -228,10 +232,16 @@ class PassTimeline:
         # What of it came before the first element was asked for (the rest is its wait).
         made = [times[i] - typical - (records[i].wait_ns - typical_wait) for i in later]
         lengths = [b - a for a, b in itertools.pairwise(firsts)]
+        steps = _steps_per_epoch(lengths, starts[-1].cardinality)
+        if steps is None and self.epoch_examples:  # counted before the run
+            per_step = percentile([r.examples for r in records], 50) or 1
+            steps = max(1, math.ceil(self.epoch_examples / per_step))
+        if not later and not recurs(self._chains.get(stream, ())):
+            steps = None  # one start seen, and its stall is one-off: not spread
         return EpochCost(
             stall_s=max(0.0, sum(stalls) / len(stalls)) / NS_PER_S,
             made_s=max(0.0, sum(made) / len(made)) / NS_PER_S if made else 0.0,
-            steps_per_epoch=_steps_per_epoch(lengths, starts[-1].cardinality),
+            steps_per_epoch=steps,
             epochs_seen=len(firsts),
             first_steps=frozenset(records[i].deliver_ns for i in firsts),
             rebuilt=any(s.rebuilt for s in starts),

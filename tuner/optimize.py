@@ -179,7 +179,9 @@ def optimize(
         space = plan.space
         obj = pick_objective(o.objective, gpu, note)
         measure = MeasureOptions(o.window_s, o.repeats, o.step_timeout_s)
-        pool = make_runners(path, args, found, gpu, h.runner, slots, measure, note, spares)
+        pool = make_runners(
+            path, args, found, gpu, h.runner, slots, measure, note, spares, plan.epoch_examples
+        )
         look = _Guidance(o.guided and do_profile, o.bounds, o.guided)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
         space = narrow_if_not_the_limit(space, screen, note)
@@ -219,17 +221,17 @@ def _plan_rewrites(
     spares: SparePool | None,
 ) -> RewritePlan:
     """The rewrites the training pipeline allows, checked and added to the space
-    (`tuner.rewrite_check`); none with ``--no-rewrites``, nor where the trials do not
-    run the real script (`real`: an injected runner)."""
-    from tftune.tuner.rewrite_check import plan_rewrites
+    (`tuner.rewrite_check`; with ``--no-rewrites`` only the count of an epoch whose
+    length tf.data does not know), none where the trials do not run the real script
+    (`real`: an injected runner)."""
+    from tftune.tuner.rewrite_check import RewriteOptions, plan_rewrites
     from tftune.tuner.trial.launch import RunnerDeps
 
-    if not options.rewrites or not real:
+    if not real:
         return RewritePlan((), space, considered=False)
     deps = RunnerDeps(spares=spares) if spares is not None else None
-    return plan_rewrites(
-        path, args, found, space, options.cache_budget, options.cache_dir, note, deps
-    )
+    chosen = RewriteOptions(options.rewrites, options.cache_budget, options.cache_dir)
+    return plan_rewrites(path, args, found, space, chosen, note, deps)
 
 
 def _read_environment(environment: Callable[[], Environment] | None) -> Future[Environment]:

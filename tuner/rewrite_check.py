@@ -17,9 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
+from tftune.core.tuning_rewrites import CheckReport, RewriteKind, RewriteRow, RewriteState
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.child.equivalence import CHECK_CANDIDATE_S, CHECK_META_KEY, CheckSpec
+from tftune.tuner.child.equivalence import (
+    CHECK_CANDIDATE_S,
+    CHECK_COUNT_S,
+    CHECK_META_KEY,
+    CheckSpec,
+)
 from tftune.tuner.config import CACHE_MEMORY, Config
 from tftune.tuner.options import parse_bytes
 from tftune.tuner.rewrite_code import RewriteFacts
@@ -28,6 +33,7 @@ from tftune.tuner.rewrites import (
     LOOP_FIT_STEPS,
     ONE_ITERATOR,
     REWRITE_FIELDS,
+    UNKNOWN_LENGTH,
     Candidate,
     consider,
 )
@@ -51,6 +57,9 @@ class RewritePlan:
     candidates: tuple[Candidate, ...] = ()
     facts: RewriteFacts = field(default_factory=RewriteFacts)
     considered: bool = True  # False: --no-rewrites (or no real script to check them on)
+    # The training dataset's examples per pass, counted where tf.data does not know its
+    # length (None: known, or not counted): the trials price an epoch's stall with it.
+    epoch_examples: int | None = None
 
 
 def available_memory() -> int | None:
@@ -109,10 +118,11 @@ def check_rewrites(
     candidates: Sequence[Candidate],
     training_at: tuple[str | None, str | None] | None,
     deps: RunnerDeps | None = None,
-) -> list[RewriteRow]:
+) -> CheckReport:
     """One run of the script up to its training loop, where each candidate is checked
-    (tuner/child/equivalence.py); a candidate the run never reached is refused, saying
-    why."""
+    (tuner/child/equivalence.py) and the training dataset's examples per pass counted
+    where tf.data does not know them; a candidate the run never reached is refused,
+    saying why."""
     with workdir() as work:
         out = work / "check.json"
         spec = CheckSpec(tuple(candidates), str(out))
@@ -120,10 +130,10 @@ def check_rewrites(
         child = child_spec("apply", script, args, config)
         if training_at is not None:
             child["training_at"] = list(training_at)
-        deadline = FIRST_STEP_S + (CHECK_CANDIDATE_S + 5.0) * len(candidates)
+        deadline = FIRST_STEP_S + CHECK_COUNT_S + (CHECK_CANDIDATE_S + 5.0) * len(candidates)
         ended = ChildRun(deps or RunnerDeps(), work, child).run(deadline_s=deadline)
-        got = _read(out)
-    done = {(r.kind, r.site) for r in got}
+        report = _read(out)
+    done = {(r.kind, r.site) for r in report.rows}
     if ended.timed_out:
         why = "not checked: the check ran out of time before it"
     else:
@@ -133,19 +143,19 @@ def check_rewrites(
         for c in candidates
         if (c.kind, c.site) not in done
     ]
-    return [*got, *missing]
+    return replace(report, rows=(*report.rows, *missing))
 
 
-def _read(path: Path) -> list[RewriteRow]:
+def _read(path: Path) -> CheckReport:
     from tftune.core.document_reading import Reader
 
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
-    if not isinstance(raw, list):
-        return []
-    return [RewriteRow.from_reader(Reader(r, source=str(path))) for r in raw if isinstance(r, dict)]
+        return CheckReport()
+    if not isinstance(raw, dict):
+        return CheckReport()
+    return CheckReport.from_reader(Reader(raw, source=str(path)))
 
 
 def with_rewrites(
@@ -183,39 +193,71 @@ def plan_rewrites(
     args: Sequence[str],
     found: Discovery,
     space: SearchSpace,
-    budget_option: str | None,
-    cache_dir: str | os.PathLike[str] | None,
+    options: RewriteOptions,
     note: Callable[[str], None],
     deps: RunnerDeps | None = None,
 ) -> RewritePlan:
     """Consider, check and place the rewrites of the training pipeline (module
-    docstring); notes say what was found."""
+    docstring); notes say what was found. Where tf.data does not know the training
+    dataset's length, the same run counts its examples per pass (`epoch_examples`), even
+    with the rewrites off: a trial that sees one epoch start prices its stall with it."""
     pipeline = found.training_pipeline()
     if pipeline is None:
-        return RewritePlan((), space)
-    candidates, rows = consider(pipeline.chain, pipeline.loop)
+        return RewritePlan((), space, considered=options.rewrites)
+    candidates, rows = consider(pipeline.chain, pipeline.loop) if options.rewrites else ([], [])
     trains = found.training
     where = (trains.site, trains.place) if trains else None
-    checked = check_rewrites(script, args, candidates, where, deps) if candidates else []
-    budget = cache_budget(budget_option)
-    placed: dict[str, str] = {}
-    final: list[RewriteRow] = []
-    for row in checked:
-        param = row.param
-        if row.kind is RewriteKind.CACHE and row.state is RewriteState.CHECKED and param:
-            where_or_row = place_cache(row, budget, str(cache_dir) if cache_dir else None)
-            if isinstance(where_or_row, RewriteRow):
-                row = where_or_row
-            else:
-                placed[param] = where_or_row
-        final.append(row)
-    final += rows
+    unknown = bool(pipeline.chain) and pipeline.chain[-1].elements == UNKNOWN_LENGTH
+    report = CheckReport()
+    if candidates or unknown:
+        report = check_rewrites(script, args, candidates, where, deps)
+    checked, placed = _placed(report.rows, options)
+    final = [*checked, *rows]
     for row in final:
         at = f" at {row.site}" if row.site else ""
         word = "checked" if row.state is RewriteState.CHECKED else row.state.value
         note(f"rewrite {row.kind.value}{at}: {word.replace('_', ' ')}: {row.reason}")
-    space = with_rewrites(space, final, placed, candidates)
-    return RewritePlan(tuple(final), space, tuple(candidates), facts_of(found, candidates))
+    return RewritePlan(
+        tuple(final),
+        with_rewrites(space, final, placed, candidates),
+        tuple(candidates),
+        facts_of(found, candidates),
+        considered=options.rewrites,
+        epoch_examples=report.epoch_examples,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteOptions:
+    """``--rewrites``, ``--cache-budget``, ``--cache-dir``."""
+
+    rewrites: bool = True
+    cache_budget: str | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+
+
+def _placed(
+    rows: Sequence[RewriteRow], options: RewriteOptions
+) -> tuple[list[RewriteRow], dict[str, str]]:
+    """The rows with each checked cache placed (`place_cache`: one that fits nowhere is
+    refused), and where each placed one lives, by its parameter."""
+    budget = cache_budget(options.cache_budget)
+    folder = str(options.cache_dir) if options.cache_dir else None
+    out: list[RewriteRow] = []
+    placed: dict[str, str] = {}
+    for row in rows:
+        param = row.param
+        if row.kind is RewriteKind.CACHE and row.state is RewriteState.CHECKED and param:
+            where = place_cache(row, budget, folder)
+            if isinstance(where, RewriteRow):
+                row = where
+            else:
+                placed[param] = where
+                size = f"{_size(row.cache_bytes)} " if row.cache_bytes is not None else ""
+                held = "in memory" if where == CACHE_MEMORY else f"in a file under {where}"
+                row = replace(row, reason=f"{row.reason}, {size}{held}")
+        out.append(row)
+    return out, placed
 
 
 def facts_of(found: Discovery, candidates: Sequence[Candidate]) -> RewriteFacts:

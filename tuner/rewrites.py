@@ -41,6 +41,7 @@ LOOP_GRAPH = "graph"  # inside a tf.function
 LOOP_OTHER = "other"  # a library's (tf.distribute, Keras evaluate, ...)
 
 ONE_ITERATOR = "one_iterator"  # the study's parameter of the iterator rewrite
+UNKNOWN_LENGTH = -2  # tf.data's cardinality of a dataset whose length it does not know
 CACHE_KNOB, ORDER_KNOB = "cache", "shuffle_first"
 # The knobs' fields that are rewrites (`tuner.config`: two per call site, one global).
 REWRITE_FIELDS = frozenset({CACHE_KNOB, ORDER_KNOB, ONE_ITERATOR})

@@ -63,9 +63,11 @@ def make_runners(
     measure: MeasureOptions,
     note: Callable[[str], None],
     spares: SparePool | None = None,
+    epoch_examples: int | None = None,
 ) -> RunnerPool:
     """A `ScriptRunner` per worker slot (with its GPUs and CPUs), or the injected
-    runner for every worker."""
+    runner for every worker. `epoch_examples`: the training dataset's examples per pass
+    where tf.data does not know its length (`MeasureSpec.epoch_examples`)."""
     from tftune.tuner.study import ScriptRunner
     from tftune.tuner.study import workers as parallel
     from tftune.tuner.trial import MeasureSpec
@@ -90,6 +92,7 @@ def make_runners(
         step_timeout_s=measure.step_timeout_s,
         busiest_loop=found.busiest_loop,
         training_at=(trains.site, trains.place) if trains is not None else None,
+        epoch_examples=epoch_examples,
     )
     if measure.window_s is not None:
         window = measure.window_s

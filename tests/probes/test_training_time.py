@@ -302,3 +302,63 @@ def test_a_window_over_whole_epochs_reads_them_start_to_start() -> None:
     assert stats.examples_per_s == pytest.approx(80 / epoch_s)
     assert timeline.epoch_starts_at(1, records[19], records[20])
     assert not timeline.epoch_starts_at(1, records[20], records[21])
+
+
+def _one_unknown_epoch(
+    stall_ms: float,
+    chain: list[dict[str, object]],
+    epoch_examples: int | None,
+    cardinality: int = -2,
+) -> tuple[PassTimeline, list[StepRecord]]:
+    """One epoch start seen, of a dataset whose length tf.data does not know (a text
+    reader): its first element waits `stall_ms` more, then 40 steps of 10 ms."""
+    from tftune.probes.clock import ClockEvent
+
+    timeline = PassTimeline(epoch_examples=epoch_examples)
+    payload = {"stream": 1, "at_ns": 0, "cardinality": cardinality, "chain": chain}
+    timeline.event(ClockEvent("epoch", payload))
+    first = StepRecord(1, 9 * MS, int((10 + stall_ms) * MS), 8)  # waits stall_ms + 1
+    return timeline, [first, *_steps(first.deliver_ns, 40, 10, 1)]
+
+
+SHUFFLED_TOKENIZER = [
+    {"kind": "source", "site": None, "python": False},
+    {"kind": "map", "site": "t.py:5", "python": True},
+    {"kind": "shuffle", "site": "t.py:6", "python": False},
+    {"kind": "batch", "site": "t.py:7", "python": False},
+]
+
+
+def test_a_recurring_stall_seen_once_is_spread_over_the_counted_epoch() -> None:
+    """A trial that sees one epoch start of a text reader: its shuffle buffer refills
+    through the tokenizer every epoch, so the stall counts at once, spread over the
+    epoch's steps made from the examples counted before the run (800 / 8 a step)."""
+    timeline, records = _one_unknown_epoch(2000, SHUFFLED_TOKENIZER, epoch_examples=800)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and cost.steps_per_epoch == 100 and cost.spread
+    assert cost.stall_s == pytest.approx(2.0)
+    stats = timeline.window(records[10].deliver_ns, records[11:31], cost)
+    assert stats is not None
+    # 20 steps of 10 ms and 20/100 of the 2 s stall: 160 examples in 0.6 s.
+    assert stats.examples_per_s == pytest.approx(160 / 0.6, rel=1e-6)
+    training = timeline.training_time(1, records, 0.010)
+    assert training.stall is not None and training.stall.cause == "shuffle_behind_map"
+    # Without the count nothing is spread, and the stall is not named.
+    timeline, records = _one_unknown_epoch(2000, SHUFFLED_TOKENIZER, epoch_examples=None)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and not cost.spread
+    assert timeline.training_time(1, records, 0.010).stall is None
+
+
+def test_a_stall_a_cache_holds_is_one_off_when_seen_once() -> None:
+    """With a cache after the tokenizer the first epoch's stall was the cache filling:
+    seen once, it is not spread (the next epochs read the cache), though tf.data knows
+    the epoch's length (100 batches)."""
+    cached = [*SHUFFLED_TOKENIZER[:2], {"kind": "cache", "site": "t.py:5"}]
+    cached += SHUFFLED_TOKENIZER[2:]
+    timeline, records = _one_unknown_epoch(2000, cached, None, cardinality=100)
+    cost = timeline.epoch_cost(1, records)
+    assert cost is not None and not cost.spread
+    timeline, records = _one_unknown_epoch(2000, SHUFFLED_TOKENIZER, None, cardinality=100)
+    recurring = timeline.epoch_cost(1, records)
+    assert recurring is not None and recurring.spread and recurring.steps_per_epoch == 100

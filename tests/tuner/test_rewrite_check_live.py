@@ -72,7 +72,8 @@ def _checked(tmp_path: Path, *args: str) -> dict[RewriteKind, RewriteRow]:
     trains = found.training
     assert trains is not None
     checked = check_rewrites(script, list(args), candidates, (trains.site, trains.place))
-    return {r.kind: r for r in checked}
+    assert checked.epoch_examples is None  # tf.data knows the length: nothing counted
+    return {r.kind: r for r in checked.rows}
 
 
 def test_a_deterministic_tokenizer_passes_every_check(tmp_path: Path) -> None:
@@ -103,3 +104,42 @@ def test_a_tokenizer_that_draws_random_numbers_is_refused_a_cache_and_a_moved_sh
     iterator = got[RewriteKind.ITERATOR]
     assert iterator.state is RewriteState.CHECKED
     assert iterator.check is not None and "random" in iterator.check.how
+
+
+LINES_SCRIPT = """\
+import pathlib
+
+import tensorflow as tf
+
+folder = pathlib.Path(__file__).parent / "texts"
+folder.mkdir(exist_ok=True)
+for i in range(30):
+    (folder / f"{i}.txt").write_text("\\n".join(f"line {i} {j}" for j in range(10)))
+files = sorted(str(p) for p in folder.glob("*.txt"))
+ds = tf.data.TextLineDataset(files)
+ds = ds.map(lambda line: tf.strings.length(line))
+ds = ds.shuffle(64).batch(8)
+w = tf.Variable(0.0)
+opt = tf.keras.optimizers.SGD(0.01)
+for epoch in range(1000):
+    for n in ds:
+        with tf.GradientTape() as tape:
+            loss = (w - tf.reduce_mean(tf.cast(n, tf.float32))) ** 2
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+"""
+
+
+def test_an_epoch_whose_length_tf_data_does_not_know_is_counted(tmp_path: Path) -> None:
+    """A text reader's length is unknown to tf.data: the check run counts the lines
+    below the map and the batch (300), and one iterator does not apply."""
+    script = tmp_path / "train.py"
+    script.write_text(LINES_SCRIPT)
+    found = discover(script, [])
+    pipeline = found.training_pipeline()
+    assert pipeline is not None and pipeline.chain[-1].elements == -2
+    candidates, rows = consider(pipeline.chain, pipeline.loop)
+    assert [r.kind for r in rows] == [RewriteKind.ITERATOR]
+    trains = found.training
+    assert trains is not None
+    report = check_rewrites(script, [], [], (trains.site, trains.place))
+    assert report.epoch_examples == 300

@@ -26,16 +26,24 @@ from __future__ import annotations
 
 import collections
 import inspect
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
-from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
+from tftune.core.tuning_rewrites import (
+    CheckReport,
+    Equivalence,
+    RewriteKind,
+    RewriteRow,
+    RewriteState,
+)
+from tftune.core.userfiles import write_text_atomic
 from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import finite_length
-from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay, write_results
+from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay
 from tftune.tuner.config import Config
 from tftune.tuner.rewrites import Candidate
 
@@ -352,6 +360,26 @@ def _cache_bytes(sample: Sequence[Leaves], target: Any, iterate: Any) -> int | N
     return int(per * n) if n is not None else None
 
 
+_BATCHES = ("BatchDataset", "PaddedBatchDataset", "MapAndBatchDataset")
+
+
+def pass_examples(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int | None:
+    """The training dataset's examples per pass where tf.data does not know its length
+    (a text reader, a filter): the elements below its batches and maps, counted within
+    `seconds` without running the maps (a step's examples turn it into an epoch's
+    steps: `probes.training_time`). None where that cannot be told."""
+    below = ds
+    while any(part in type(below).__name__ for part in (*_BATCHES, *_ONE_TO_ONE)):
+        try:
+            inputs = list(below._inputs())
+        except Exception:
+            return None
+        if len(inputs) != 1:
+            return None
+        below = inputs[0]
+    return pass_length(below, iterate, seconds)
+
+
 def pass_length(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int | None:
     """`ds`'s elements per pass: tf.data's count where it knows it, else the count of
     the nearest stage below it that gives a different number of elements (the reads
@@ -383,16 +411,20 @@ def run_check(patcher: Any, ds: Any, info: Any, spec: CheckSpec, iterate: Any) -
 
     from tftune.tuner.child.state import Hooks
 
-    rows: list[RewriteRow] = []
+    def write(report: CheckReport) -> None:
+        write_text_atomic(spec.out, json.dumps(report.to_json()))
+
     if tf.inside_function():
         why = "the training dataset is iterated inside a tf.function: it cannot be read here"
-        rows = [_refused(c, why) for c in spec.candidates]
-        write_results(spec.out, [r.to_json() for r in rows])
+        write(CheckReport(tuple(_refused(c, why) for c in spec.candidates)))
         os._exit(0)
     hooks, patcher.hooks = patcher.hooks, Hooks()  # replayed calls are no new sites
+    examples = None if finite_length(ds) is not None else pass_examples(ds, iterate)
+    rows: list[RewriteRow] = []
+    write(CheckReport((), examples))
     checker = Checker(patcher, ds, bool(info.batched), iterate)
     for candidate in spec.candidates:
         rows.append(checker.run(candidate, spec.seconds))
-        write_results(spec.out, [r.to_json() for r in rows])
+        write(CheckReport(tuple(rows), examples))
     patcher.hooks = hooks
     os._exit(0)

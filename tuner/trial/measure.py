@@ -94,7 +94,8 @@ class _Trial(Observer):
             step_timeout_s=spec.step_timeout_s,
         )
         self.events: list[ClockEvent] = []
-        self.timeline = PassTimeline()  # other passes and epoch starts (`probes.training_time`)
+        # Other passes and epoch starts (`probes.training_time`).
+        self.timeline = PassTimeline(epoch_examples=spec.epoch_examples)
         self.win = Windows(spec, self.timeline, on_report, self._settled, self._opened)
         self.sampler: NvmlSampler | NotMeasured | None = None
 

@@ -74,6 +74,10 @@ class MeasureSpec:
     # ... and, where this is 1, until the second epoch begins: a config with a cache()
     # fills it over the first epoch, and what it changes is every epoch after that.
     warmup_epochs: int = 0
+    # The training dataset's examples per pass where tf.data does not know its length
+    # (counted before the study): a run that sees one epoch start spreads a recurring
+    # stall over the epoch's steps it makes (`probes.training_time.PassTimeline`).
+    epoch_examples: int | None = None
     window_s: float = 3.0  # length of one repeat window ...
     window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
     # The first of several windows is this share of `window_s`: the pruner and a
