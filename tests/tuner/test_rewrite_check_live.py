@@ -137,7 +137,7 @@ def test_an_epoch_whose_length_tf_data_does_not_know_is_counted(tmp_path: Path) 
     found = discover(script, [])
     pipeline = found.training_pipeline()
     assert pipeline is not None and pipeline.chain[-1].elements == -2
-    candidates, rows = consider(pipeline.chain, pipeline.loop)
+    _, rows = consider(pipeline.chain, pipeline.loop)
     assert [r.kind for r in rows] == [RewriteKind.ITERATOR]
     trains = found.training
     assert trains is not None
