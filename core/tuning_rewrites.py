@@ -1,5 +1,7 @@
 """The rewrites a tuning run considered: what each is, whether it passed its equivalence
-check, and what it gained when measured.
+check, and what it gained when measured. A rewrite changes the pipeline's shape (a
+cache, a moved shuffle, one iterator) or how the step is compiled (a compute switch);
+both are checked, searched and reported alike.
 
 One type crosses every boundary: the child's equivalence check writes `RewriteRow`s (a
 rewrite checked, refused or not applicable), the parent measures the ones that passed
@@ -27,6 +29,10 @@ class RewriteKind(enum.Enum):
     VECTORIZE = "vectorize"  # map(f).batch(b) as batch(b).map(f)
     FILES = "files"  # several files read at once through an interleave
     HOST_TO_DEVICE = "host_to_device"  # the next batch copied to the device ahead
+    # Compute switches: how the step is compiled.
+    JIT_COMPILE = "jit_compile"  # Keras compile(jit_compile=True): XLA
+    STEPS_PER_EXECUTION = "steps_per_execution"  # Keras: several steps per call
+    COMPILE_STEP = "compile_step"  # an eager step compiled (tf.function; run_eagerly=False)
 
     @property
     def label(self) -> str:
@@ -40,6 +46,9 @@ _LABELS = {
     RewriteKind.VECTORIZE: "map vectorized over batches",
     RewriteKind.FILES: "files read through an interleave",
     RewriteKind.HOST_TO_DEVICE: "batches prefetched to the device",
+    RewriteKind.JIT_COMPILE: "the train step compiled with XLA",
+    RewriteKind.STEPS_PER_EXECUTION: "several steps per call",
+    RewriteKind.COMPILE_STEP: "the eager step compiled",
 }
 
 
@@ -93,6 +102,8 @@ class RewriteRow:
     reason: str  # what it does, or why it was refused or does not apply
     check: Equivalence | None = None
     cache_bytes: int | None = None  # a cache: the measured size of what it holds
+    # The value of `param` it was checked at ("memory", True, 4, "xla"; None: none).
+    value: str | int | bool | None = None
     # Measured (state MEASURED): the trials that ran with it, the best of those with it
     # alone (the script as written plus this rewrite) and its gain over as written, and
     # whether the winner holds it.
@@ -110,6 +121,7 @@ class RewriteRow:
             "reason": self.reason,
             "check": self.check.to_json() if self.check is not None else None,
             "cache_bytes": self.cache_bytes,
+            "value": self.value,
             "trials": self.trials,
             "alone_examples_per_s": self.alone_examples_per_s,
             "alone_gain": self.alone_gain,
@@ -127,11 +139,19 @@ class RewriteRow:
             reason=r.required_string("reason"),
             check=Equivalence.from_reader(check) if check is not None else None,
             cache_bytes=r.integer("cache_bytes"),
+            value=_value(r, "value"),
             trials=r.integer("trials") or 0,
             alone_examples_per_s=r.number("alone_examples_per_s"),
             alone_gain=r.number("alone_gain"),
             in_winner=bool(r.boolean("in_winner")),
         )
+
+
+def _value(r: Reader, key: str) -> str | int | bool | None:
+    value = r.raw(key)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    raise r.error(key, "must be a string, a whole number, true, false or null")
 
 
 def _enum(r: Reader, key: str, kind: type[Any]) -> Any:

@@ -23,7 +23,10 @@ Rewrites (`tftune.tuner.rewrites`) change a pipeline's shape and are written onl
 set: per call site, ``"cache": "memory"`` (or a folder for a file cache) inserts
 ``cache()`` right after the map at that line, and ``"shuffle_first": true`` moves the
 shuffle at that line above the maps directly before it; globally, ``"one_iterator": true``
-keeps one iterator over the training dataset across epochs.
+keeps one iterator over the training dataset across epochs. Compute switches are
+global and written only where set too: ``"jit_compile": true`` and
+``"steps_per_execution": 16`` for Keras ``compile``, ``"compile_step": "function"`` (or
+``"xla"``) for a step that runs eagerly.
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
 BOOL_SITE_KNOBS = frozenset({"use_multiprocessing", "shuffle_first"})
 # A cache in memory; any other value of the `cache` knob is the folder of a file cache.
 CACHE_MEMORY = "memory"
+# How an eagerly run step is compiled: a tf.function, or one with XLA.
+COMPILE_FUNCTION, COMPILE_XLA = "function", "xla"
+COMPILE_STEPS = (COMPILE_FUNCTION, COMPILE_XLA)
 
 
 def capped_interleave_calls(cycle_length: object, calls: object, cores: int) -> object:
@@ -114,6 +120,12 @@ class Config:
     data_service: ServiceConfig | None = None
     # Rewrite: one iterator over the training dataset across epochs (tuner/rewrites.py).
     one_iterator: bool | None = None
+    # Compute switches (tuner/rewrites.py): Keras compile's jit_compile and
+    # steps_per_execution; the step compiled where it runs eagerly (`COMPILE_STEPS`:
+    # a tf.function, or one with XLA; Keras: run_eagerly=False).
+    jit_compile: bool | None = None
+    steps_per_execution: int | None = None
+    compile_step: str | None = None
 
     def site(self, key: str) -> SiteConfig | None:
         return self.sites.get(key)
@@ -155,7 +167,12 @@ _GLOBALS: tuple[str, ...] = (
     "autotune_ram_budget_mb",
 )
 # Globals written only where set: a config file without them reads as before.
-_WHERE_SET: tuple[str, ...] = ("one_iterator",)
+_WHERE_SET: tuple[str, ...] = (
+    "one_iterator",
+    "jit_compile",
+    "steps_per_execution",
+    "compile_step",
+)
 _TOP_KEYS = frozenset({"schema", "sites", "meta", "data_service", *_GLOBALS, *_WHERE_SET})
 
 
@@ -247,10 +264,21 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise ConfigError(f"{source}: meta must be an object")
-    one = data.get("one_iterator")
-    if one is not None and not isinstance(one, bool):
-        raise ConfigError(f"{source}: one_iterator must be true, false or null, got {one!r}")
-    kwargs["one_iterator"] = one
+    for name in ("one_iterator", "jit_compile"):
+        flag = data.get(name)
+        if flag is not None and not isinstance(flag, bool):
+            raise ConfigError(f"{source}: {name} must be true, false or null, got {flag!r}")
+        kwargs[name] = flag
+    kwargs["steps_per_execution"] = _parse_knob(
+        source, "steps_per_execution", data.get("steps_per_execution")
+    )
+    how = data.get("compile_step")
+    if how is not None and how not in COMPILE_STEPS:
+        raise ConfigError(
+            f"{source}: compile_step must be {' or '.join(map(repr, COMPILE_STEPS))} or null, "
+            f"got {how!r}"
+        )
+    kwargs["compile_step"] = how
     kwargs["data_service"] = service_from_json(data.get("data_service"), source)
     return Config(sites=sites, deterministic=det, mixed_precision=mp, meta=meta, **kwargs)
 

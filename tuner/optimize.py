@@ -54,7 +54,7 @@ from tftune.tuner.config import Config
 from tftune.tuner.options import OptimizeOptions, default_study_name
 from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
 from tftune.tuner.record import api_call, build_record
-from tftune.tuner.rewrite_check import RewritePlan
+from tftune.tuner.rewrite_check import RewritePlan, step_limited
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.screen import Screen, search_seeds
 from tftune.tuner.service import check_address
@@ -184,6 +184,8 @@ def optimize(
         )
         look = _Guidance(o.guided and do_profile, o.bounds, o.guided)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
+        plan = step_limited(plan, ceiling)
+        space = plan.space
         space = narrow_if_not_the_limit(space, screen, note)
         settings = _settings(o, obj, hint, path, args, started, screen, space)
         outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)

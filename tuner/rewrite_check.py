@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tftune.core.tuning_rewrites import CheckReport, RewriteKind, RewriteRow, RewriteState
 from tftune.core.vocabulary import TrialState
+from tftune.tuner.bounds import Ceiling
 from tftune.tuner.child.equivalence import (
     CHECK_CANDIDATE_S,
     CHECK_COUNT_S,
@@ -29,15 +30,16 @@ from tftune.tuner.config import CACHE_MEMORY, Config
 from tftune.tuner.options import parse_bytes
 from tftune.tuner.rewrite_code import RewriteFacts
 from tftune.tuner.rewrites import (
+    COMPUTE_FIELDS,
     LOOP_FIT,
     LOOP_FIT_STEPS,
-    ONE_ITERATOR,
     REWRITE_FIELDS,
     UNKNOWN_LENGTH,
     Candidate,
     consider,
+    consider_compute,
 )
-from tftune.tuner.space import Knob, KnobValue, LeftOut, SearchSpace
+from tftune.tuner.space import Knob, KnobValue, LeftOut, SearchSpace, split_knob
 from tftune.tuner.study import Role, StudyOutcome
 from tftune.tuner.trial import Discovery
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, child_spec, workdir
@@ -133,15 +135,15 @@ def check_rewrites(
         deadline = FIRST_STEP_S + CHECK_COUNT_S + (CHECK_CANDIDATE_S + 5.0) * len(candidates)
         ended = ChildRun(deps or RunnerDeps(), work, child).run(deadline_s=deadline)
         report = _read(out)
-    done = {(r.kind, r.site) for r in report.rows}
+    done = {(r.kind, r.site, r.value) for r in report.rows}
     if ended.timed_out:
         why = "not checked: the check ran out of time before it"
     else:
         why = f"not checked: the script ended (code {ended.returncode}) before its training loop"
     missing = [
-        RewriteRow(c.kind, c.site, c.param, RewriteState.REFUSED, why)
+        c.row(RewriteState.REFUSED, why)
         for c in candidates
-        if (c.kind, c.site) not in done
+        if (c.kind, c.site, c.value) not in done
     ]
     return replace(report, rows=(*report.rows, *missing))
 
@@ -168,21 +170,27 @@ def with_rewrites(
     `LeftOut` for each refused one, and the order rewrites a cache at one of their maps
     switches off (`SearchSpace.overridden_by`)."""
     knobs, left = list(space.knobs), list(space.left_out)
-    passed = {r.param for r in rows if r.state is RewriteState.CHECKED and r.param}
+    passed = {(r.param, r.value) for r in rows if r.state is RewriteState.CHECKED and r.param}
+    choices: dict[str, list[KnobValue]] = {}
+    for c in candidates:  # a parameter's values that passed, in the candidates' order
+        if (c.param, c.value) in passed:
+            on = [placed[c.param]] if c.param in placed else list(c.choices[1:])
+            choices.setdefault(c.param, [None]).extend(
+                v for v in on if v not in choices.get(c.param, [])
+            )
     for row in rows:
-        if row.param is None:
-            continue
-        if row.param not in passed:
+        if row.param is not None and row.param not in choices:
             left.append(LeftOut(row.param, f"refused: {row.reason}"))
-            continue
-        on: str | bool = placed.get(row.param, True)
-        field = ONE_ITERATOR if row.param == ONE_ITERATOR else row.param.rpartition("/")[2]
-        knobs.append(Knob(row.param, field, row.site, (None, on), None, row.kind.label))
+    for param, values in choices.items():
+        site, field = split_knob(param)
+        label = next(r.kind.label for r in rows if r.param == param)
+        knobs.append(Knob(param, field, site, tuple(values), None, label))
+    passed_params = set(choices)
     caches = {c.site: c.param for c in candidates if c.kind is RewriteKind.CACHE}
     overridden = {
-        c.param: tuple(caches[s] for s in c.crosses if caches.get(s) in passed)
+        c.param: tuple(caches[s] for s in c.crosses if caches.get(s) in passed_params)
         for c in candidates
-        if c.kind is RewriteKind.ORDER and c.param in passed
+        if c.kind is RewriteKind.ORDER and c.param in passed_params
     }
     overridden = {k: v for k, v in overridden.items() if v}
     return replace(space, knobs=tuple(knobs), left_out=tuple(left), overridden_by=overridden)
@@ -205,6 +213,10 @@ def plan_rewrites(
     if pipeline is None:
         return RewritePlan((), space, considered=options.rewrites)
     candidates, rows = consider(pipeline.chain, pipeline.loop) if options.rewrites else ([], [])
+    if options.rewrites:
+        compiled = found.compiles[-1] if found.compiles else None
+        more, said = consider_compute(pipeline.loop, compiled, found.step_function)
+        candidates, rows = [*candidates, *more], [*rows, *said]
     trains = found.training
     where = (trains.site, trains.place) if trains else None
     unknown = bool(pipeline.chain) and pipeline.chain[-1].elements == UNKNOWN_LENGTH
@@ -270,6 +282,8 @@ def facts_of(found: Discovery, candidates: Sequence[Candidate]) -> RewriteFacts:
         fit=found.fits[-1] if fitted and found.fits else None,
         loop_place=found.training.place if found.training is not None else None,
         epoch_length=chain[-1].elements if chain and (chain[-1].elements or 0) > 0 else None,
+        compiled=found.compiles[-1] if fitted and found.compiles else None,
+        step=found.step_function,
     )
 
 
@@ -292,9 +306,15 @@ def rewrite_seeds(
 
 
 def _applied(config: Config, row: RewriteRow) -> bool:
-    """Whether `config` applies the rewrite of `row`."""
+    """Whether `config` applies the rewrite of `row` (at its value, where it has several)."""
     if row.kind is RewriteKind.ITERATOR:
         return bool(config.one_iterator)
+    if row.kind is RewriteKind.JIT_COMPILE:
+        return bool(config.jit_compile)
+    if row.kind is RewriteKind.STEPS_PER_EXECUTION:
+        return (config.steps_per_execution or 1) > 1
+    if row.kind is RewriteKind.COMPILE_STEP:
+        return config.compile_step is not None and config.compile_step == row.value
     site = config.site(row.site) if row.site is not None else None
     if site is None:
         return False
@@ -340,3 +360,28 @@ def _alone(space: SearchSpace, params: Mapping[str, KnobValue], param: str) -> b
 
 def _round(x: float | None, nd: int = 1) -> float | None:
     return None if x is None else round(x, nd)
+
+
+def step_limited(plan: RewritePlan, ceiling: Ceiling | None) -> RewritePlan:
+    """`plan` with its compute switches left out where the bound analysis found the input
+    pipeline the limit (the model alone far faster): a faster step would wait for it."""
+    if ceiling is None or ceiling.far_ahead != "model":
+        return plan
+    why = (
+        f"the input pipeline is the limit (pipeline alone "
+        f"{ceiling.pipeline_only_examples_per_s or 0:,.1f} examples/s, model alone "
+        f"{ceiling.model_only_examples_per_s or 0:,.1f}): a faster step would wait for it"
+    )
+    compute = {k.name for k in plan.space.knobs if k.field in COMPUTE_FIELDS}
+    if not compute or len(compute) == len(plan.space.knobs):  # nothing else to search
+        return plan
+    space = replace(
+        plan.space,
+        knobs=tuple(k for k in plan.space.knobs if k.name not in compute),
+        left_out=(*plan.space.left_out, *(LeftOut(n, why) for n in sorted(compute))),
+    )
+    rows = tuple(
+        replace(r, state=RewriteState.NOT_APPLICABLE, reason=why) if r.param in compute else r
+        for r in plan.rows
+    )
+    return replace(plan, space=space, rows=rows)

@@ -8,7 +8,10 @@
   right before the first map's;
 - one iterator in Keras ``fit``: ``x.repeat()`` with ``steps_per_epoch=N``, and the
   validation data likewise where its length is known (`RewriteFacts.fit`); a custom loop
-  has no one line to change: `iterator_snippet` says what to write.
+  has no one line to change: `iterator_snippet` says what to write;
+- the compute switches: Keras compile's ``jit_compile``, ``steps_per_execution`` and
+  ``run_eagerly`` set on its call; an eager step of a custom loop decorated with
+  ``@tf.function`` (``jit_compile=True`` for XLA) above its ``def``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tftune.tuner.config import CACHE_MEMORY, Config
-from tftune.tuner.rewrites import FitCall
-from tftune.tuner.source_edits import Edit, find_calls, keyword_added, span
+from tftune.tuner.config import CACHE_MEMORY, COMPILE_XLA, Config
+from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.source_edits import Edit, find_calls, keyword_added, span, tf_alias
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +35,8 @@ class RewriteFacts:
     fit: FitCall | None = None
     loop_place: str | None = None
     epoch_length: int | None = None
+    compiled: CompileCall | None = None  # the training model's Keras compile call
+    step: StepFunction | None = None  # the custom loop's eager step function
 
 
 def _line(site: str) -> tuple[str, int] | None:
@@ -45,7 +50,25 @@ def rewrite_files(config: Config, facts: RewriteFacts) -> set[str]:
     files |= {key.rpartition(":")[0] for key, s in config.sites.items() if s.shuffle_first}
     if config.one_iterator and facts.fit is not None and facts.fit.place:
         files.add(facts.fit.place.rpartition(":")[0])
+    for where in (_compile_place(config, facts), _step_site(config, facts)):
+        if where is not None:
+            files.add(where.rpartition(":")[0])
     return files
+
+
+def _compile_place(config: Config, facts: RewriteFacts) -> str | None:
+    """The Keras compile call the config's compute switches change, if any."""
+    switched = config.jit_compile is not None or config.steps_per_execution is not None
+    if facts.compiled is None or not (switched or config.compile_step is not None):
+        return None
+    return facts.compiled.place
+
+
+def _step_site(config: Config, facts: RewriteFacts) -> str | None:
+    """The ``def`` line of the eager step the config compiles, if any."""
+    if config.compile_step is None or facts.step is None or facts.compiled is not None:
+        return None
+    return facts.step.site
 
 
 def rewrite_edits(
@@ -72,7 +95,53 @@ def rewrite_edits(
         where = _line(fit.place)
         if where is not None and where[0] == rel:
             edits += _fit(tree, starts, where[1], fit)
+    place = _compile_place(config, facts)
+    if place is not None and (where := _line(place)) is not None and where[0] == rel:
+        edits += _compile(tree, starts, where[1], config)
+    step_site = _step_site(config, facts)
+    if step_site is not None and (where := _line(step_site)) is not None and where[0] == rel:
+        edits += _decorated(tree, source, starts, where[1], config)
     return edits
+
+
+def _compile(tree: ast.Module, starts: Sequence[int], line: int, config: Config) -> list[Edit]:
+    """Keras compile's compute arguments set on its call."""
+    calls = find_calls(tree, line, ("compile",))
+    if len(calls) != 1:
+        return []
+    call, wanted = calls[0], {}
+    if config.compile_step is not None:
+        wanted["run_eagerly"] = "False"
+        if config.compile_step == COMPILE_XLA:
+            wanted["jit_compile"] = "True"
+    if config.jit_compile is not None:
+        wanted["jit_compile"] = str(config.jit_compile)
+    if config.steps_per_execution is not None:
+        wanted["steps_per_execution"] = str(config.steps_per_execution)
+    edits = []
+    for name, text in wanted.items():
+        kw = next((k for k in call.keywords if k.arg == name), None)
+        if kw is not None:
+            edits.append(Edit(*span(kw.value, starts), text))
+        else:
+            edits.append(keyword_added(call, name, text, starts))
+    return edits
+
+
+def _decorated(
+    tree: ast.Module, source: bytes, starts: Sequence[int], line: int, config: Config
+) -> list[Edit]:
+    """``@tf.function`` (with XLA where the config says) above the step's ``def``."""
+    defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == line]
+    if len(defs) != 1:
+        return []
+    node = defs[0]
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    at = starts[first - 1]
+    indent = " " * node.col_offset
+    alias = tf_alias(tree)
+    xla = "(jit_compile=True)" if config.compile_step == COMPILE_XLA else ""
+    return [Edit(at, at, f"{indent}@{alias}.function{xla}\n")]
 
 
 def _cache(tree: ast.Module, starts: Sequence[int], line: int, where: str, key: str) -> list[Edit]:

@@ -29,9 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
+from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
 from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner.config import CACHE_MEMORY, Config, SiteConfig
+from tftune.tuner.config import CACHE_MEMORY, COMPILE_STEPS, Config
+from tftune.tuner.space import config_from_values
 
 # How the training loop iterates its dataset (`tuner.child.state.IterationInfo.loop`).
 LOOP_FIT = "fit"  # Keras fit, no steps_per_epoch given
@@ -41,10 +42,19 @@ LOOP_GRAPH = "graph"  # inside a tf.function
 LOOP_OTHER = "other"  # a library's (tf.distribute, Keras evaluate, ...)
 
 ONE_ITERATOR = "one_iterator"  # the study's parameter of the iterator rewrite
+JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP = (
+    "jit_compile",
+    "steps_per_execution",
+    "compile_step",
+)
 UNKNOWN_LENGTH = -2  # tf.data's cardinality of a dataset whose length it does not know
 CACHE_KNOB, ORDER_KNOB = "cache", "shuffle_first"
 # The knobs' fields that are rewrites (`tuner.config`: two per call site, one global).
-REWRITE_FIELDS = frozenset({CACHE_KNOB, ORDER_KNOB, ONE_ITERATOR})
+REWRITE_FIELDS = frozenset(
+    {CACHE_KNOB, ORDER_KNOB, ONE_ITERATOR, JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP}
+)
+# The compute switches among them: searched where the step, not the input, is the limit.
+COMPUTE_FIELDS = frozenset({JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP})
 # Stages a cache must stay above: an epoch sees them anew (shuffled, drawn, repeated, or
 # made by Python, whose generator may change between epochs).
 _BARRIERS = frozenset({"shuffle", "repeat", "generator", "distribute"})
@@ -89,21 +99,91 @@ class FitCall:
 
 
 @dataclass(frozen=True, slots=True)
+class CompileCall:
+    """A Keras ``compile`` call as the script made it: where, and its compute settings."""
+
+    place: str | None
+    run_eagerly: bool
+    jit_compile: bool | str | None  # True, False, "auto" (Keras' default), None: not read
+    steps_per_execution: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "place": self.place,
+            "run_eagerly": self.run_eagerly,
+            "jit_compile": self.jit_compile,
+            "steps_per_execution": self.steps_per_execution,
+        }
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> CompileCall:
+        jit = raw.get("jit_compile")
+        spe = raw.get("steps_per_execution")
+        place = raw.get("place")
+        return CompileCall(
+            place if isinstance(place, str) else None,
+            bool(raw.get("run_eagerly")),
+            jit if isinstance(jit, (bool, str)) else None,
+            spe if isinstance(spe, int) and not isinstance(spe, bool) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepFunction:
+    """The script's own function that applies its optimizer's update, as the first
+    update found it: its name and its ``def`` line (None: the update is in the loop's
+    own body), and whether it ran eagerly (not inside a ``tf.function``)."""
+
+    name: str | None
+    site: str | None
+    eager: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "site": self.site, "eager": self.eager}
+
+    @staticmethod
+    def from_json(raw: Mapping[str, Any]) -> StepFunction:
+        name, site = raw.get("name"), raw.get("site")
+        return StepFunction(
+            name if isinstance(name, str) else None,
+            site if isinstance(site, str) else None,
+            bool(raw.get("eager")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Candidate:
-    """A rewrite the pipeline allows, to be checked, then searched by `param`."""
+    """A rewrite the pipeline or the step allows, to be checked with `value`, then
+    searched by `param` over `choices` (off, then the values it may take)."""
 
     kind: RewriteKind
     site: str | None
     param: str
     crosses: tuple[str, ...] = ()  # order: the maps' sites the shuffle moves above
+    value: str | int | bool = True  # what the check applies (a cache: in memory)
 
-    def config(self, cache: str = CACHE_MEMORY) -> Config:
-        """The script as written with this rewrite alone (a cache `cache`)."""
-        if self.kind is RewriteKind.CACHE and self.site is not None:
-            return Config(sites={self.site: SiteConfig(cache=cache)})
-        if self.kind is RewriteKind.ORDER and self.site is not None:
-            return Config(sites={self.site: SiteConfig(shuffle_first=True)})
-        return Config(one_iterator=True)
+    @property
+    def choices(self) -> tuple[str | int | bool | None, ...]:
+        """Off, then what it searches: its value (several steps per call: any count)."""
+        if self.kind is RewriteKind.STEPS_PER_EXECUTION:
+            return (None, *STEPS_PER_EXECUTION_CHOICES)
+        return (None, self.value)
+
+    def config(self) -> Config:
+        """The script as written with this rewrite alone, at `value`."""
+        return config_from_values({self.param: self.value})
+
+    def row(
+        self,
+        state: RewriteState,
+        reason: str,
+        check: Equivalence | None = None,
+        cache_bytes: int | None = None,
+    ) -> RewriteRow:
+        """This candidate's row, where it stands."""
+        return RewriteRow(
+            self.kind, self.site, self.param, state, reason, check, cache_bytes, self.value
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,16 +191,25 @@ class Candidate:
             "site": self.site,
             "param": self.param,
             "crosses": list(self.crosses),
+            "value": self.value,
         }
 
     @staticmethod
     def from_json(raw: Mapping[str, Any]) -> Candidate:
+        value = raw.get("value", True)
         return Candidate(
             RewriteKind(raw["kind"]),
             raw.get("site"),
             str(raw["param"]),
             tuple(str(s) for s in raw.get("crosses") or ()),
+            value if isinstance(value, (str, int, bool)) else True,
         )
+
+
+# Steps per call searched, and the one the check runs (its equivalence does not depend on
+# how many: the same steps, looped inside one call).
+STEPS_PER_EXECUTION_CHOICES = (4, 16, 64)
+CHECK_STEPS_PER_EXECUTION = 4
 
 
 def consider(
@@ -186,7 +275,7 @@ def _cache(chain: Sequence[PipelineStage]) -> Candidate | RewriteRow | None:
     if sum(1 for s in chain if s.site == stage.site and s.kind in _MAPPING) > 1:
         why = f"{_line(stage.site)} holds two maps: a cache cannot be placed between them"
         return _row(RewriteKind.CACHE, stage.site, RewriteState.NOT_APPLICABLE, why)
-    return Candidate(RewriteKind.CACHE, stage.site, f"{stage.site}/{CACHE_KNOB}")
+    return Candidate(RewriteKind.CACHE, stage.site, f"{stage.site}/{CACHE_KNOB}", (), CACHE_MEMORY)
 
 
 def _orders(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
@@ -240,3 +329,31 @@ def _iterator(chain: Sequence[PipelineStage], loop: str | None) -> Candidate | R
         )
         return _row(RewriteKind.ITERATOR, None, RewriteState.NOT_APPLICABLE, why)
     return Candidate(RewriteKind.ITERATOR, None, ONE_ITERATOR)
+
+
+def consider_compute(
+    loop: str | None, compiled: CompileCall | None, step: StepFunction | None
+) -> tuple[list[Candidate], list[RewriteRow]]:
+    """The compute switches the training step allows: for Keras ``fit``, XLA and several
+    steps per call (or ``run_eagerly=False`` where the script set it); for the script's
+    own loop whose update runs eagerly in a function, that function compiled."""
+    kind, found, rows = RewriteKind.COMPILE_STEP, [], []
+    if loop in (LOOP_FIT, LOOP_FIT_STEPS) and compiled is not None:
+        if compiled.run_eagerly:
+            found += [Candidate(kind, compiled.place, COMPILE_STEP, (), h) for h in COMPILE_STEPS]
+        else:
+            if compiled.jit_compile is not True:
+                found.append(Candidate(RewriteKind.JIT_COMPILE, compiled.place, JIT_COMPILE))
+            if (compiled.steps_per_execution or 1) == 1:
+                spe, n = RewriteKind.STEPS_PER_EXECUTION, CHECK_STEPS_PER_EXECUTION
+                found.append(Candidate(spe, compiled.place, STEPS_PER_EXECUTION, (), n))
+    elif loop == LOOP_EAGER and step is not None and step.eager:
+        if step.name is not None:
+            found += [Candidate(kind, step.site, COMPILE_STEP, (), h) for h in COMPILE_STEPS]
+        else:
+            why = (
+                "the update runs eagerly in the loop's own body: move the step into a function "
+                "and decorate it with @tf.function"
+            )
+            rows.append(_row(kind, step.site, RewriteState.NOT_APPLICABLE, why))
+    return found, rows

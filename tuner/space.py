@@ -46,6 +46,9 @@ GLOBAL_KNOB_NAMES = (
     "autotune_cpu_budget",
     "autotune_ram_budget_mb",
     "one_iterator",
+    "jit_compile",
+    "steps_per_execution",
+    "compile_step",
 )
 AUTOTUNABLE_KNOBS = frozenset(
     {"num_parallel_calls", "cycle_length", "buffer_size", "final_prefetch"}
@@ -249,6 +252,8 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     mp = globals_.pop("mixed_precision", None)
     det = globals_.pop("deterministic", None)
     one = globals_.pop("one_iterator", None)
+    jit = globals_.pop("jit_compile", None)
+    how = globals_.pop("compile_step", None)
     ints: dict[str, int | None] = {}
     for name, value in globals_.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -259,6 +264,8 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
         mixed_precision=mp if isinstance(mp, str) else None,
         deterministic=det if isinstance(det, bool) else None,
         one_iterator=one if isinstance(one, bool) else None,
+        jit_compile=jit if isinstance(jit, bool) else None,
+        compile_step=how if isinstance(how, str) else None,
         data_service=service.service_from_values(values),
         **ints,  # type: ignore[arg-type]
     )

@@ -119,9 +119,7 @@ def _space_with_rewrites() -> tuple[SearchSpace, list[Candidate]]:
     sites = [CallSite("train.py:20", "map", (), SiteConfig(), None, 1)]
     space = build_space(sites, cores=2)
     found, _ = consider((SRC, TOKENIZE, SHUFFLE, BATCH), LOOP_EAGER)
-    rows = [
-        RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, "ok", None, 10**6) for c in found
-    ]
+    rows = [c.row(RewriteState.CHECKED, "ok", None, 10**6) for c in found]
     return with_rewrites(space, rows, {"train.py:20/cache": CACHE_MEMORY}, found), found
 
 
@@ -252,3 +250,81 @@ def test_one_iterator_in_a_custom_loop_is_a_snippet() -> None:
     assert "it = iter(ds.repeat())" in snippet and "range(63)" in snippet
     fitted = RewriteFacts(fit=FitCall("train.py:7", 63, None, False, False))
     assert "iter(" not in globals_snippet(Config(one_iterator=True), facts=fitted)
+
+
+def test_the_compute_switches_each_loop_allows() -> None:
+    from tftune.tuner.rewrites import (
+        LOOP_FIT_STEPS,
+        CompileCall,
+        StepFunction,
+        consider_compute,
+    )
+
+    graph = CompileCall("train.py:30", False, "auto", 1)
+    found, rows = consider_compute(LOOP_FIT, graph, None)
+    assert {c.param for c in found} == {"jit_compile", "steps_per_execution"} and rows == []
+    spe = next(c for c in found if c.param == "steps_per_execution")
+    assert spe.choices == (None, 4, 16, 64) and spe.config().steps_per_execution == 4
+    done = CompileCall("train.py:30", False, True, 16)
+    assert consider_compute(LOOP_FIT_STEPS, done, None) == ([], [])
+    eager = CompileCall("train.py:30", True, "auto", 1)
+    graph_mode, xla = consider_compute(LOOP_FIT, eager, None)[0]  # each checked on its own
+    assert {graph_mode.param, xla.param} == {"compile_step"}
+    assert (graph_mode.value, xla.value) == ("function", "xla")
+    own = StepFunction("train_step", "train.py:51", True)
+    step, _ = consider_compute(LOOP_EAGER, None, own)[0]
+    assert step.config().compile_step == "function" and step.site == "train.py:51"
+    inline = StepFunction(None, "train.py:70", True)
+    found, rows = consider_compute(LOOP_EAGER, None, inline)
+    assert found == [] and rows[0].state is RewriteState.NOT_APPLICABLE
+    compiled = StepFunction("train_step", "train.py:51", False)  # already a tf.function
+    assert consider_compute(LOOP_EAGER, None, compiled) == ([], [])
+
+
+STEP_SCRIPT = """\
+import keras
+import tensorflow as tf
+
+model.compile(optimizer="adam", loss="mse", jit_compile=False)
+
+
+# @tf.function
+def train_step(x, y):
+    return x
+"""
+
+
+def test_the_compute_switches_are_written_where_the_script_sets_them(tmp_path: Path) -> None:
+    from tftune.tuner.rewrites import CompileCall, StepFunction
+
+    script = tmp_path / "train.py"
+    script.write_text(STEP_SCRIPT)
+    keras_facts = RewriteFacts(compiled=CompileCall("train.py:4", False, False, 1))
+    config = Config(jit_compile=True, steps_per_execution=16)
+    ((_, after),) = rewrite_sources(script, config, keras_facts).values()
+    assert (
+        'model.compile(optimizer="adam", loss="mse", jit_compile=True, steps_per_execution=16)'
+        in after
+    )
+    loop_facts = RewriteFacts(step=StepFunction("train_step", "train.py:8", True))
+    ((_, after),) = rewrite_sources(script, Config(compile_step="xla"), loop_facts).values()
+    assert "# @tf.function\n@tf.function(jit_compile=True)\ndef train_step(x, y):" in after
+
+
+def test_a_switch_searches_the_values_that_passed_their_check() -> None:
+    """compile_step is checked at "function" and at "xla" apart: where XLA changes the
+    loss, only the tf.function is searched, and the XLA row says why not."""
+    from tftune.tuner.rewrites import StepFunction, consider_compute
+
+    space = build_space([CallSite("train.py:20", "map", (), SiteConfig(), None, 1)], cores=2)
+    found, _ = consider_compute(LOOP_EAGER, None, StepFunction("step", "train.py:9", True))
+    function, xla = found
+    rows = [function.row(RewriteState.CHECKED, "ok"), xla.row(RewriteState.REFUSED, "differs")]
+    out = with_rewrites(space, rows, {}, found)
+    assert out.knob("compile_step").choices == (None, "function")
+    both = [function.row(RewriteState.CHECKED, "ok"), xla.row(RewriteState.CHECKED, "ok")]
+    assert with_rewrites(space, both, {}, found).knob("compile_step").choices == (
+        None,
+        "function",
+        "xla",
+    )

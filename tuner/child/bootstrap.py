@@ -38,7 +38,7 @@ from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.patcher import Patcher
 from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
 from tftune.tuner.config import config_from_json
-from tftune.tuner.rewrites import FitCall
+from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 # A warm spare (`tuner/trial/spare.py`): the modules to import before the spec exists
@@ -147,6 +147,12 @@ class _Discovery:
 
     def fit(self, call: FitCall) -> None:
         self._write({"kind": "fit", **call.to_json()})
+
+    def compile(self, call: CompileCall) -> None:
+        self._write({"kind": "compile", **call.to_json()})
+
+    def step_function(self, step: StepFunction) -> None:
+        self._write({"kind": "step_function", **step.to_json()})
 
     def _write(self, row: dict[str, Any]) -> None:
         with self._lock:
@@ -271,6 +277,8 @@ def _wire(
         hooks.on_training = discovery.training
         hooks.on_start = discovery.started
         hooks.on_fit = discovery.fit
+        hooks.on_compile = discovery.compile
+        hooks.on_step_function = discovery.step_function
         patcher.instrument_clock = True
         _PostImportHook.when_imported("keras", lambda m: discovery.keras(m.__name__))
     elif mode == "measure" and writer is not None:

@@ -26,21 +26,17 @@ from __future__ import annotations
 
 import collections
 import inspect
-import json
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import Any
 
 from tftune.core.tuning_rewrites import (
-    CheckReport,
     Equivalence,
     RewriteKind,
     RewriteRow,
     RewriteState,
 )
-from tftune.core.userfiles import write_text_atomic
 from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import finite_length
 from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay
@@ -286,7 +282,7 @@ class Checker:
         size = _cache_bytes(a, target, self.iterate)
         check = replace(result, how="in order, on two passes")
         what = f"cache() after the map at {c.site}"
-        return RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, what, check, size)
+        return c.row(RewriteState.CHECKED, what, check, size)
 
     def order(self, c: Candidate, deadline: float) -> RewriteRow:
         assert c.site is not None
@@ -302,7 +298,7 @@ class Checker:
             return _refused(c, f"the moved shuffle's outputs differ: {result.detail}", result)
         maps = ", ".join(s.rsplit(":", 1)[-1] for s in c.crosses)
         what = f"the shuffle at {c.site} moved above the map(s) at line {maps}"
-        return RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, what, result)
+        return c.row(RewriteState.CHECKED, what, result)
 
     def iterator(self, c: Candidate, deadline: float) -> RewriteRow:
         length = finite_length(self.ds)
@@ -332,7 +328,7 @@ class Checker:
             result = replace(result, how="in order, across an epoch's end")
         check = result
         what = f"one iterator across epochs of {length} elements"
-        return RewriteRow(c.kind, c.site, c.param, RewriteState.CHECKED, what, check)
+        return c.row(RewriteState.CHECKED, what, check)
 
 
 def _shapes(elements: Sequence[Leaves]) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
@@ -341,7 +337,7 @@ def _shapes(elements: Sequence[Leaves]) -> list[tuple[tuple[str, tuple[int, ...]
 
 
 def _refused(c: Candidate, why: str, check: Equivalence | None = None) -> RewriteRow:
-    return RewriteRow(c.kind, c.site, c.param, RewriteState.REFUSED, why, check)
+    return c.row(RewriteState.REFUSED, why, check)
 
 
 # Counting a pass's elements where tf.data does not know them gives up after this long.
@@ -402,29 +398,3 @@ def pass_length(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int | 
         if time.monotonic() > deadline:
             return None
     return count
-
-
-def run_check(patcher: Any, ds: Any, info: Any, spec: CheckSpec, iterate: Any) -> NoReturn:
-    """Check each candidate on `ds` (module docstring), write one row per candidate to
-    `spec.out` as it goes, then leave without running the script's training."""
-    import tensorflow as tf
-
-    from tftune.tuner.child.state import Hooks
-
-    def write(report: CheckReport) -> None:
-        write_text_atomic(spec.out, json.dumps(report.to_json()))
-
-    if tf.inside_function():
-        why = "the training dataset is iterated inside a tf.function: it cannot be read here"
-        write(CheckReport(tuple(_refused(c, why) for c in spec.candidates)))
-        os._exit(0)
-    hooks, patcher.hooks = patcher.hooks, Hooks()  # replayed calls are no new sites
-    examples = None if finite_length(ds) is not None else pass_examples(ds, iterate)
-    rows: list[RewriteRow] = []
-    write(CheckReport((), examples))
-    checker = Checker(patcher, ds, bool(info.batched), iterate)
-    for candidate in spec.candidates:
-        rows.append(checker.run(candidate, spec.seconds))
-        write(CheckReport(tuple(rows), examples))
-    patcher.hooks = hooks
-    os._exit(0)

@@ -14,13 +14,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import sys
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
+from tftune.tuner.child.compute import (
+    compile_arguments,
+    compile_call,
+    compile_in_place,
+    step_function,
+)
 from tftune.tuner.child.datasets import DatasetOps
 from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
 from tftune.tuner.child.state import Hooks
@@ -75,6 +82,9 @@ class KerasPatches(DatasetOps):
             if self.config.one_iterator:  # the rewrite: one iterator across epochs
                 for change in one_iterator_fit(bound.arguments):
                     self.hooks.notes.append(f"fit trains with one iterator: {change}")
+            run = self.check_run
+            if run is not None and self._is_training_fit(sys._getframe(1)):
+                run.at_fit(model, bound.arguments, original_fit, model_cls.compile)
             given_steps = bound.arguments.get("steps_per_epoch") is not None
             outer, self.in_fit = self.in_fit, LOOP_FIT_STEPS if given_steps else LOOP_FIT
             try:
@@ -84,6 +94,33 @@ class KerasPatches(DatasetOps):
 
         fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
         model_cls.fit = fit
+        self._patch_compile(model_cls)
+
+    def _patch_compile(self, model_cls: Any) -> None:
+        """``Model.compile``: reported (discovery), with the config's compute switches
+        (tuner/child/compute.py)."""
+        original = getattr(model_cls.compile, "__tftune_original__", model_cls.compile)
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(model, *args, **kwargs)
+            except TypeError:
+                return original(model, *args, **kwargs)
+            if self.hooks.on_compile is not None:
+                where = self.site_of(sys._getframe(1))
+                self.hooks.on_compile(compile_call(bound.arguments, where))
+            with contextlib.suppress(AttributeError):  # as written: the check run's
+                model._tftune_compiled_with = {
+                    k: v for k, v in bound.arguments.items() if k not in ("self", "model")
+                }
+            for change in compile_arguments(bound.arguments, self.config):
+                self.hooks.notes.append(f"compile with {change}")
+            return original(*bound.args, **bound.kwargs)
+
+        compile.__tftune_original__ = original  # type: ignore[attr-defined]
+        model_cls.compile = compile
 
     def _patch_py_dataset(self, module: ModuleType) -> None:
         """A Keras ``PyDataset`` is a call site: its ``__init__`` takes `workers`,
@@ -117,6 +154,9 @@ class KerasPatches(DatasetOps):
             if self.hooks.on_nan is not None:
                 given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
                 watch.add(optimizer, given)
+            if optimizer not in self.optimizers:
+                self.optimizers.append(optimizer)
+            self._eager_update(sys._getframe(1))
             result = original(optimizer, *args, **kwargs)
             if self.instrument_clock:
                 self.roles.update()
@@ -124,6 +164,31 @@ class KerasPatches(DatasetOps):
 
         apply.__tftune_original__ = original  # type: ignore[attr-defined]
         owner.apply = apply
+
+    def _is_training_fit(self, frame: FrameType | None) -> bool:
+        """Whether a ``fit`` called from `frame` trains on the training data discovery
+        found (its place is the fit call's line)."""
+        at = self.training_at
+        return at is None or at[1] is None or self.site_of(frame) == at[1]
+
+    def _eager_update(self, frame: FrameType | None) -> None:
+        """The first update applied eagerly: the script's own function around it is
+        reported (discovery) and, with ``compile_step``, compiled for its next call."""
+        import tensorflow as tf
+
+        if self._eager_step_seen or tf.inside_function():
+            return
+        self._eager_step_seen = True
+        step, where = step_function(frame, self.site_of)
+        if self.hooks.on_step_function is not None:
+            self.hooks.on_step_function(step)
+        if self.check_run is not None:
+            self.check_run.at_step(where, step.name, self.optimizers)
+        how, name = self.config.compile_step, step.name
+        if how is None or where is None or name is None:
+            return
+        if compile_in_place(where, name, how):
+            self.hooks.notes.append(f"compiled the step {name} ({how})")
 
 
 def _nan_callback(base: type, hooks: Hooks) -> Any:

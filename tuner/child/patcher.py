@@ -33,9 +33,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tftune.tuner.child.check_run import CheckRun
 from tftune.tuner.child.datasets import _DATASET_METHODS
 from tftune.tuner.child.distribute import DistributePatches
-from tftune.tuner.child.equivalence import CHECK_META_KEY
+from tftune.tuner.child.equivalence import check_spec
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.keras_fit import KerasPatches
 from tftune.tuner.child.roles import is_trainable_float
@@ -80,8 +81,13 @@ class Patcher(KerasPatches, DistributePatches):
 
         self._prefixes = _internal_prefixes()
         cls = dataset_ops.DatasetV2
+        check = check_spec(self.config)
+        if check is not None:  # tftune optimize's check run (tuner/child/check_run.py)
+            self.check_run = CheckRun(
+                self, check, getattr(cls.__iter__, "__tftune_original__", cls.__iter__)
+            )
         # The pipeline screen and the equivalence check rebuild datasets.
-        if SCREEN_META_KEY in self.config.meta or CHECK_META_KEY in self.config.meta:
+        if SCREEN_META_KEY in self.config.meta or check is not None:
             self.recording = True
             record_methods()
         for op in _DATASET_METHODS:

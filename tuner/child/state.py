@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 from tftune.probes.epoch_stall import PipelineStage
 from tftune.probes.service_sizing import CpuUsage
@@ -25,7 +25,7 @@ from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
 from tftune.tuner.config import Config, SiteConfig
-from tftune.tuner.rewrites import FitCall
+from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,29 @@ class Hooks:
     on_start: Callable[[int], None] | None = None
     # A Keras fit call, as the script made it (discovery: the one-iterator rewrite).
     on_fit: Callable[[FitCall], None] | None = None
+    # A Keras compile call, and the function that applies the first update eagerly
+    # (discovery: the compute switches).
+    on_compile: Callable[[CompileCall], None] | None = None
+    on_step_function: Callable[[StepFunction], None] | None = None
     notes: list[str] = field(default_factory=list)
+
+
+class CheckPoints(Protocol):
+    """Where the patches hand the check run its places (tuner/child/check_run.py)."""
+
+    def at_dataset(self, ds: Any, batched: bool, then_leave: bool = True) -> None: ...
+
+    def at_fit(
+        self,
+        model: Any,
+        arguments: MutableMapping[str, Any],
+        fit: Callable[..., Any],
+        compile_: Callable[..., Any],
+    ) -> NoReturn: ...
+
+    def at_step(
+        self, where: MutableMapping[str, Any] | None, name: str | None, optimizers: Sequence[Any]
+    ) -> None: ...
 
 
 class PatcherState:
@@ -124,6 +146,10 @@ class PatcherState:
         # fit (with or without steps_per_epoch), or from the script's own frame.
         self.in_fit: str | None = None
         self.user_iter = False
+        self._eager_step_seen = False  # the first eager update was looked at
+        self.optimizers: list[Any] = []  # the Keras optimizers that applied updates
+        # tftune optimize's check run (tuner/child/check_run.py), where the config asks.
+        self.check_run: CheckPoints | None = None
         self._prefixes: tuple[str, ...] = ()
         self._streams = 0
         self._lock = threading.Lock()

@@ -30,7 +30,6 @@ from tftune.tuner.child.datasets import (
     _tag,
     apply_globals,
 )
-from tftune.tuner.child.equivalence import check_spec, run_check
 from tftune.tuner.child.lineage import describe, is_per_device, pipeline_chain
 from tftune.tuner.child.rewrite_apply import EpochView, epoch_view, finite_length
 from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_spec, unscreenable
@@ -127,9 +126,8 @@ class Streams(DatasetOps, StepClock):
         """What `tftune optimize` runs on the training dataset before its study, each in
         a run of its own that leaves after it: the rewrites' equivalence check
         (tuner/child/equivalence.py) and the pipeline screen (tuner/child/screen_drain.py)."""
-        check = check_spec(self.config)
-        if check is not None:
-            run_check(self, ds, info, check, _original_iter())
+        if self.check_run is not None:
+            self.check_run.at_dataset(ds, bool(info.batched))
         screen = screen_spec(self.config)
         if screen is not None:
             run_screen(self, ds, info, screen, _original_iter(), apply_globals)

@@ -21,7 +21,7 @@ from tftune.probes.epoch_stall import PipelineStage, chain_from_json
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig, config_from_json
-from tftune.tuner.rewrites import FitCall
+from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
 from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
@@ -98,6 +98,9 @@ class Discovery:
     # every run of the script pays before its first training step. None: not seen.
     preamble_s: float | None = None
     fits: tuple[FitCall, ...] = ()  # the Keras fit calls made (the training one last)
+    compiles: tuple[CompileCall, ...] = ()  # the Keras compile calls made
+    # The script's function that applied the first update eagerly (None: none did).
+    step_function: StepFunction | None = None
 
     @property
     def found(self) -> bool:
@@ -229,6 +232,8 @@ def parse_discovery(
     calls: dict[tuple[str, str], int] = {}
     pipelines: list[IteratedPipeline] = []
     fits: list[FitCall] = []
+    compiles: list[CompileCall] = []
+    step: StepFunction | None = None
     uses_keras = False
     started: int | None = None
     preamble_s: float | None = None
@@ -252,6 +257,10 @@ def parse_discovery(
             uses_keras = True
         elif kind == "fit":
             fits.append(FitCall.from_json(row))
+        elif kind == "compile":
+            compiles.append(CompileCall.from_json(row))
+        elif kind == "step_function":
+            step = StepFunction.from_json(row)
     return Discovery(
         script,
         tuple(_call_site(row, calls[key]) for key, row in sites.items()),
@@ -264,6 +273,8 @@ def parse_discovery(
         waited_s,
         preamble_s=preamble_s,
         fits=tuple(fits),
+        compiles=tuple(compiles),
+        step_function=step,
     )
 
 
