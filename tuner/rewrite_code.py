@@ -221,12 +221,19 @@ def _fit(tree: ast.Module, starts: Sequence[int], line: int, fit: FitCall) -> li
     x = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "x"), None)
     if x is not None and fit.x_elements and not fit.steps_given:
         edits += _repeated(x, starts)
-        edits.append(keyword_added(call, "steps_per_epoch", str(fit.x_elements), starts))
+        edits.append(keyword_added(call, "steps_per_epoch", _length(x, fit.x_elements), starts))
     val = next((k.value for k in call.keywords if k.arg == "validation_data"), None)
     if val is not None and fit.validation_elements and not fit.validation_steps_given:
         edits += _repeated(val, starts)
-        edits.append(keyword_added(call, "validation_steps", str(fit.validation_elements), starts))
+        steps = _length(val, fit.validation_elements)
+        edits.append(keyword_added(call, "validation_steps", steps, starts))
     return edits
+
+
+def _length(expr: ast.expr, elements: int) -> str:
+    """An epoch's steps as code: ``len(ds)`` for a dataset named by a variable (right at
+    any batch size), else the count measured at the script's own."""
+    return f"len({expr.id})" if isinstance(expr, ast.Name) else str(elements)
 
 
 def iterator_snippet(config: Config, facts: RewriteFacts) -> list[str]:
@@ -234,12 +241,13 @@ def iterator_snippet(config: Config, facts: RewriteFacts) -> list[str]:
     script changes: its loop takes another shape)."""
     if not config.one_iterator or facts.fit is not None:
         return []
-    n = facts.epoch_length or "steps_per_epoch"
     at = f" (the loop at {facts.loop_place})" if facts.loop_place else ""
+    written = f", {facts.epoch_length} as written" if facts.epoch_length else ""
     return [
-        f"# one iterator across epochs{at}: each epoch reads {n} elements from it",
+        f"# one iterator across epochs{at}: each epoch reads one pass's elements from it",
+        f"steps_per_epoch = len(ds)  # before repeat(){written}",
         "it = iter(ds.repeat())",
         "for epoch in range(epochs):",
-        f"    for step in range({n}):",
+        "    for step in range(steps_per_epoch):",
         "        element = next(it)",
     ]

@@ -226,7 +226,7 @@ def test_the_diff_writes_each_rewrite_on_the_users_own_lines(tmp_path: Path) -> 
     assert "other = ds.map(f).cache('/c/tftune-cache-train.py-8').batch(8)" in after
     assert (
         "model.fit(ds.repeat(), validation_data=val_ds.repeat(), epochs=3, "
-        "steps_per_epoch=63, validation_steps=10)" in after
+        "steps_per_epoch=len(ds), validation_steps=len(val_ds))" in after
     )
     moved = Config(sites={"train.py:5": SiteConfig(shuffle_first=True)})
     facts = RewriteFacts(crosses={"train.py:5": ("train.py:4",)})
@@ -247,7 +247,8 @@ def test_a_shuffle_in_a_chain_moves_inside_the_chain(tmp_path: Path) -> None:
 def test_one_iterator_in_a_custom_loop_is_a_snippet() -> None:
     facts = RewriteFacts(loop_place="train.py:40", epoch_length=63)
     snippet = globals_snippet(Config(one_iterator=True), facts=facts)
-    assert "it = iter(ds.repeat())" in snippet and "range(63)" in snippet
+    assert "it = iter(ds.repeat())" in snippet and "range(steps_per_epoch)" in snippet
+    assert "len(ds)  # before repeat(), 63 as written" in snippet
     fitted = RewriteFacts(fit=FitCall("train.py:7", 63, None, False, False))
     assert "iter(" not in globals_snippet(Config(one_iterator=True), facts=fitted)
 
