@@ -34,6 +34,13 @@ from tftune.probes.epoch_stall import PipelineStage
 from tftune.tuner.config import CACHE_MEMORY, COMPILE_STEPS, Config
 from tftune.tuner.space import config_from_values
 
+# An epoch of more steps than this makes one iterator for too many steps to matter.
+ITERATOR_MAX_STEPS = 10_000
+# A cache of more elements than this fills over a pass no trial sees the end of (the
+# check also refuses one whose first pass it measures at over `CACHE_FILL_MAX_S`).
+CACHE_MAX_ELEMENTS = 10_000_000
+CACHE_FILL_MAX_S = 300.0
+
 # How the training loop iterates its dataset (`tuner.child.state.IterationInfo.loop`).
 LOOP_FIT = "fit"  # Keras fit, no steps_per_epoch given
 LOOP_FIT_STEPS = "fit_steps"  # Keras fit given steps_per_epoch
@@ -275,6 +282,12 @@ def _cache(chain: Sequence[PipelineStage]) -> Candidate | RewriteRow | None:
     if sum(1 for s in chain if s.site == stage.site and s.kind in _MAPPING) > 1:
         why = f"{_line(stage.site)} holds two maps: a cache cannot be placed between them"
         return _row(RewriteKind.CACHE, stage.site, RewriteState.NOT_APPLICABLE, why)
+    if (stage.elements or 0) > CACHE_MAX_ELEMENTS:
+        why = (
+            f"a pass holds {stage.elements:,} elements: a cache would fill over one pass that "
+            "no trial sees the end of"
+        )
+        return _row(RewriteKind.CACHE, stage.site, RewriteState.REFUSED, why)
     return Candidate(RewriteKind.CACHE, stage.site, f"{stage.site}/{CACHE_KNOB}", (), CACHE_MEMORY)
 
 
@@ -320,8 +333,8 @@ def _iterator(chain: Sequence[PipelineStage], loop: str | None) -> Candidate | R
             return _row(RewriteKind.ITERATOR, None, RewriteState.NOT_APPLICABLE, why)
         return None
     elements = chain[-1].elements
-    if elements == -1:
-        return None  # repeated already: one iterator
+    if elements == -1 or (elements or 0) > ITERATOR_MAX_STEPS:
+        return None  # repeated already, or an iterator's making is nothing over an epoch
     if elements is None or elements < 1:
         why = (
             "the epoch's length is unknown to tf.data (a filter, a text reader, a "

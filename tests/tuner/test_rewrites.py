@@ -329,3 +329,17 @@ def test_a_switch_searches_the_values_that_passed_their_check() -> None:
         "function",
         "xla",
     )
+
+
+def test_a_pass_too_long_to_see_the_end_of_gets_no_cache_and_no_iterator() -> None:
+    """A source of 100 million elements (the bench's cases): a cache would fill over a
+    pass no trial ends, and one iterator a pass makes is nothing; both are decided from
+    the pipeline alone, so no check run is spent on them."""
+    huge = PipelineStage("source", None, elements=100_000_000)
+    read = PipelineStage("map", "train.py:20", python=True, elements=100_000_000)
+    batch = PipelineStage("batch", "train.py:21", elements=12_500_000)
+    found, rows = consider((huge, read, batch), LOOP_EAGER)
+    assert found == []
+    (row,) = rows
+    assert row.kind is RewriteKind.CACHE and row.state is RewriteState.REFUSED
+    assert "100,000,000 elements" in row.reason

@@ -41,7 +41,7 @@ from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import finite_length
 from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay
 from tftune.tuner.config import Config
-from tftune.tuner.rewrites import Candidate
+from tftune.tuner.rewrites import CACHE_FILL_MAX_S, Candidate
 
 CHECK_META_KEY = "tftune_check"
 # At least this many examples are compared, and at least `CHECK_BATCHES` elements.
@@ -265,7 +265,9 @@ class Checker:
             return _refused(c, f"the map at {c.site} was not found in the training pipeline")
         first = self._take(self.rebuild(target, Config()), CHECK_BATCHES, deadline)
         n = wanted(first, bool(is_batched(target)))
+        began = time.monotonic()
         a = self._take(self.rebuild(target, Config()), n, deadline)
+        per_element_s = (time.monotonic() - began) / max(1, len(a))
         b = self._take(self.rebuild(target, Config()), n, deadline)
         result = compare(a, b, multiset=False)
         if not result.passed:
@@ -279,7 +281,14 @@ class Checker:
         again = compare(a, cached, multiset=False)
         if not again.passed:
             return _refused(c, f"the cached pipeline differs: {again.detail}", again)
-        size = _cache_bytes(a, target, self.iterate)
+        size, length = _cache_bytes(a, target, self.iterate)
+        fill_s = per_element_s * length if length is not None else None
+        if fill_s is not None and fill_s > CACHE_FILL_MAX_S:
+            why = (
+                f"its first pass, which fills it, would take about {fill_s:,.0f} s "
+                f"({length:,} elements): no trial could see past it"
+            )
+            return c.row(RewriteState.REFUSED, why, result, size)
         check = replace(result, how="in order, on two passes")
         what = f"cache() after the map at {c.site}"
         return c.row(RewriteState.CHECKED, what, check, size)
@@ -346,14 +355,17 @@ CHECK_COUNT_S = 15.0
 _ONE_TO_ONE = ("Map", "Prefetch", "Options", "Cache", "Shuffle", "Enumerate")
 
 
-def _cache_bytes(sample: Sequence[Leaves], target: Any, iterate: Any) -> int | None:
+def _cache_bytes(
+    sample: Sequence[Leaves], target: Any, iterate: Any
+) -> tuple[int | None, int | None]:
     """What a cache of the whole pass holds: bytes per element of `sample` times the
-    elements of a pass (`pass_length`; None where they cannot be known)."""
-    if not sample:
-        return None
-    per = sum(nbytes(e) for e in sample) / len(sample)
+    elements of a pass (`pass_length`), and those elements (None where they cannot be
+    known)."""
     n = pass_length(target, iterate)
-    return int(per * n) if n is not None else None
+    if not sample or n is None:
+        return None, n
+    per = sum(nbytes(e) for e in sample) / len(sample)
+    return int(per * n), n
 
 
 _BATCHES = ("BatchDataset", "PaddedBatchDataset", "MapAndBatchDataset")
