@@ -58,7 +58,8 @@ UNEXPLAINED = "unexplained"
 class PipelineStage:
     """One transformation of the training pipeline, source first."""
 
-    # map | shuffle | cache | batch | prefetch | repeat | interleave | source | other, and
+    # map | shuffle | cache | batch | padded_batch | prefetch | repeat | interleave | source
+    # | other, and
     # distribute: tf.distribute splits the pipeline across replicas (the last stage);
     # generator: a Python generator's elements (`from_generator`, Keras' PyDataset).
     kind: str

@@ -20,11 +20,12 @@ File format (schema 1)::
 ``data_service`` (optional) is the tf.data service, see `tftune.tuner.service`.
 
 Rewrites (`tftune.tuner.rewrites`) change a pipeline's shape and are written only where
-set: per call site, ``"cache": "memory"`` (or a folder for a file cache) inserts
-``cache()`` right after the map at that line, and ``"shuffle_first": true`` moves the
-shuffle at that line above the maps directly before it; globally, ``"one_iterator": true``
-keeps one iterator over the training dataset across epochs. Compute switches are
-global and written only where set too: ``"jit_compile": true`` and
+set. Per call site: ``"cache": "memory"`` (or a folder for a file cache) inserts
+``cache()`` right after the map at that line; ``"shuffle_first": true`` moves the
+shuffle at that line above the maps directly before it; ``"vectorize": "batch"`` (or
+``"vectorized_map"``) makes the map at that line over batches. Globally,
+``"one_iterator": true`` keeps one iterator over the training dataset across epochs.
+Compute switches are global and written only where set too: ``"jit_compile": true`` and
 ``"steps_per_execution": 16`` for Keras ``compile``, ``"compile_step": "function"`` (or
 ``"xla"``) for a step that runs eagerly.
 """
@@ -66,6 +67,9 @@ class SiteConfig:
     # this line moved above the maps directly before it.
     cache: str | None = None
     shuffle_first: bool | None = None
+    # The map at this line made over batches (`VECTORIZE_BATCH`: its function as it is,
+    # `VECTORIZE_PFOR`: through tf.vectorized_map): map(f).batch(b) as batch(b).map(f).
+    vectorize: str | None = None
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
@@ -82,6 +86,9 @@ SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
 BOOL_SITE_KNOBS = frozenset({"use_multiprocessing", "shuffle_first"})
 # A cache in memory; any other value of the `cache` knob is the folder of a file cache.
 CACHE_MEMORY = "memory"
+# How a map is made over batches: its own function, or through tf.vectorized_map.
+VECTORIZE_BATCH, VECTORIZE_PFOR = "batch", "vectorized_map"
+VECTORIZE_WAYS = (VECTORIZE_BATCH, VECTORIZE_PFOR)
 # How an eagerly run step is compiled: a tf.function, or one with XLA.
 COMPILE_FUNCTION, COMPILE_XLA = "function", "xla"
 COMPILE_STEPS = (COMPILE_FUNCTION, COMPILE_XLA)
@@ -202,6 +209,11 @@ def _parse_site_knob(where: str, name: str, raw: object) -> int | bool | str | N
         raise ConfigError(f"{where}: {name} must be true, false or null, got {raw!r}")
     if name == "cache":
         return parse_cache(where, raw)
+    if name == "vectorize":
+        if raw is None or (isinstance(raw, str) and raw in VECTORIZE_WAYS):
+            return raw
+        ways = " or ".join(map(repr, VECTORIZE_WAYS))
+        raise ConfigError(f"{where}: vectorize must be {ways} or null, got {raw!r}")
     return _parse_knob(where, name, raw)
 
 

@@ -318,6 +318,8 @@ def _applied(config: Config, row: RewriteRow) -> bool:
     site = config.site(row.site) if row.site is not None else None
     if site is None:
         return False
+    if row.kind is RewriteKind.VECTORIZE:
+        return site.vectorize is not None and site.vectorize == row.value
     return bool(site.cache) if row.kind is RewriteKind.CACHE else bool(site.shuffle_first)
 
 

@@ -6,6 +6,8 @@
   reassign one name (``ds = ds.map(f)`` then ``ds = ds.shuffle(n)``), the shuffle's
   statement moves above the maps; else ``.shuffle(...)`` leaves its call and goes in
   right before the first map's;
+- a map made over batches: the batch after it moved above it (statements or a chain,
+  as for a shuffle), its function through ``tf.vectorized_map`` where that is the way;
 - one iterator in Keras ``fit``: ``x.repeat()`` with ``steps_per_epoch=N``, and the
   validation data likewise where its length is known (`RewriteFacts.fit`); a custom loop
   has no one line to change: `iterator_snippet` says what to write;
@@ -20,9 +22,9 @@ import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tftune.tuner.config import CACHE_MEMORY, COMPILE_XLA, Config
+from tftune.tuner.config import CACHE_MEMORY, COMPILE_XLA, VECTORIZE_PFOR, Config
 from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
-from tftune.tuner.source_edits import Edit, find_calls, keyword_added, span, tf_alias
+from tftune.tuner.source_edits import Edit, find_calls, keyword_added, op_of, span, tf_alias
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +48,11 @@ def _line(site: str) -> tuple[str, int] | None:
 
 def rewrite_files(config: Config, facts: RewriteFacts) -> set[str]:
     """The files the rewrites of `config` edit (relative paths)."""
-    files = {key.rpartition(":")[0] for key, s in config.sites.items() if s.cache}
-    files |= {key.rpartition(":")[0] for key, s in config.sites.items() if s.shuffle_first}
+    files = {
+        key.rpartition(":")[0]
+        for key, s in config.sites.items()
+        if s.cache or s.shuffle_first or s.vectorize
+    }
     if config.one_iterator and facts.fit is not None and facts.fit.place:
         files.add(facts.fit.place.rpartition(":")[0])
     for where in (_compile_place(config, facts), _step_site(config, facts)):
@@ -90,6 +95,8 @@ def rewrite_edits(
         if site.shuffle_first:
             lines = [w[1] for s in facts.crosses.get(key, ()) if (w := _line(s)) and w[0] == rel]
             edits += _moved_shuffle(tree, source, starts, where[1], lines)
+        if site.vectorize:
+            edits += _vectorized(tree, source, starts, where[1], site.vectorize)
     fit = facts.fit
     if config.one_iterator and fit is not None and fit.place:
         where = _line(fit.place)
@@ -189,22 +196,77 @@ def _moved_shuffle(
     maps = [c for ml in map_lines for c in find_calls(tree, ml, ("map",))]
     if len(shuffles) != 1 or not maps:
         return []
-    shuffle, first = shuffles[0], min(maps, key=lambda c: span(c, starts)[0])
-    moved = _statement_of(tree, shuffle)
-    above = _statement_of(tree, first)
-    if moved is not None and above is not None and moved[0] is above[0]:
+    return _moved_above(tree, source, starts, shuffles[0], maps)
+
+
+def _moved_above(
+    tree: ast.Module,
+    source: bytes,
+    starts: Sequence[int],
+    moving: ast.Call,
+    above: Sequence[ast.Call],
+) -> list[Edit]:
+    """The call `moving` (``.shuffle(...)``, ``.batch(...)``) moved before the calls
+    `above` it: its statement above theirs where each is a statement of its own, else
+    its ``.op(...)`` taken out of its chain and put before the first of them."""
+    first = min(above, key=lambda c: span(c, starts)[0])
+    moved, top = _statement_of(tree, moving), _statement_of(tree, first)
+    if moved is not None and top is not None and moved[0] is top[0]:
         body, i = moved
-        if above[1] < i and i - above[1] == len(maps):  # the maps' statements, then it
+        if top[1] < i and i - top[1] == len(above):  # their statements, then its
             a = starts[body[i].lineno - 1]
             b = starts[body[i].end_lineno or body[i].lineno]
-            at = starts[body[above[1]].lineno - 1]
+            at = starts[body[top[1]].lineno - 1]
             text = source[a:b].decode("utf-8", "replace")
             return [Edit(a, b, ""), Edit(at, at, text)]
-    assert isinstance(shuffle.func, ast.Attribute) and isinstance(first.func, ast.Attribute)
-    receiver_end = span(shuffle.func.value, starts)[1]
-    call_text = source[receiver_end : span(shuffle, starts)[1]].decode("utf-8", "replace")
+    if not isinstance(moving.func, ast.Attribute) or not isinstance(first.func, ast.Attribute):
+        return []
+    receiver_end = span(moving.func.value, starts)[1]
+    call_text = source[receiver_end : span(moving, starts)[1]].decode("utf-8", "replace")
     into = span(first.func.value, starts)[1]
-    return [Edit(receiver_end, span(shuffle, starts)[1], ""), Edit(into, into, call_text)]
+    return [Edit(receiver_end, span(moving, starts)[1], ""), Edit(into, into, call_text)]
+
+
+def _vectorized(
+    tree: ast.Module, source: bytes, starts: Sequence[int], line: int, way: str
+) -> list[Edit]:
+    """``map(f).batch(b)`` as ``batch(b).map(f)``: the batch right after the map at `line`
+    moved above it, and `f` through tf.vectorized_map where `way` says so."""
+    maps = find_calls(tree, line, ("map",))
+    if len(maps) != 1:
+        return []
+    batch = next((c for c in _calls_on(tree, maps[0]) if op_of(c) == "batch"), None)
+    if batch is None:
+        return []
+    edits = _moved_above(tree, source, starts, batch, maps)
+    fn = maps[0].args[0] if maps[0].args else None
+    if edits and way == VECTORIZE_PFOR and fn is not None:
+        a, b = span(fn, starts)
+        text = source[a:b].decode("utf-8", "replace")
+        wrapped = f"lambda *b: {tf_alias(tree)}.vectorized_map(lambda e: ({text})(*e), b)"
+        edits.append(Edit(a, b, wrapped))
+    return edits
+
+
+def _calls_on(tree: ast.Module, call: ast.Call) -> list[ast.Call]:
+    """The calls made on what `call` returns: chained on it (``call.batch(...)``), or on
+    the name it is assigned to in the next statement (``ds = ds.batch(...)``)."""
+    found = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.value is call
+    ]
+    where = _statement_of(tree, call)
+    if where is not None:
+        body, i = where
+        after = body[i + 1] if i + 1 < len(body) else None
+        if (
+            isinstance(after, ast.Assign)
+            and isinstance(after.value, ast.Call)
+            and _reassigns(after)
+        ):
+            found.append(after.value)
+    return found
 
 
 def _repeated(expr: ast.expr, starts: Sequence[int]) -> list[Edit]:

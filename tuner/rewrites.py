@@ -14,6 +14,10 @@ becomes a dimension of the search where the pipeline allows it:
   before it: its buffer fills with their inputs (file names, lines), so an epoch's first
   element no longer waits for a buffer's worth of maps. A map is element-wise, so with
   one seed the order and the elements are the same; never above a random map;
+- **vectorize** (``<map site>/vectorize``): ``map(f).batch(b)`` made as
+  ``batch(b).map(f)``, with `f` as it is where it works on a batch, or through
+  ``tf.vectorized_map``: one call of its ops a batch. Never a map that runs Python or
+  draws random numbers (over a batch it would draw once);
 - **iterator** (``one_iterator``): Keras ``fit`` over a finite dataset, or an eager loop
   over one, keeps one iterator across epochs (``ds.repeat()`` with the epoch's length).
 
@@ -25,13 +29,14 @@ rows of what cannot apply, with why.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
 from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner.config import CACHE_MEMORY, COMPILE_STEPS, Config
+from tftune.tuner.config import CACHE_MEMORY, COMPILE_STEPS, VECTORIZE_WAYS, Config
 from tftune.tuner.space import config_from_values
 
 # An epoch of more steps than this makes one iterator for too many steps to matter.
@@ -55,10 +60,18 @@ JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP = (
     "compile_step",
 )
 UNKNOWN_LENGTH = -2  # tf.data's cardinality of a dataset whose length it does not know
-CACHE_KNOB, ORDER_KNOB = "cache", "shuffle_first"
+CACHE_KNOB, ORDER_KNOB, VECTORIZE_KNOB = "cache", "shuffle_first", "vectorize"
 # The knobs' fields that are rewrites (`tuner.config`: two per call site, one global).
 REWRITE_FIELDS = frozenset(
-    {CACHE_KNOB, ORDER_KNOB, ONE_ITERATOR, JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP}
+    {
+        CACHE_KNOB,
+        ORDER_KNOB,
+        VECTORIZE_KNOB,
+        ONE_ITERATOR,
+        JIT_COMPILE,
+        STEPS_PER_EXECUTION,
+        COMPILE_STEP,
+    }
 )
 # The compute switches among them: searched where the step, not the input, is the limit.
 COMPUTE_FIELDS = frozenset({JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP})
@@ -227,7 +240,7 @@ def consider(
     docstring)."""
     found: list[Candidate] = []
     rows: list[RewriteRow] = []
-    for part in (_cache(chain), *_orders(chain), _iterator(chain, loop)):
+    for part in (_cache(chain), *_orders(chain), *_vectorize(chain), _iterator(chain, loop)):
         if isinstance(part, Candidate):
             found.append(part)
         elif part is not None:
@@ -318,6 +331,30 @@ def _orders(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
             continue
         crosses = tuple(str(m.site) for m in reversed(maps))
         out.append(Candidate(RewriteKind.ORDER, stage.site, f"{stage.site}/{ORDER_KNOB}", crosses))
+    return out
+
+
+def _vectorize(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
+    """A map of the script's directly before its batch: made over batches, with its
+    function as it is or through tf.vectorized_map (each checked apart)."""
+    out: list[Candidate | RewriteRow] = []
+    for stage, then in itertools.pairwise(chain):
+        if stage.kind != "map" or then.kind != "batch" or stage.site is None:
+            continue
+        if stage.python:
+            why = "the map runs Python, one element at a time: it cannot take a batch"
+            out.append(_row(RewriteKind.VECTORIZE, stage.site, RewriteState.NOT_APPLICABLE, why))
+        elif stage.random is not None:
+            why = (
+                f"random op {stage.random} in the map: over a batch it would draw once for "
+                "the batch, not once an element"
+            )
+            out.append(_row(RewriteKind.VECTORIZE, stage.site, RewriteState.REFUSED, why))
+        else:
+            param = f"{stage.site}/{VECTORIZE_KNOB}"
+            out += [
+                Candidate(RewriteKind.VECTORIZE, stage.site, param, (), w) for w in VECTORIZE_WAYS
+            ]
     return out
 
 

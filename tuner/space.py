@@ -30,6 +30,7 @@ from tftune.tuner.config import (
     AUTOTUNE_JSON,
     BOOL_SITE_KNOBS,
     SITE_KNOBS,
+    VECTORIZE_WAYS,
     Config,
     SiteConfig,
     capped_interleave_calls,
@@ -242,6 +243,11 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
                         raise ConfigError(f"{name}: expected true or false, got {value!r}")
                 elif knob == "cache":
                     parse_cache(name, value)
+                elif knob == "vectorize":
+                    if value not in VECTORIZE_WAYS:
+                        raise ConfigError(
+                            f"{name}: expected one of {VECTORIZE_WAYS}, got {value!r}"
+                        )
                 elif not isinstance(value, int) or isinstance(value, bool):
                     raise ConfigError(f"{name}: expected an integer or AUTOTUNE, got {value!r}")
                 sites.setdefault(site, {})[knob] = value

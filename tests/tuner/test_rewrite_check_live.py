@@ -143,3 +143,42 @@ def test_an_epoch_whose_length_tf_data_does_not_know_is_counted(tmp_path: Path) 
     assert trains is not None
     report = check_rewrites(script, [], [], (trains.site, trains.place))
     assert report.epoch_examples == 300
+
+
+VECTOR_SCRIPT = """\\
+import tensorflow as tf
+
+x = tf.random.stateless_uniform([512, 4], seed=(1, 2))
+ds = tf.data.Dataset.from_tensor_slices(x)
+ds = ds.map(lambda v: tf.reshape(v, [2, 2]) * 2.0 + tf.reduce_sum(v))
+ds = ds.batch(32)
+w = tf.Variable(0.0)
+opt = tf.keras.optimizers.SGD(0.01)
+for epoch in range(1000):
+    for b in ds:
+        with tf.GradientTape() as tape:
+            loss = (w - tf.reduce_mean(b)) ** 2
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+"""
+
+
+def test_a_map_made_over_batches_keeps_only_the_way_that_gives_the_same_batches(
+    tmp_path: Path,
+) -> None:
+    """The map reshapes one element and sums it: as it is over a batch it would reshape
+    and sum the whole batch (refused, with where the batches differ); through
+    tf.vectorized_map it gives the same batches."""
+    script = tmp_path / "train.py"
+    script.write_text(VECTOR_SCRIPT)
+    found = discover(script, [])
+    pipeline, trains = found.training_pipeline(), found.training
+    assert pipeline is not None and trains is not None
+    candidates, _ = consider(pipeline.chain, pipeline.loop)
+    vectorize = [c for c in candidates if c.kind is RewriteKind.VECTORIZE]
+    assert [c.value for c in vectorize] == ["batch", "vectorized_map"]
+    report = check_rewrites(script, [], vectorize, (trains.site, trains.place))
+    as_it_is, pfor = report.rows
+    assert as_it_is.state is RewriteState.REFUSED, as_it_is
+    assert "gives other batches" in as_it_is.reason or "failed" in as_it_is.reason
+    assert pfor.state is RewriteState.CHECKED, pfor
+    assert pfor.check is not None and pfor.check.compared >= 8  # 256 examples, 32 a batch

@@ -340,6 +340,35 @@ def test_a_pass_too_long_to_see_the_end_of_gets_no_cache_and_no_iterator() -> No
     batch = PipelineStage("batch", "train.py:21", elements=12_500_000)
     found, rows = consider((huge, read, batch), LOOP_EAGER)
     assert found == []
-    (row,) = rows
-    assert row.kind is RewriteKind.CACHE and row.state is RewriteState.REFUSED
+    (row,) = [r for r in rows if r.kind is RewriteKind.CACHE]
+    assert row.state is RewriteState.REFUSED
     assert "100,000,000 elements" in row.reason
+
+
+def test_a_map_made_over_batches_is_written_as_batch_then_map(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("ds = ds.map(lambda v: v * 2)\nds = ds.batch(32)\nz = src.map(f).batch(8)\n")
+    as_it_is = Config(sites={"train.py:1": SiteConfig(vectorize="batch")})
+    ((_, after),) = rewrite_sources(script, as_it_is).values()
+    assert after.splitlines()[:2] == ["ds = ds.batch(32)", "ds = ds.map(lambda v: v * 2)"]
+    pfor = Config(sites={"train.py:3": SiteConfig(vectorize="vectorized_map")})
+    ((_, after),) = rewrite_sources(script, pfor).values()
+    assert after.splitlines()[2] == (
+        "z = src.batch(8).map(lambda *b: tf.vectorized_map(lambda e: (f)(*e), b))"
+    )
+
+
+def test_a_map_is_made_over_batches_where_it_runs_no_python_and_draws_nothing() -> None:
+    pure = PipelineStage("map", "train.py:20", elements=2000)
+    found, rows = consider((SRC, pure, BATCH), LOOP_GRAPH)
+    assert [(c.param, c.value) for c in found if c.kind is RewriteKind.VECTORIZE] == [
+        ("train.py:20/vectorize", "batch"),
+        ("train.py:20/vectorize", "vectorized_map"),
+    ]
+    _, rows = consider((SRC, TOKENIZE, BATCH), LOOP_GRAPH)
+    assert [r.state for r in rows if r.kind is RewriteKind.VECTORIZE] == [
+        RewriteState.NOT_APPLICABLE
+    ]
+    _, rows = consider((SRC, AUGMENT, BATCH), LOOP_GRAPH)
+    (row,) = [r for r in rows if r.kind is RewriteKind.VECTORIZE]
+    assert row.state is RewriteState.REFUSED and "RandomUniform" in row.reason

@@ -25,7 +25,13 @@ from types import FrameType
 from typing import Any
 
 from tftune.tuner.child.lineage import unwrap_options
-from tftune.tuner.child.rewrite_apply import MadeBy, remember_call, shuffle_above_maps, with_cache
+from tftune.tuner.child.rewrite_apply import (
+    MadeBy,
+    batch_before_map,
+    remember_call,
+    shuffle_above_maps,
+    with_cache,
+)
 from tftune.tuner.child.screen_drain import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
 from tftune.tuner.config import (
@@ -155,6 +161,34 @@ class DatasetOps(PatcherState):
 
             setattr(cls, op, make(op, original))
 
+    def _rewritten(
+        self,
+        made: MadeBy,
+        override: SiteConfig | None,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """The op's call (`original` with the knobs applied: `args`, `kwargs`) with the
+        rewrites the config asks for around it: a batch made before a vectorized map,
+        a map remembered (a moved shuffle makes it again), a cache after a map."""
+        op, site, result = made.op, made.site, None
+        if op == "batch" and made.args:  # a map before it the config vectorizes
+            result = batch_before_map(
+                made.args[0],
+                lambda ds: original(ds, *args[1:], **kwargs),
+                self._vectorize_way,
+                self._remap_with,
+            )
+        if result is None:
+            result = original(*args, **kwargs)
+        if op == "map":
+            remember_call(result, made)
+        if override is not None and override.cache and op in ("map", "interleave") and site:
+            _tag(result, site)
+            result = with_cache(result, override.cache, site)
+        return result
+
     def _remap(self, made: MadeBy, ds: Any) -> Any:
         """A user's map made again over `ds`, at its own call site (its knobs apply)."""
         self.forced_site = made.site
@@ -162,6 +196,19 @@ class DatasetOps(PatcherState):
             return made.fn(ds, *made.args[1:], **made.kwargs)
         finally:
             self.forced_site = None
+
+    def _remap_with(self, made: MadeBy, ds: Any, fn: Callable[..., Any]) -> Any:
+        """A user's map made again over `ds` with the function `fn`, at its own site."""
+        args, kwargs = made.args[2:], {k: v for k, v in made.kwargs.items() if k != "map_func"}
+        self.forced_site = made.site
+        try:
+            return made.fn(ds, fn, *args, **kwargs)
+        finally:
+            self.forced_site = None
+
+    def _vectorize_way(self, site: str | None) -> str | None:
+        override = self.config.site(site) if site is not None else None
+        return override.vectorize if override is not None else None
 
     def _patch_readers(self) -> None:
         """`tf.data.TFRecordDataset(files, num_parallel_reads=...)` and its kin: a call
@@ -254,12 +301,8 @@ class DatasetOps(PatcherState):
                     capped = capped_interleave_calls(cycle, calls, len(os.sched_getaffinity(0)))
                     if capped != calls:
                         bound.arguments["num_parallel_calls"] = capped
-            result = original(*bound.args, **bound.kwargs)
-            if op == "map":  # the order rewrite makes it again above a moved shuffle
-                remember_call(result, MadeBy(op, wrapper, args, dict(kwargs), site))
-            if override is not None and override.cache and op in ("map", "interleave"):
-                _tag(result, site)
-                result = with_cache(result, override.cache, site)
+            made = MadeBy(op, wrapper, args, dict(kwargs), site)
+            result = patcher._rewritten(made, override, original, bound.args, bound.kwargs)
             if constructor:
                 _tag(args[0], site)
             elif method:

@@ -96,7 +96,11 @@ def leaves(element: Any) -> Leaves:
     return tuple(np.asarray(x) for x in tf.nest.flatten(element, expand_composites=True))
 
 
-def _same(a: Leaves, b: Leaves) -> bool:
+# Floating-point elements made another way (a batched op) may differ in the last bits.
+FLOAT_RTOL = 1e-6
+
+
+def _same(a: Leaves, b: Leaves, rtol: float = 0.0) -> bool:
     import numpy as np
 
     if len(a) != len(b):
@@ -105,7 +109,10 @@ def _same(a: Leaves, b: Leaves) -> bool:
         if x.shape != y.shape or x.dtype != y.dtype:
             return False
         nan = x.dtype.kind in "fc"
-        if not np.array_equal(x, y, equal_nan=nan):
+        if rtol and nan:
+            if not np.allclose(x, y, rtol=rtol, atol=rtol, equal_nan=True):
+                return False
+        elif not np.array_equal(x, y, equal_nan=nan):
             return False
     return True
 
@@ -128,12 +135,15 @@ def nbytes(element: Leaves) -> int:
     return total
 
 
-def compare(a: Sequence[Leaves], b: Sequence[Leaves], multiset: bool) -> Equivalence:
-    """`b` against `a`: element by element, else (where `multiset`) as multisets."""
+def compare(
+    a: Sequence[Leaves], b: Sequence[Leaves], multiset: bool, rtol: float = 0.0
+) -> Equivalence:
+    """`b` against `a`: element by element (floating point within `rtol`), else (where
+    `multiset`) as multisets."""
     n = min(len(a), len(b))
-    first = next((i for i in range(n) if not _same(a[i], b[i])), None)
+    first = next((i for i in range(n) if not _same(a[i], b[i], rtol)), None)
     if first is None and len(a) == len(b):
-        return Equivalence(True, n, "in order")
+        return Equivalence(True, n, f"in order, within {rtol:g} relative" if rtol else "in order")
     if multiset and collections.Counter(map(_key, a)) == collections.Counter(map(_key, b)):
         return Equivalence(True, n, "as a multiset")
     if first is None:
@@ -202,6 +212,25 @@ def _seeded(
     return tuple(bound.args), dict(bound.kwargs)
 
 
+def _batch_after(ds: Any, map_site: str) -> Any | None:
+    """The batch on `ds`'s lineage made right over the script's map at `map_site`."""
+    current = ds
+    for _ in range(256):
+        replay: Replay | None = getattr(current, REPLAY_ATTR, None)
+        try:
+            inputs = list(current._inputs())
+        except Exception:
+            return None
+        if not inputs:
+            return None
+        below: Replay | None = getattr(inputs[0], REPLAY_ATTR, None)
+        is_batch = replay is not None and getattr(replay.fn, "__name__", "") == "batch"
+        if is_batch and below is not None and below.site == map_site:
+            return current
+        current = inputs[0]
+    return None
+
+
 def made_at(ds: Any, site: str, op: str, depth: int = 0) -> Any | None:
     """The dataset on `ds`'s lineage that the script's `op` call at `site` returned."""
     replay: Replay | None = getattr(ds, REPLAY_ATTR, None)
@@ -248,6 +277,8 @@ class Checker:
                 return self.cache(c, deadline)
             if c.kind is RewriteKind.ORDER:
                 return self.order(c, deadline)
+            if c.kind is RewriteKind.VECTORIZE:
+                return self.vectorize(c, deadline)
             return self.iterator(c, deadline)
         except _Late:
             why = f"not checked: its elements took over {seconds:.0f} s to come"
@@ -307,6 +338,25 @@ class Checker:
             return _refused(c, f"the moved shuffle's outputs differ: {result.detail}", result)
         maps = ", ".join(s.rsplit(":", 1)[-1] for s in c.crosses)
         what = f"the shuffle at {c.site} moved above the map(s) at line {maps}"
+        return c.row(RewriteState.CHECKED, what, result)
+
+    def vectorize(self, c: Candidate, deadline: float) -> RewriteRow:
+        """The batches of the map made over batches against the script's own, within
+        `FLOAT_RTOL` where they are floating point (a batched op may sum in another
+        order)."""
+        assert c.site is not None
+        target = _batch_after(self.ds, c.site)
+        if target is None:
+            return _refused(c, f"the batch after the map at {c.site} was not found")
+        probe = self._take(self.rebuild(target, Config()), CHECK_BATCHES, deadline)
+        n = wanted(probe, True)
+        a = self._take(self.rebuild(target, Config()), n, deadline)
+        b = self._take(self.rebuild(target, c.config()), n, deadline)
+        result = compare(a, b, multiset=False, rtol=FLOAT_RTOL)
+        if not result.passed:
+            return _refused(c, f"the map over batches gives other batches: {result.detail}", result)
+        way = "as it is" if c.value == "batch" else "through tf.vectorized_map"
+        what = f"the map at {c.site} made over batches, its function {way}"
         return c.row(RewriteState.CHECKED, what, result)
 
     def iterator(self, c: Candidate, deadline: float) -> RewriteRow:

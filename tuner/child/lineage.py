@@ -80,6 +80,7 @@ _STAGE_KINDS = (
     ("Map", "map"),
     ("Shuffle", "shuffle"),
     ("Cache", "cache"),
+    ("PaddedBatch", "padded_batch"),
     ("Batch", "batch"),
     ("Prefetch", "prefetch"),
     ("Repeat", "repeat"),

@@ -10,6 +10,9 @@ checked). The patches apply them where the script builds or iterates its dataset
   directly before it (`SiteConfig.shuffle_first`): its buffer then fills with the maps'
   inputs (file names, lines), and the maps run after it. A map is remembered with its
   call (`remember_call`) so that it can be made again over the shuffled input;
+- **vectorize** (`batch_before_map`): ``map(f).batch(b)`` made as ``batch(b).map(f)``
+  (`SiteConfig.vectorize` at the map's line), with `f` as it is where it works on a
+  batch, or through ``tf.vectorized_map``: one call a batch, not one an element;
 - **one iterator** (`Config.one_iterator`): Keras ``fit`` over a finite dataset trains on
   ``ds.repeat()`` with ``steps_per_epoch`` set to the dataset's length (and validation
   likewise: `one_iterator_fit`); a loop that iterates a finite dataset eagerly each
@@ -32,7 +35,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tftune.tuner.config import CACHE_MEMORY
+from tftune.tuner.config import CACHE_MEMORY, VECTORIZE_BATCH
 from tftune.tuner.rewrites import FitCall
 
 CALL_ATTR = "_tftune_call"
@@ -131,6 +134,41 @@ def shuffle_above_maps(
     for made in reversed(maps):
         shuffled = remap(made, shuffled)
     return shuffled
+
+
+# --- vectorize ------------------------------------------------------------------------
+
+
+def vectorized(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A map function of one element made over a batch of them with tf.vectorized_map."""
+    import tensorflow as tf
+
+    def over_batch(*elements: Any) -> Any:
+        if len(elements) == 1:
+            return tf.vectorized_map(fn, elements[0])
+        return tf.vectorized_map(lambda parts: fn(*parts), elements)
+
+    return over_batch
+
+
+def batch_before_map(
+    ds: Any,
+    batch: Callable[[Any], Any],
+    how: Callable[[str | None], str | None],
+    remap: Callable[[MadeBy, Any, Callable[..., Any]], Any],
+) -> Any | None:
+    """``ds.batch(...)`` where `ds` is the script's map whose site the config vectorizes
+    (`how(site)`: "batch" or "vectorized_map"): the batch made over the map's input
+    (`batch`), then the map over the batches (`remap`, with the function as it is, or
+    through tf.vectorized_map). None where it does not apply."""
+    made: MadeBy | None = getattr(ds, CALL_ATTR, None)
+    if made is None or made.op != "map" or not made.args:
+        return None
+    way = how(made.site)
+    fn = made.args[1] if len(made.args) > 1 else made.kwargs.get("map_func")
+    if way is None or fn is None:
+        return None
+    return remap(made, batch(made.args[0]), fn if way == VECTORIZE_BATCH else vectorized(fn))
 
 
 # --- one iterator ---------------------------------------------------------------------
