@@ -58,8 +58,8 @@ UNEXPLAINED = "unexplained"
 class PipelineStage:
     """One transformation of the training pipeline, source first."""
 
-    # map | shuffle | cache | batch | padded_batch | prefetch | repeat | interleave | source
-    # | other, and
+    # map | shuffle | cache | batch | padded_batch | prefetch | repeat | interleave
+    # | flat_map | source | other, and
     # distribute: tf.distribute splits the pipeline across replicas (the last stage);
     # generator: a Python generator's elements (`from_generator`, Keras' PyDataset).
     kind: str
@@ -70,6 +70,7 @@ class PipelineStage:
     random: str | None = None
     # Its elements per pass as tf.data knows them (-1: infinite, -2: unknown).
     elements: int | None = None
+    reader: bool = False  # its function opens a file reader (a flat_map over files)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "site": self.site, "python": self.python}
@@ -77,6 +78,8 @@ class PipelineStage:
             out["random"] = self.random
         if self.elements is not None:
             out["elements"] = self.elements
+        if self.reader:
+            out["reader"] = True
         return out
 
     @staticmethod
@@ -88,7 +91,9 @@ class PipelineStage:
         random = raw.get("random") if isinstance(raw.get("random"), str) else None
         n = raw.get("elements")
         elements = n if isinstance(n, int) and not isinstance(n, bool) else None
-        return PipelineStage(raw["kind"], where, bool(raw.get("python")), random, elements)
+        return PipelineStage(
+            raw["kind"], where, bool(raw.get("python")), random, elements, bool(raw.get("reader"))
+        )
 
 
 def chain_from_json(raw: object) -> tuple[PipelineStage, ...]:
@@ -146,8 +151,10 @@ class EpochStall:
             return None
 
 
+# Stages that run a function of the script's over each element.
+MAPPING_KINDS = frozenset({"map", "interleave", "flat_map"})
 # Stages whose work an epoch start repeats, unless a cache below holds their output.
-_EXPENSIVE = frozenset({"map", "interleave", "generator"})
+_EXPENSIVE = frozenset({"map", "interleave", "flat_map", "generator"})
 
 
 def recurs(chain: Sequence[PipelineStage]) -> bool:
@@ -210,7 +217,7 @@ def _cause(
     cache = _last(chain, "cache", before=shuffle if shuffle is not None else len(chain))
     start = cache + 1 if cache is not None else 0
     if shuffle is not None:
-        maps = [s for s in chain[start:shuffle] if s.kind in ("map", "interleave")]
+        maps = [s for s in chain[start:shuffle] if s.kind in MAPPING_KINDS]
         if maps:
             where = chain[shuffle].site
             at = f" (line {_line(where)})" if where else ""
@@ -240,7 +247,7 @@ def _cause(
         )
     if rebuilt:
         return _rebuilt()
-    maps = [s for s in chain[start:] if s.kind in ("map", "interleave")]
+    maps = [s for s in chain[start:] if s.kind in MAPPING_KINDS]
     if cache is None and maps:
         return (
             NO_CACHE,

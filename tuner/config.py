@@ -23,7 +23,9 @@ Rewrites (`tftune.tuner.rewrites`) change a pipeline's shape and are written onl
 set. Per call site: ``"cache": "memory"`` (or a folder for a file cache) inserts
 ``cache()`` right after the map at that line; ``"shuffle_first": true`` moves the
 shuffle at that line above the maps directly before it; ``"vectorize": "batch"`` (or
-``"vectorized_map"``) makes the map at that line over batches. Globally,
+``"vectorized_map"``) makes the map at that line over batches; ``"files_at_once": 8``
+reads the flat_map over files at that line as an interleave of 8 files at once.
+Globally,
 ``"one_iterator": true`` keeps one iterator over the training dataset across epochs.
 Compute switches are global and written only where set too: ``"jit_compile": true`` and
 ``"steps_per_execution": 16`` for Keras ``compile``, ``"compile_step": "function"`` (or
@@ -48,7 +50,9 @@ AUTOTUNE = -1
 AUTOTUNE_JSON = "AUTOTUNE"
 MIXED_PRECISION_POLICIES = ("off", "mixed_float16", "mixed_bfloat16")
 # Knobs that accept AUTOTUNE; batch_size and threadpool_size must be concrete.
-_AUTOTUNABLE = frozenset({"num_parallel_calls", "buffer_size", "cycle_length", "final_prefetch"})
+AUTOTUNABLE_KNOBS = frozenset(
+    {"num_parallel_calls", "buffer_size", "cycle_length", "final_prefetch", "files_at_once"}
+)
 MAX_KNOB = 1 << 16
 
 
@@ -70,6 +74,9 @@ class SiteConfig:
     # The map at this line made over batches (`VECTORIZE_BATCH`: its function as it is,
     # `VECTORIZE_PFOR`: through tf.vectorized_map): map(f).batch(b) as batch(b).map(f).
     vectorize: str | None = None
+    # The flat_map over files at this line read as an interleave of this many files at
+    # once (AUTOTUNE allowed): interleave(f, cycle_length=N, num_parallel_calls=N).
+    files_at_once: int | None = None
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in fields(self))
@@ -154,7 +161,7 @@ class Config:
         }
         for name in _GLOBALS:
             value = getattr(self, name)
-            out[name] = _knob_to_json(value) if name in _AUTOTUNABLE else value
+            out[name] = _knob_to_json(value) if name in AUTOTUNABLE_KNOBS else value
         if self.data_service is not None:
             out["data_service"] = self.data_service.to_json()
         for name in _WHERE_SET:
@@ -192,10 +199,10 @@ def _knob_to_json(value: int | bool | str | None) -> int | str | bool | None:
 def _parse_knob(where: str, name: str, raw: object) -> int | None:
     if raw is None:
         return None
-    if name in _AUTOTUNABLE and (raw in (AUTOTUNE_JSON, AUTOTUNE)):
+    if name in AUTOTUNABLE_KNOBS and (raw in (AUTOTUNE_JSON, AUTOTUNE)):
         return AUTOTUNE
     if isinstance(raw, bool) or not isinstance(raw, int):
-        allowed = '"AUTOTUNE" or ' if name in _AUTOTUNABLE else ""
+        allowed = '"AUTOTUNE" or ' if name in AUTOTUNABLE_KNOBS else ""
         raise ConfigError(f"{where}: {name} must be {allowed}a positive integer, got {raw!r}")
     if not 1 <= raw <= MAX_KNOB:
         raise ConfigError(f"{where}: {name} must be between 1 and {MAX_KNOB}, got {raw}")

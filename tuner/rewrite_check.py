@@ -320,6 +320,8 @@ def _applied(config: Config, row: RewriteRow) -> bool:
         return False
     if row.kind is RewriteKind.VECTORIZE:
         return site.vectorize is not None and site.vectorize == row.value
+    if row.kind is RewriteKind.FILES:
+        return site.files_at_once is not None
     return bool(site.cache) if row.kind is RewriteKind.CACHE else bool(site.shuffle_first)
 
 

@@ -6,6 +6,8 @@
   reassign one name (``ds = ds.map(f)`` then ``ds = ds.shuffle(n)``), the shuffle's
   statement moves above the maps; else ``.shuffle(...)`` leaves its call and goes in
   right before the first map's;
+- files read at once: ``.flat_map(f)`` as ``.interleave(f, cycle_length=N,
+  num_parallel_calls=N)``;
 - a map made over batches: the batch after it moved above it (statements or a chain,
   as for a shuffle), its function through ``tf.vectorized_map`` where that is the way;
 - one iterator in Keras ``fit``: ``x.repeat()`` with ``steps_per_epoch=N``, and the
@@ -22,7 +24,7 @@ import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tftune.tuner.config import CACHE_MEMORY, COMPILE_XLA, VECTORIZE_PFOR, Config
+from tftune.tuner.config import AUTOTUNE, CACHE_MEMORY, COMPILE_XLA, VECTORIZE_PFOR, Config
 from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
 from tftune.tuner.source_edits import Edit, find_calls, keyword_added, op_of, span, tf_alias
 
@@ -51,7 +53,7 @@ def rewrite_files(config: Config, facts: RewriteFacts) -> set[str]:
     files = {
         key.rpartition(":")[0]
         for key, s in config.sites.items()
-        if s.cache or s.shuffle_first or s.vectorize
+        if s.cache or s.shuffle_first or s.vectorize or s.files_at_once
     }
     if config.one_iterator and facts.fit is not None and facts.fit.place:
         files.add(facts.fit.place.rpartition(":")[0])
@@ -97,6 +99,8 @@ def rewrite_edits(
             edits += _moved_shuffle(tree, source, starts, where[1], lines)
         if site.vectorize:
             edits += _vectorized(tree, source, starts, where[1], site.vectorize)
+        if site.files_at_once:
+            edits += _interleaved(tree, starts, where[1], site.files_at_once)
     fit = facts.fit
     if config.one_iterator and fit is not None and fit.place:
         where = _line(fit.place)
@@ -246,6 +250,21 @@ def _vectorized(
         wrapped = f"lambda *b: {tf_alias(tree)}.vectorized_map(lambda e: ({text})(*e), b)"
         edits.append(Edit(a, b, wrapped))
     return edits
+
+
+def _interleaved(tree: ast.Module, starts: Sequence[int], line: int, files: int) -> list[Edit]:
+    """``.flat_map(f)`` as ``.interleave(f, cycle_length=N, num_parallel_calls=N)``."""
+    calls = find_calls(tree, line, ("flat_map",))
+    if len(calls) != 1 or not isinstance(calls[0].func, ast.Attribute):
+        return []
+    call = calls[0]
+    end = span(call.func, starts)[1]
+    n = f"{tf_alias(tree)}.data.AUTOTUNE" if files == AUTOTUNE else str(files)
+    return [
+        Edit(end - len("flat_map"), end, "interleave"),
+        keyword_added(call, "cycle_length", n, starts),
+        keyword_added(call, "num_parallel_calls", n, starts),
+    ]
 
 
 def _calls_on(tree: ast.Module, call: ast.Call) -> list[ast.Call]:

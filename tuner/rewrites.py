@@ -18,6 +18,11 @@ becomes a dimension of the search where the pipeline allows it:
   ``batch(b).map(f)``, with `f` as it is where it works on a batch, or through
   ``tf.vectorized_map``: one call of its ops a batch. Never a map that runs Python or
   draws random numbers (over a batch it would draw once);
+- **files** (``<flat_map site>/files_at_once``): a ``flat_map`` whose function opens a
+  file reader, one file after the other, read as an ``interleave`` of several files at
+  once. Its records come in another order: the check compares a whole pass as a
+  multiset. (A reader given the file list itself, ``TFRecordDataset(files)``, has its
+  own interleave: its ``num_parallel_reads`` is a knob);
 - **iterator** (``one_iterator``): Keras ``fit`` over a finite dataset, or an eager loop
   over one, keeps one iterator across epochs (``ds.repeat()`` with the epoch's length).
 
@@ -35,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
-from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner.config import CACHE_MEMORY, COMPILE_STEPS, VECTORIZE_WAYS, Config
+from tftune.probes.epoch_stall import MAPPING_KINDS, PipelineStage
+from tftune.tuner.config import AUTOTUNE, CACHE_MEMORY, COMPILE_STEPS, VECTORIZE_WAYS, Config
 from tftune.tuner.space import config_from_values
 
 # An epoch of more steps than this makes one iterator for too many steps to matter.
@@ -61,12 +66,14 @@ JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP = (
 )
 UNKNOWN_LENGTH = -2  # tf.data's cardinality of a dataset whose length it does not know
 CACHE_KNOB, ORDER_KNOB, VECTORIZE_KNOB = "cache", "shuffle_first", "vectorize"
+FILES_KNOB = "files_at_once"
 # The knobs' fields that are rewrites (`tuner.config`: two per call site, one global).
 REWRITE_FIELDS = frozenset(
     {
         CACHE_KNOB,
         ORDER_KNOB,
         VECTORIZE_KNOB,
+        FILES_KNOB,
         ONE_ITERATOR,
         JIT_COMPILE,
         STEPS_PER_EXECUTION,
@@ -78,7 +85,8 @@ COMPUTE_FIELDS = frozenset({JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP})
 # Stages a cache must stay above: an epoch sees them anew (shuffled, drawn, repeated, or
 # made by Python, whose generator may change between epochs).
 _BARRIERS = frozenset({"shuffle", "repeat", "generator", "distribute"})
-_MAPPING = frozenset({"map", "interleave"})
+# What a cache can follow: the knob ops whose call the child wraps.
+_CACHEABLE = frozenset({"map", "interleave"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,9 +192,11 @@ class Candidate:
 
     @property
     def choices(self) -> tuple[str | int | bool | None, ...]:
-        """Off, then what it searches: its value (several steps per call: any count)."""
+        """Off, then what it searches: its value (a count: several counts)."""
         if self.kind is RewriteKind.STEPS_PER_EXECUTION:
             return (None, *STEPS_PER_EXECUTION_CHOICES)
+        if self.kind is RewriteKind.FILES:
+            return (None, *FILES_AT_ONCE_CHOICES)
         return (None, self.value)
 
     def config(self) -> Config:
@@ -230,6 +240,10 @@ class Candidate:
 # how many: the same steps, looped inside one call).
 STEPS_PER_EXECUTION_CHOICES = (4, 16, 64)
 CHECK_STEPS_PER_EXECUTION = 4
+# Files read at once searched, and the count the check reads with (any count gives the
+# same records in another order).
+FILES_AT_ONCE_CHOICES = (2, 4, 8, 16, AUTOTUNE)
+CHECK_FILES_AT_ONCE = 4
 
 
 def consider(
@@ -240,7 +254,8 @@ def consider(
     docstring)."""
     found: list[Candidate] = []
     rows: list[RewriteRow] = []
-    for part in (_cache(chain), *_orders(chain), *_vectorize(chain), _iterator(chain, loop)):
+    parts = (_cache(chain), *_orders(chain), *_vectorize(chain), *_files(chain))
+    for part in (*parts, _iterator(chain, loop)):
         if isinstance(part, Candidate):
             found.append(part)
         elif part is not None:
@@ -275,8 +290,8 @@ def _barrier(stage: PipelineStage) -> str | None:
 def _cache(chain: Sequence[PipelineStage]) -> Candidate | RewriteRow | None:
     """The cache after the last map before the first barrier (module docstring)."""
     end = next((i for i, s in enumerate(chain) if _barrier(s) is not None), len(chain))
-    maps = [i for i in range(end) if chain[i].kind in _MAPPING]
-    later = [s for s in chain[end:] if s.kind in _MAPPING and s.site is not None]
+    maps = [i for i in range(end) if chain[i].kind in _CACHEABLE]
+    later = [s for s in chain[end:] if s.kind in MAPPING_KINDS and s.site is not None]
     if not maps:
         if later and end < len(chain):
             why = (
@@ -292,7 +307,7 @@ def _cache(chain: Sequence[PipelineStage]) -> Candidate | RewriteRow | None:
     if stage.site is None:
         why = "the last deterministic map is a library's: no line of the script builds it"
         return _row(RewriteKind.CACHE, None, RewriteState.NOT_APPLICABLE, why)
-    if sum(1 for s in chain if s.site == stage.site and s.kind in _MAPPING) > 1:
+    if sum(1 for s in chain if s.site == stage.site and s.kind in MAPPING_KINDS) > 1:
         why = f"{_line(stage.site)} holds two maps: a cache cannot be placed between them"
         return _row(RewriteKind.CACHE, stage.site, RewriteState.NOT_APPLICABLE, why)
     if (stage.elements or 0) > CACHE_MAX_ELEMENTS:
@@ -356,6 +371,22 @@ def _vectorize(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
                 Candidate(RewriteKind.VECTORIZE, stage.site, param, (), w) for w in VECTORIZE_WAYS
             ]
     return out
+
+
+def _files(chain: Sequence[PipelineStage]) -> list[Candidate]:
+    """A flat_map of the script's over files, read one file after the other: an
+    interleave of several at once (checked at `CHECK_FILES_AT_ONCE`)."""
+    return [
+        Candidate(
+            RewriteKind.FILES,
+            s.site,
+            f"{s.site}/{FILES_KNOB}",
+            (),
+            CHECK_FILES_AT_ONCE,
+        )
+        for s in chain
+        if s.kind == "flat_map" and s.reader and s.site is not None
+    ]
 
 
 def _iterator(chain: Sequence[PipelineStage], loop: str | None) -> Candidate | RewriteRow | None:

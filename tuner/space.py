@@ -51,9 +51,6 @@ GLOBAL_KNOB_NAMES = (
     "steps_per_execution",
     "compile_step",
 )
-AUTOTUNABLE_KNOBS = frozenset(
-    {"num_parallel_calls", "cycle_length", "buffer_size", "final_prefetch"}
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,9 +9,15 @@ from pathlib import Path
 
 from tftune.core.errors import ConfigError
 from tftune.core.userfiles import read_json
-from tftune.tuner.config import AUTOTUNE, AUTOTUNE_JSON, BOOL_SITE_KNOBS, MAX_KNOB, SITE_KNOBS
-from tftune.tuner.space import (
+from tftune.tuner.config import (
     AUTOTUNABLE_KNOBS,
+    AUTOTUNE,
+    AUTOTUNE_JSON,
+    BOOL_SITE_KNOBS,
+    MAX_KNOB,
+    SITE_KNOBS,
+)
+from tftune.tuner.space import (
     GLOBAL_KNOB_NAMES,
     Knob,
     KnobValue,

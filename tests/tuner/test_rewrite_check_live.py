@@ -182,3 +182,45 @@ def test_a_map_made_over_batches_keeps_only_the_way_that_gives_the_same_batches(
     assert "gives other batches" in as_it_is.reason or "failed" in as_it_is.reason
     assert pfor.state is RewriteState.CHECKED, pfor
     assert pfor.check is not None and pfor.check.compared >= 8  # 256 examples, 32 a batch
+
+
+FILES_SCRIPT = """\\
+import pathlib
+
+import tensorflow as tf
+
+folder = pathlib.Path(__file__).parent / "shards"
+folder.mkdir(exist_ok=True)
+for shard in range(12):
+    with tf.io.TFRecordWriter(str(folder / f"{shard}.tfrecord")) as out:
+        for i in range(50):
+            out.write(f"shard {shard} record {i}".encode())
+files = tf.data.Dataset.from_tensor_slices(sorted(str(p) for p in folder.glob("*.tfrecord")))
+ds = files.flat_map(tf.data.TFRecordDataset)
+ds = ds.map(tf.strings.length).batch(16)
+w = tf.Variable(0.0)
+opt = tf.keras.optimizers.SGD(0.01)
+for epoch in range(1000):
+    for n in ds:
+        with tf.GradientTape() as tape:
+            loss = (w - tf.reduce_mean(tf.cast(n, tf.float32))) ** 2
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+"""
+
+
+def test_a_flat_map_over_files_read_as_an_interleave_holds_the_same_records(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(FILES_SCRIPT)
+    found = discover(script, [])
+    pipeline, trains = found.training_pipeline(), found.training
+    assert pipeline is not None and trains is not None
+    candidates, _ = consider(pipeline.chain, pipeline.loop)
+    files = [c for c in candidates if c.kind is RewriteKind.FILES]
+    assert [c.site for c in files] == ["train.py:13"]
+    report = check_rewrites(script, [], files, (trains.site, trains.place))
+    (row,) = report.rows
+    assert row.state is RewriteState.CHECKED, row
+    assert row.check is not None and row.check.compared == 600
+    assert "multiset, over a whole pass" in row.check.how

@@ -372,3 +372,21 @@ def test_a_map_is_made_over_batches_where_it_runs_no_python_and_draws_nothing() 
     _, rows = consider((SRC, AUGMENT, BATCH), LOOP_GRAPH)
     (row,) = [r for r in rows if r.kind is RewriteKind.VECTORIZE]
     assert row.state is RewriteState.REFUSED and "RandomUniform" in row.reason
+
+
+def test_a_flat_map_over_files_is_read_as_an_interleave(tmp_path: Path) -> None:
+    files = PipelineStage("source", None, elements=20)
+    read = PipelineStage("flat_map", "train.py:5", reader=True, elements=-2)
+    other = PipelineStage("flat_map", "train.py:6", elements=-2)  # no reader inside
+    found, _ = consider((files, read, other), LOOP_GRAPH)
+    (c,) = [c for c in found if c.kind is RewriteKind.FILES]
+    assert c.param == "train.py:5/files_at_once" and c.choices == (None, 2, 4, 8, 16, -1)
+    assert c.config().site("train.py:5") == SiteConfig(files_at_once=4)
+    script = tmp_path / "train.py"
+    script.write_text("ds = files.flat_map(tf.data.TFRecordDataset)\n")
+    config = Config(sites={"train.py:1": SiteConfig(files_at_once=-1)})
+    ((_, after),) = rewrite_sources(script, config).values()
+    assert after == (
+        "ds = files.interleave(tf.data.TFRecordDataset, cycle_length=tf.data.AUTOTUNE, "
+        "num_parallel_calls=tf.data.AUTOTUNE)\n"
+    )

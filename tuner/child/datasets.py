@@ -27,6 +27,7 @@ from typing import Any
 from tftune.tuner.child.lineage import unwrap_options
 from tftune.tuner.child.rewrite_apply import (
     MadeBy,
+    as_interleave,
     batch_before_map,
     remember_call,
     shuffle_above_maps,
@@ -66,7 +67,8 @@ OP_KNOBS: dict[str, dict[str, str]] = {
 # Ops that are classes: their call site names the user's class, not a function.
 _CLASS_OPS = frozenset({"PyDataset"})
 _DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
-_MARKED_METHODS = ("shuffle", "cache")  # no knob: only their line is recorded
+# No knob: only their line is recorded (and a rewrite may make them otherwise).
+_MARKED_METHODS = ("shuffle", "cache", "flat_map")
 # The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
 READERS = {
     "TFRecordDataset": "TFRecordDatasetV2",
@@ -146,6 +148,8 @@ class DatasetOps(PatcherState):
                     result = None
                     if op == "shuffle" and override is not None and override.shuffle_first:
                         result = shuffle_above_maps(args[0], args[1:], kwargs, patcher._remap)
+                    if op == "flat_map" and override is not None and override.files_at_once:
+                        result = as_interleave(args, kwargs, override.files_at_once)
                     if result is None:
                         result = original(*args, **kwargs)
                     if site is not None:

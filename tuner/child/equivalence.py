@@ -49,6 +49,9 @@ CHECK_EXAMPLES = 256
 CHECK_BATCHES = 2
 CHECK_SHUFFLE_BUFFER = 64
 CHECK_SEED = 20260
+# A rewrite that changes the order of a pass (files read at once) is compared over a
+# whole pass, of at most this many elements.
+CHECK_PASS_ELEMENTS = 200_000
 # One candidate's check gives up after this long (a rebuilt pipeline's first elements).
 CHECK_CANDIDATE_S = 60.0
 
@@ -279,6 +282,8 @@ class Checker:
                 return self.order(c, deadline)
             if c.kind is RewriteKind.VECTORIZE:
                 return self.vectorize(c, deadline)
+            if c.kind is RewriteKind.FILES:
+                return self.files(c, deadline)
             return self.iterator(c, deadline)
         except _Late:
             why = f"not checked: its elements took over {seconds:.0f} s to come"
@@ -358,6 +363,26 @@ class Checker:
         way = "as it is" if c.value == "batch" else "through tf.vectorized_map"
         what = f"the map at {c.site} made over batches, its function {way}"
         return c.row(RewriteState.CHECKED, what, result)
+
+    def files(self, c: Candidate, deadline: float) -> RewriteRow:
+        """A whole pass of the flat_map's records, read as an interleave, against the
+        script's own as a multiset: the same records, in another order."""
+        assert c.site is not None
+        target = made_at(self.ds, c.site, "flat_map")
+        if target is None:
+            return _refused(c, f"the flat_map at {c.site} was not found")
+        limit = CHECK_PASS_ELEMENTS + 1
+        a = self._take(self.rebuild(target, Config()), limit, deadline)
+        if len(a) == limit:
+            why = f"a pass holds over {CHECK_PASS_ELEMENTS:,} records: too many to compare"
+            return _refused(c, why)
+        b = self._take(self.rebuild(target, c.config()), limit, deadline)
+        result = compare(a, b, multiset=True)
+        if not result.passed:
+            return _refused(c, f"the interleaved pass holds other records: {result.detail}", result)
+        check = replace(result, how=f"{result.how}, over a whole pass")
+        what = f"the flat_map at {c.site} read as an interleave of several files at once"
+        return c.row(RewriteState.CHECKED, what, check)
 
     def iterator(self, c: Candidate, deadline: float) -> RewriteRow:
         length = finite_length(self.ds)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from tftune.probes.epoch_stall import PipelineStage
@@ -74,7 +75,7 @@ def is_batched(ds: Any, depth: int = 0) -> bool | None:
 # Dataset classes by the kind of stage they are (the first match wins: ParallelMap
 # before Map, FlatMap before Map).
 _STAGE_KINDS = (
-    ("FlatMap", "interleave"),
+    ("FlatMap", "flat_map"),
     ("Interleave", "interleave"),
     ("MapAndBatch", "map"),
     ("Map", "map"),
@@ -86,6 +87,16 @@ _STAGE_KINDS = (
     ("Repeat", "repeat"),
 )
 _PYTHON_OPS = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})
+# The file readers' dataset ops: a function that opens one reads files.
+READER_OPS = frozenset(
+    {
+        "TFRecordDataset",
+        "TFRecordDatasetV2",
+        "TextLineDataset",
+        "FixedLengthRecordDataset",
+        "FixedLengthRecordDatasetV2",
+    }
+)
 
 
 def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
@@ -101,7 +112,7 @@ def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
             kind = next((k for part, k in _STAGE_KINDS if part in name), None)
             kind = kind or ("source" if not inputs else "other")
             ops = _function_ops(current)
-            if kind == "interleave" and "GeneratorDataset" in ops:
+            if kind == "flat_map" and "GeneratorDataset" in ops:
                 # from_generator (and Keras' adapter of a PyDataset or a generator) is a
                 # flat_map whose function makes a Python generator's dataset.
                 kind = "generator"
@@ -109,7 +120,8 @@ def pipeline_chain(ds: Any) -> tuple[PipelineStage, ...]:
                 current, "_tftune_mark_site", None
             )
             python = kind == "generator" or bool(ops & _PYTHON_OPS)
-            stages.append(PipelineStage(kind, site, python, random_op(ops), _elements(current)))
+            stage = PipelineStage(kind, site, python, random_op(ops), _elements(current))
+            stages.append(replace(stage, reader=bool(ops & READER_OPS)))
         current = inputs[0] if inputs else None
     return tuple(reversed(stages))
 

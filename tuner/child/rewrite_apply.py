@@ -10,6 +10,8 @@ checked). The patches apply them where the script builds or iterates its dataset
   directly before it (`SiteConfig.shuffle_first`): its buffer then fills with the maps'
   inputs (file names, lines), and the maps run after it. A map is remembered with its
   call (`remember_call`) so that it can be made again over the shuffled input;
+- **files** (`as_interleave`): a ``flat_map`` whose function opens a file reader read
+  as an ``interleave`` of several files at once (`SiteConfig.files_at_once`);
 - **vectorize** (`batch_before_map`): ``map(f).batch(b)`` made as ``batch(b).map(f)``
   (`SiteConfig.vectorize` at the map's line), with `f` as it is where it works on a
   batch, or through ``tf.vectorized_map``: one call a batch, not one an element;
@@ -134,6 +136,20 @@ def shuffle_above_maps(
     for made in reversed(maps):
         shuffled = remap(made, shuffled)
     return shuffled
+
+
+# --- files -----------------------------------------------------------------------------
+
+
+def as_interleave(args: tuple[Any, ...], kwargs: dict[str, Any], files: int) -> Any | None:
+    """``ds.flat_map(f)`` (its `args` and `kwargs`) as ``ds.interleave(f,
+    cycle_length=files, num_parallel_calls=files)``: `files` of the file list read at
+    once, their records interleaved. None where the call has no function."""
+    fn = args[1] if len(args) > 1 else kwargs.get("map_func")
+    if not args or fn is None:
+        return None
+    interleave = _original("interleave")
+    return interleave(args[0], fn, cycle_length=files, num_parallel_calls=files)
 
 
 # --- vectorize ------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_a_keras_py_dataset_is_a_python_generator_and_its_stall_says_workers() -
 
 def test_a_plain_flat_map_is_no_generator() -> None:
     ds = tf.data.Dataset.range(4).flat_map(lambda x: tf.data.Dataset.from_tensors(x))
-    assert _kinds(ds) == [("source", False), ("interleave", False)]
+    assert _kinds(ds) == [("source", False), ("flat_map", False)]
 
 
 def test_a_stage_that_draws_anew_each_pass_is_named_with_its_op() -> None:
