@@ -153,6 +153,12 @@ CASES = [
     # A PyDataset decoding JPEGs in __getitem__, fed to fit with one worker.
     Case("keras_sequence.py", ("--epochs", "2"), ("--epochs", "100000"), 16,
          loop=r"model\.fit\(train_gen", stall_cause=PYTHON_SOURCE),
+    # A sequential map decodes, resizes and edge-filters 180 JPEGs again every short epoch.
+    Case("decode_every_epoch.py", ("--epochs", "2"), ("--epochs", "100000"), 32,
+         loop=r"history = model\.fit\(", input_bound=True),
+    # list_files then flat_map(TFRecordDataset): 40 shards read one after the other.
+    Case("sharded_records.py", ("--epochs", "2"), ("--epochs", "100000"), 64,
+         loop=r"for x, y in train_ds:"),
 ]  # fmt: skip
 
 

@@ -12,6 +12,7 @@ Deterministic (one seeded generator) and quick (a few seconds on 2 cores). Layou
                                                 in noise), 150 per class
     tabular.csv                                 4000 rows: 32 float features, int label (3 classes)
     records/{train,val}.tfrecord                tf.train.Example: "x" (64 floats), "label" (int, 10)
+    shards/train-NNNNN-of-00040.tfrecord        the same kind of Examples, 40 shards of 100
     shapes.npz                                  28x28 uint8 shapes: x_train, y_train, x_test, y_test
 """
 
@@ -167,6 +168,28 @@ def write_records(root: str, rng: np.random.Generator) -> None:
                 writer.write(example.SerializeToString())
 
 
+def _example(x: np.ndarray, label: int) -> bytes:
+    feature = {
+        "x": tf.train.Feature(float_list=tf.train.FloatList(value=x)),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+    }
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_shards(root: str, rng: np.random.Generator, shards: int = 40, per: int = 100) -> None:
+    """Many small TFRecord files, as a sharded dataset is written."""
+    folder = os.path.join(root, "shards")
+    os.makedirs(folder, exist_ok=True)
+    centers = rng.standard_normal((10, 64)) * 2
+    for shard in range(shards):
+        path = os.path.join(folder, f"train-{shard:05d}-of-{shards:05d}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            labels = rng.integers(0, 10, size=per)
+            xs = centers[labels] + rng.standard_normal((per, 64)) * 1.5
+            for x, label in zip(xs, labels, strict=True):
+                writer.write(_example(x, int(label)))
+
+
 def _shape(kind: int, rng: np.random.Generator) -> np.ndarray:
     yy, xx = np.mgrid[0:28, 0:28]
     cx, cy = rng.uniform(9, 19, size=2)
@@ -209,6 +232,7 @@ def main() -> None:
     write_shapes(args.out, rng)
     # Added later, with its own generator, so the data sets above stay as they were.
     write_speech(args.out, np.random.default_rng(SEED + 1))
+    write_shards(args.out, np.random.default_rng(SEED + 2))
     print(f"wrote data to {args.out} in {time.perf_counter() - start:.1f} s")
 
 
