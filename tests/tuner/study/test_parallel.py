@@ -235,6 +235,10 @@ def test_study_lock_excludes_on_a_journal_file(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.lock"))  # released
 
 
+def test_study_lock_excludes_on_a_sqlite_file(tmp_path: Path) -> None:
+    assert _exclusive(f"sqlite:///{tmp_path / 's.db'}") == ["a-in", "a-out", "b-in"]
+
+
 @pytest.mark.slow
 def test_study_lock_excludes_on_postgresql(pg_url: str) -> None:
     assert _exclusive(pg_url) == ["a-in", "a-out", "b-in"]
