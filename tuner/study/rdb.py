@@ -67,6 +67,7 @@ _PG_CREATION_KEY = int.from_bytes(
 # NFS is a POSIX lock, which does not tell one process's threads apart.
 _CREATING = threading.Lock()
 _STUDY = threading.Lock()
+_QUIET = threading.Lock()
 # How far down an error's causes `racing` looks: Optuna wraps SQLAlchemy's error, which
 # wraps the driver's.
 _CAUSE_DEPTH = 8
@@ -265,10 +266,13 @@ def open_rdb(url: str) -> Any:
     )
 
     def rdb_storage() -> Any:
-        # A heartbeat lets a later run mark a killed worker's trial failed.
-        return optuna.storages.RDBStorage(
-            url, engine_kwargs=engine_kwargs, heartbeat_interval=60, grace_period=180
-        )
+        # The warnings filter is the process's: threads must not restore it under another.
+        with _QUIET, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
+            # A heartbeat lets a later run mark a killed worker's trial failed.
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=60, grace_period=180
+            )
 
     def create() -> Any:
         with creation_lock(url):
@@ -276,9 +280,7 @@ def open_rdb(url: str) -> Any:
                 return rdb_storage()
         return rdb_storage()
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
-        storage = retry_racing(create)
+    storage = retry_racing(create)
     if sqlite:
         immediate_transactions(storage.engine)
     return storage
