@@ -58,6 +58,12 @@ RETRY_OF_ATTR = "retry_of"
 # Set on a search trial skipped for a dead knob value (`records.dead_values`): it never
 # ran, so it uses no budget.
 SKIPPED_ATTR = "skipped"
+# Set on the as-written trial when a worker enqueues it: that worker (and thread) takes
+# it next, and when it was queued. The others wait for it (`queued_by_another`): one that
+# asked Optuna for it would get a new search trial whenever the enqueuer took it first,
+# so workers started together ran search trials before the baselines, and with a small
+# --trials left the baselines no room.
+QUEUED_BY_ATTR = "queued_by"
 # A RUNNING trial without a heartbeat and older than this is taken for a dead worker's:
 # it no longer counts as "will finish" when workers share out the budget.
 STALE_RUNNING_S = 3600.0
@@ -130,6 +136,27 @@ def _process_start(pid: int) -> str | None:
 
 def this_worker() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def queuer() -> dict[str, Any]:
+    """`QUEUED_BY_ATTR`'s value for this worker thread, now."""
+    return {**this_worker(), "thread": threading.get_ident(), "at": time.time()}
+
+
+def queued_by_another(t: Any, now: float) -> bool:
+    """Whether a WAITING trial was queued by another worker (or another thread of this
+    one) that is alive, on another host: within STALE_AFTER_S of queueing it."""
+    by = t.user_attrs.get(QUEUED_BY_ATTR)
+    if not isinstance(by, dict):
+        return False
+    me = queuer()
+    if all(by.get(k) == me[k] for k in ("host", "pid", "start", "thread")):
+        return False
+    alive = worker_alive(by)
+    if alive is not None:
+        return alive
+    at = by.get("at")
+    return isinstance(at, (int, float)) and now - at <= STALE_AFTER_S
 
 
 def worker_alive(worker: Mapping[str, Any]) -> bool | None:

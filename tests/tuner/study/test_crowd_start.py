@@ -1,15 +1,29 @@
 """Workers started together on a new study (issue #41): eight real processes, held at a
 barrier, open one fresh journal file, SQLite file or PostgreSQL database at the same
 instant, ten times over. Every one must run to the end; the study must hold the trials asked
-for, each number once, and each baseline enqueued once (`tests/crowd.py`)."""
+for, each number once, and each baseline enqueued once (`tests/crowd.py`). And the
+as-written trial one worker has just queued is left to it by the others."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from crowd import STUDY, run_crowd
+from studykit import latency_bound, settings, space
+
+from tftune.testing import FakeRunner
+from tftune.tuner.study import Role, run_study
+from tftune.tuner.study.storage import (
+    QUEUED_BY_ATTR,
+    STALE_AFTER_S,
+    queued_by_another,
+    queuer,
+)
 
 WORKERS = 8
 ROUNDS = 10
@@ -80,3 +94,62 @@ def test_workers_started_together_on_a_new_study(kind: str, tmp_path: Path, requ
     assert crowd.exit_codes == (0,) * WORKERS
     problems = [f"round {r}: {p}" for r, url in enumerate(urls) for p in _study_problems(url)]
     assert not problems, "\n".join(problems)
+
+
+# --- the as-written trial another worker has just queued ---------------------------------
+
+
+class _Queued:
+    """A WAITING trial as `queued_by_another` reads it: its user attributes."""
+
+    def __init__(self, by: dict[str, Any] | None) -> None:
+        self.user_attrs = {} if by is None else {QUEUED_BY_ATTR: by}
+
+
+def test_a_trial_queued_by_another_live_worker_is_left_to_it() -> None:
+    now = time.time()
+    me = queuer()
+    assert not queued_by_another(_Queued(me), now)  # this worker takes its own
+    assert not queued_by_another(_Queued(None), now)  # a retried one, an older tftune's
+    assert queued_by_another(_Queued({**me, "thread": -1}), now)  # another thread, alive
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert not queued_by_another(_Queued({**me, "pid": dead.pid, "start": None}), now)
+    far = {"host": "elsewhere", "pid": 1, "thread": 1, "at": now - 1}
+    assert queued_by_another(_Queued(far), now)  # another host: fresh
+    assert not queued_by_another(_Queued(far), now + STALE_AFTER_S + 1)  # stale
+
+
+def test_a_worker_waits_for_the_as_written_trial_another_queued(tmp_path: Path) -> None:
+    # Asking Optuna for it would give this worker a new search trial whenever the other
+    # took it first: workers started together ran search trials before the baselines.
+    import optuna
+
+    from tftune.tuner.study import open_storage
+
+    sp = space()
+    journal = str(tmp_path / "study.journal")
+    study = optuna.create_study(
+        storage=open_storage(journal)[0], study_name="t", direction="maximize"
+    )
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        by = {**queuer(), "pid": other.pid, "start": None, "thread": 1}
+        attrs = {"role": Role.AS_WRITTEN.value, QUEUED_BY_ATTR: by}
+        study.enqueue_trial(sp.as_written_params(), user_attrs=attrs)
+        seen: list[list[str]] = []
+
+        def sleep(_s: float) -> None:  # the other worker dies while this one waits
+            seen.append([t.state.name for t in study.get_trials()])
+            other.kill()
+            other.wait()
+
+        runner = FakeRunner(latency_bound)
+        run_study(sp, runner, settings(tmp_path, n_trials=5), sleep=sleep)
+    finally:
+        other.kill()
+        other.wait()
+    assert seen[0] == ["WAITING"]  # it waited, and took no trial of its own meanwhile
+    assert runner.configs[0].is_as_written()  # then measured the one left to it
+    roles = [t.user_attrs.get("role") for t in study.get_trials()]
+    assert roles[0] == Role.AS_WRITTEN.value and roles.count(Role.AS_WRITTEN.value) == 1
