@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,19 @@ def run_cli(tmp_path: Path):  # type: ignore[no-untyped-def]
         )
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server for the session (`tests/pgserver.py`): its URL."""
+    from pgserver import postgres_server, server_bin
+
+    if server_bin() is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL server binaries are missing on CI")
+        pytest.skip("PostgreSQL server binaries are not installed")
+    with postgres_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -48,10 +48,13 @@ from tftune.tuner.study.records import (
 )
 from tftune.tuner.study.stopping import auto_stop
 from tftune.tuner.study.storage import (
+    QUEUED_BY_ATTR,
     booked,
     fail_stale_trials,
     finished,
     queued,
+    queued_by_another,
+    queuer,
     retry_interrupted,
     study_lock,
     used,
@@ -176,8 +179,9 @@ class Search:
 
     def ensure_as_written(self) -> None:
         """Measure the script as written unless the study has it. Another worker may be
-        measuring it right now: wait for that (bounded, since a killed worker leaves its
-        trial RUNNING in a journal file forever), and re-run it if it failed."""
+        measuring it right now, or have just queued it: wait for that (bounded, since a
+        killed worker leaves its trial RUNNING in a journal file forever), and re-run it
+        if it failed."""
         import optuna
 
         ts = optuna.trial.TrialState
@@ -188,14 +192,16 @@ class Search:
             seen = [(t.number, t.state) for t in mine]
             if ts.COMPLETE in states or self.past_deadline():
                 return
-            if ts.WAITING not in states:
-                if ts.RUNNING in states and waited < AS_WRITTEN_WAIT_S:
+            now = time.time()  # wall time, as the worker records (`queued_by_another`)
+            free = [t for t in mine if t.state is ts.WAITING and not queued_by_another(t, now)]
+            if not free:  # none queued, or queued by a live worker that takes it next
+                if states & {ts.RUNNING, ts.WAITING} and waited < AS_WRITTEN_WAIT_S:
                     self.sleep(AS_WRITTEN_POLL_S)
                     waited += AS_WRITTEN_POLL_S
                     if fail_stale_trials(self.study):  # its worker died: measure it here
                         retry_interrupted(self.study)
                     continue
-                if not self._enqueue_as_written(seen):
+                if ts.WAITING not in states and not self._enqueue_as_written(seen):
                     continue
             self.run_some(1)
             runs += 1
@@ -206,9 +212,8 @@ class Search:
         with self.enqueue_lock():
             latest = [(t.number, t.state) for t in self._as_written_trials()]
             if latest == seen:
-                self.study.enqueue_trial(
-                    self.space.as_written_params(), user_attrs={"role": Role.AS_WRITTEN.value}
-                )
+                attrs = {"role": Role.AS_WRITTEN.value, QUEUED_BY_ATTR: queuer()}
+                self.study.enqueue_trial(self.space.as_written_params(), user_attrs=attrs)
         return latest == seen
 
     def as_written_or_raise(self) -> TrialRecord:

@@ -24,7 +24,6 @@ import os
 import socket
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +31,17 @@ from typing import TYPE_CHECKING, Any
 from tftune.core.errors import UserError
 from tftune.tuner.options import DEFAULT_STORAGE_FILE as DEFAULT_STORAGE_FILE
 from tftune.tuner.study.contract import Role
+from tftune.tuner.study.rdb import (
+    advisory_lock,
+    is_postgresql,
+    open_rdb,
+    sqlite_path,
+    sqlite_study_lock,
+)
 
 if TYPE_CHECKING:
     import optuna
 
-# Opening an RDB storage is retried this often (see `open_storage`).
-RDB_CREATE_ATTEMPTS = 4
 # A running trial carries its worker (host, pid, process start time) and a heartbeat,
 # refreshed this often. A later run marks a RUNNING trial failed when its worker process
 # is gone (same host: at once) or its heartbeat is older than STALE_AFTER_S (another
@@ -54,6 +58,12 @@ RETRY_OF_ATTR = "retry_of"
 # Set on a search trial skipped for a dead knob value (`records.dead_values`): it never
 # ran, so it uses no budget.
 SKIPPED_ATTR = "skipped"
+# Set on the as-written trial when a worker enqueues it: that worker (and thread) takes
+# it next, and when it was queued. The others wait for it (`queued_by_another`): one that
+# asked Optuna for it would get a new search trial whenever the enqueuer took it first,
+# so workers started together ran search trials before the baselines, and with a small
+# --trials left the baselines no room.
+QUEUED_BY_ATTR = "queued_by"
 # A RUNNING trial without a heartbeat and older than this is taken for a dead worker's:
 # it no longer counts as "will finish" when workers share out the budget.
 STALE_RUNNING_S = 3600.0
@@ -85,7 +95,8 @@ def open_storage(url: str | None) -> tuple[Any, str]:
     append-only log with a lock file, which several processes (and Slurm array tasks on a
     shared filesystem) can use at once, unlike SQLite, whose locking fails on NFS. A path,
     or ``journal:PATH``, is such a file; anything with ``://`` is an RDB URL
-    (``sqlite:///x.db``, ``postgresql://...``). An unreachable URL is a `StorageError`.
+    (``sqlite:///x.db``, ``postgresql://...``), created safely when many workers open it
+    at once (`rdb.open_rdb`). An unreachable URL is a `StorageError`.
     """
     import optuna
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
@@ -102,27 +113,12 @@ def open_storage(url: str | None) -> tuple[Any, str]:
             return optuna.storages.JournalStorage(backend), str(p)
         except (OSError, ValueError) as exc:
             raise StorageError(f"--storage {path}: cannot open journal ({exc})") from None
-    for attempt in range(RDB_CREATE_ATTEMPTS):
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # heartbeats are "experimental" in Optuna
-                # A heartbeat lets a later run mark a killed worker's trial failed.
-                storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
-            return storage, _redact(url)
-        except Exception as exc:  # sqlalchemy raises many kinds; all mean "unreachable"
-            text = str(exc)
-            # Workers starting together on an empty database race to create Optuna's
-            # tables; the losers see a duplicate and find the tables there when retried.
-            if attempt + 1 < RDB_CREATE_ATTEMPTS and (
-                "already exists" in text or "duplicate key" in text
-            ):
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-            raise StorageError(
-                f"--storage {_redact(url)}: cannot connect ({first[:160]})"
-            ) from None
-    raise AssertionError("unreachable")
+    try:
+        return open_rdb(url), _redact(url)
+    except Exception as exc:  # sqlalchemy raises many kinds; all mean "unreachable"
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        raise StorageError(f"--storage {_redact(url)}: cannot connect ({first[:160]})") from None
 
 
 # --- dead workers ----------------------------------------------------------------------
@@ -140,6 +136,27 @@ def _process_start(pid: int) -> str | None:
 
 def this_worker() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def queuer() -> dict[str, Any]:
+    """`QUEUED_BY_ATTR`'s value for this worker thread, now."""
+    return {**this_worker(), "thread": threading.get_ident(), "at": time.time()}
+
+
+def queued_by_another(t: Any, now: float) -> bool:
+    """Whether a WAITING trial was queued by another worker (or another thread of this
+    one) that is alive, on another host: within STALE_AFTER_S of queueing it."""
+    by = t.user_attrs.get(QUEUED_BY_ATTR)
+    if not isinstance(by, dict):
+        return False
+    me = queuer()
+    if all(by.get(k) == me[k] for k in ("host", "pid", "start", "thread")):
+        return False
+    alive = worker_alive(by)
+    if alive is not None:
+        return alive
+    at = by.get("at")
+    return isinstance(at, (int, float)) and now - at <= STALE_AFTER_S
 
 
 def worker_alive(worker: Mapping[str, Any]) -> bool | None:
@@ -275,8 +292,9 @@ def study_lock(storage: str | None, study_name: str) -> Iterator[None]:
     """Mutual exclusion between every worker of one study, on any machine.
 
     A journal file: an ``O_EXCL`` lock file next to it (NFS-safe, as Optuna's own).
-    PostgreSQL: a session advisory lock keyed by the study name. SQLite: a lock file
-    next to the database. Other RDBs: none (enqueueing stays best effort there).
+    PostgreSQL: a session advisory lock keyed by the study name. SQLite: an ``flock``
+    on a file next to the database (`rdb.sqlite_study_lock`). Other RDBs: none
+    (enqueueing stays best effort there).
     """
     if storage is None or "://" not in storage:
         from optuna.storages.journal import JournalFileOpenLock
@@ -286,28 +304,15 @@ def study_lock(storage: str | None, study_name: str) -> Iterator[None]:
         with _held(lock):
             yield
         return
-    if storage.startswith("sqlite:///"):
-        from optuna.storages.journal import JournalFileOpenLock
-
-        lock = JournalFileOpenLock(f"{storage.removeprefix('sqlite:///')}.enqueue")
-        with _held(lock):
+    db_file = sqlite_path(storage)
+    if db_file is not None:
+        with sqlite_study_lock(db_file):
             yield
         return
-    if storage.startswith(("postgresql", "postgres")):
-        import sqlalchemy
-
+    if is_postgresql(storage):
         key = int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big", signed=True)
-        engine = sqlalchemy.create_engine(storage, poolclass=sqlalchemy.pool.NullPool)
-        try:
-            with engine.connect() as conn:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": key})
-                try:
-                    yield
-                finally:
-                    conn.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                    conn.commit()
-        finally:
-            engine.dispose()
+        with advisory_lock(storage, key, wait_s=None):
+            yield
         return
     yield
 

@@ -14,13 +14,12 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import requires_tf
-from pgserver import postgres_server, server_bin
 from repo_paths import ROOT
 from studykit import latency_bound, space
 
@@ -55,16 +54,6 @@ from tftune.tuner.study.workers import (
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
-
-
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    if server_bin() is None:
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL server binaries are missing on CI")
-        pytest.skip("PostgreSQL server binaries are not installed")
-    with postgres_server() as url:
-        yield url
 
 
 # --- slots ---------------------------------------------------------------------------
@@ -244,6 +233,10 @@ def test_study_lock_excludes_on_a_journal_file(tmp_path: Path) -> None:
     journal = str(tmp_path / "s.journal")
     assert _exclusive(journal) == ["a-in", "a-out", "b-in"]
     assert not list(tmp_path.glob("*.lock"))  # released
+
+
+def test_study_lock_excludes_on_a_sqlite_file(tmp_path: Path) -> None:
+    assert _exclusive(f"sqlite:///{tmp_path / 's.db'}") == ["a-in", "a-out", "b-in"]
 
 
 @pytest.mark.slow
