@@ -105,6 +105,9 @@ class Fix:
     stage: str | None
     evidence: Mapping[str, Any] = field(default_factory=dict)
     expected_gain: float | None = None
+    # What `tftune optimize` measures of it, in words (None: a change of code it cannot
+    # try; `probes.ideas.OPTIMIZE_MEASURES`).
+    optimize: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -117,6 +120,8 @@ class Fix:
         }
         if self.expected_gain is not None:
             out["expected_gain"] = self.expected_gain
+        if self.optimize is not None:
+            out["optimize"] = self.optimize
         return out
 
     @classmethod
@@ -129,6 +134,7 @@ class Fix:
             stage=r.string("stage"),
             evidence=_evidence(r),
             expected_gain=r.number("expected_gain"),
+            optimize=r.string("optimize"),
         )
 
 

@@ -32,7 +32,7 @@ from tftune.core.vocabulary import TRAINING_LOOP
 from tftune.probes.breakdown import Breakdown, compute_breakdown, extract_timeline
 from tftune.probes.callsites import read_sites
 from tftune.probes.findings import Findings, FoundBottleneck, dedupe, find
-from tftune.probes.ideas import STEP_IDEAS
+from tftune.probes.ideas import OPTIMIZE_MEASURES, STEP_IDEAS
 from tftune.probes.locate import locate
 from tftune.probes.loop_work import find_loop_work
 from tftune.probes.next_moves import StepFacts, moves_from, step_facts
@@ -212,7 +212,9 @@ def step_advice(data: Mapping[str, Any]) -> tuple[str, ...]:
 def _fix(r: Recommendation, expected_gain: float | None = None) -> Fix:
     """A fix as the document writes it; `expected_gain` in the ranked list only."""
     evidence = jsonable(r.evidence)
-    return Fix(r.summary, r.code, r.kind or None, r.category, r.stage, evidence, expected_gain)
+    measured = OPTIMIZE_MEASURES.get(r.kind)
+    kind = r.kind or None
+    return Fix(r.summary, r.code, kind, r.category, r.stage, evidence, expected_gain, measured)
 
 
 def _bottleneck(b: FoundBottleneck, rank: int) -> Bottleneck:

@@ -54,6 +54,15 @@ PYTHON_SOURCE = "python_generator_source"
 UNEXPLAINED = "unexplained"
 
 
+# The causes whose fix `tftune optimize` measures, and as what.
+OPTIMIZED_CAUSES = {
+    SHUFFLE_BEHIND_MAP: "the cache() and moved-shuffle rewrites",
+    NO_CACHE: "the cache() rewrite",
+    NEW_ITERATOR: "the one-iterator rewrite",
+    PYTHON_SOURCE: "a PyDataset's workers are knobs",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class PipelineStage:
     """One transformation of the training pipeline, source first."""
@@ -116,9 +125,11 @@ class EpochStall:
     sites: tuple[str, ...] = ()  # the lines involved
 
     def sentence(self) -> str:
+        measured = OPTIMIZED_CAUSES.get(self.cause)
+        tried = f"; tftune optimize measures this fix ({measured})" if measured else ""
         return (
             f"each epoch opens with a {self.stall_s:.2f} s stall ({self.share:.0%} of its "
-            f"training time, {self.steps_per_epoch} steps an epoch): {self.summary}"
+            f"training time, {self.steps_per_epoch} steps an epoch): {self.summary}{tried}"
         )
 
     def to_json(self) -> dict[str, Any]:

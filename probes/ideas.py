@@ -37,3 +37,21 @@ STEPS_PER_EXECUTION = "steps_per_execution"  # Keras fit: several steps per call
 # The ideas that speed up the step itself (not the input pipeline): what `tftune
 # optimize` says as its next moves when the run is not input-bound.
 STEP_IDEAS = frozenset({COMPILE, STEPS_PER_CALL, PRECISION, XLA, BATCH_SIZE, STEPS_PER_EXECUTION})
+
+# What `tftune optimize` measures of a fix with this idea, in words ("tftune optimize
+# measures it: ..."); an idea not here is a change of code it cannot try for you.
+OPTIMIZE_MEASURES = {
+    PARALLEL_MAP: "its parallelism is a knob",
+    THREADPOOL: "the thread pool is a knob",
+    PY_DATASET_WORKERS: "the PyDataset's workers are knobs",
+    MORE_CPUS: "with --data-service, the tf.data service's cut",
+    CACHE: "the cache() rewrite",
+    VECTORIZE: "the rewrite that makes the map over batches",
+    PARALLEL_READS: "files read at once: a reader's knob, or the files rewrite of a flat_map",
+    PREFETCH: "the prefetch depth is a knob",
+    COMPILE: "the compile_step switch",
+    PRECISION: "mixed precision is a knob",
+    XLA: "the jit_compile switch (Keras)",
+    BATCH_SIZE: "the batch size is a knob",
+    STEPS_PER_EXECUTION: "the steps_per_execution switch",
+}

@@ -215,6 +215,8 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
         fix = f"<p><b>Fix:</b> {esc(rec.summary)}</p>" if rec.summary else ""
         if rec.code:
             fix += codebox(rec.code, ids)
+        if rec.optimize:
+            fix += f'<p class="sub">tftune optimize measures it: {esc(rec.optimize)}</p>'
     evidence = ""
     if b.evidence:
         rows = "".join(

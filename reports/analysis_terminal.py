@@ -137,6 +137,8 @@ def _fix(d: AnalysisDocument) -> Group | Text:
         Text("Top fix: ", style="bold cyan").append(top.summary, style="default"),
         Padding(Text(str(top.code), style="green"), (0, 0, 0, 4)),
     ]
+    if top.optimize:
+        parts.append(Text(f"tftune optimize measures it: {top.optimize}", style="dim"))
     marker_fixes = [r for r in recs[1:] if "step_detection" in r.evidence]
     more = [r for r in recs[1 : 1 + MAX_MORE_RECS] if r not in marker_fixes]
     for r in more:
