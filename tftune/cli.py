@@ -180,6 +180,8 @@ def profile(
     stall = result.training.stall if result.training is not None else None
     if stall is not None:
         say(words, f"step clock: {stall.sentence()}")
+    if result.note is not None:
+        say(words, f"step clock: {result.note}")
     say(words, f"next: tftune analyze {logdir}")
     # TensorFlow no longer installs TensorBoard; XProf's server comes with tftune.
     say(

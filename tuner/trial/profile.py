@@ -3,9 +3,10 @@
 `profile_script(script, args, start, stop, logdir)` → `ProfileResult`. Steps are counted
 on the stream that feeds optimizer updates (`tuner/child/roles.py`), so a counting loop,
 a peek or `adapt` before training is never what is profiled. The child (mode
-``profile``) says when the trace is written; the script is stopped then, or when a
-training step is overdue (`trial.watch`), through the one launch loop
-(`trial.launch.ChildRun`).
+``profile``) says when the trace is written; the script is stopped then (or, where it
+has seen one epoch start, once the second comes, within `EPOCH_WAIT_S`: the step clock
+prices an epoch start's stall from it), or when a training step is overdue
+(`trial.watch`), through the one launch loop (`trial.launch.ChildRun`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from tftune.tuner.trial.launch import (
 from tftune.tuner.trial.script_text import fallback_s as script_fallback_s
 from tftune.tuner.trial.watch import StreamSeen, StreamWatch, describe_streams
 
+# After the trace, a run that has seen one epoch start goes on to the second, where the
+# rest of the first epoch takes at most this long: its stall prices an epoch start.
+EPOCH_WAIT_S = 60.0
+
 
 @dataclass(frozen=True, slots=True)
 class ProfileResult:
@@ -47,6 +52,7 @@ class ProfileResult:
     streams: tuple[StreamSeen, ...] = ()  # the datasets iterated, and their roles
     # The step clock's figures of the run, also written beside the trace (`CLOCK_FILE`).
     training: TrainingTime | None = None
+    note: str | None = None  # what the step clock could not see (a second epoch start)
 
 
 def profile_script(
@@ -95,6 +101,8 @@ class _ProfileWatch(Observer):
         self.main: int | None = None
         self.records: list[StepRecord] = []
         self.timeline = PassTimeline()
+        self.wait_until: float | None = None  # going on to the second epoch's start
+        self.note: str | None = None  # why the run did not
 
     def launched(self, now: float) -> None:
         self.watch.start = now
@@ -126,7 +134,36 @@ class _ProfileWatch(Observer):
         return self.timeline.training_time(self.main, records, percentile(times, 50) / 1e9)
 
     def finished(self) -> bool:
-        return any(e.kind in ("profile_done", "profile_failed") for e in self.events)
+        if any(e.kind == "profile_failed" for e in self.events):
+            return True
+        if not any(e.kind == "profile_done" for e in self.events):
+            return False
+        return not self._waits_for_next_epoch()
+
+    def _waits_for_next_epoch(self) -> bool:
+        """The trace is written: where the run has seen one epoch start, the step clock
+        goes on to the second (its stall is what prices an epoch start: a first epoch's
+        first step also traces), unless the first epoch would take over
+        `EPOCH_WAIT_S` more (`note` says so) or its length is unknown."""
+        if self.main is None or len(self.records) < 2:
+            return False
+        starts = self.timeline.starts(self.main)
+        if not starts or (len(starts) > 1 and self.records[-1].request_ns > starts[1].at_ns):
+            return False  # the second epoch's first step is in
+        if self.wait_until is None:
+            times = self.timeline.step_times(self.records[0].deliver_ns, self.records[1:])
+            step_s = percentile(times, 50) / 1e9
+            left = starts[0].cardinality - len(self.records)
+            if starts[0].cardinality < 1 or left * step_s > EPOCH_WAIT_S:
+                more = f" (about {left * step_s:,.0f} s more)" if left > 0 else ""
+                self.note = (
+                    "the run ended inside its first epoch, whose length is unknown"
+                    if starts[0].cardinality < 1
+                    else f"the run ended inside its first epoch, too long to wait for{more}"
+                ) + ": an epoch start's stall is priced from that one start alone"
+                return False
+            self.wait_until = self.clock() + left * step_s * 2 + 10.0
+        return self.clock() < self.wait_until
 
     def said_done(self) -> bool:
         # Done before the profile ended; TF's teardown may hang: it gets the grace period.
@@ -171,4 +208,5 @@ class _ProfileWatch(Observer):
             steps,
             self.watch.streams(),
             training,
+            self.note,
         )

@@ -171,3 +171,54 @@ def test_the_guided_profile_names_the_bottleneck_call_site_once(tmp_path: Path) 
     assert hint.input_share is not None and hint.input_share > 0.5
     (said,) = [n for n in notes if "profile of the script as written" in n]
     assert said.endswith("bottleneck at train.py:13")
+
+
+EPOCHS_SCRIPT = """\
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+PER_EPOCH = int(sys.argv[1])
+
+
+def slow(x):
+    time.sleep(0.002)
+    return x
+
+
+def load(x):
+    y = tf.py_function(slow, [x], tf.float32)
+    y.set_shape([])
+    return y
+
+
+ds = tf.data.Dataset.from_tensor_slices(np.arange(PER_EPOCH * 8, dtype="float32"))
+ds = ds.map(load).shuffle(200).batch(8)
+w = tf.Variable(0.0)
+opt = tf.keras.optimizers.SGD(0.01)
+for epoch in range(1000):
+    for b in ds:
+        with tf.GradientTape() as tape:
+            loss = (w - tf.reduce_mean(b)) ** 2
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+"""
+
+
+@pytest.mark.slow
+def test_a_profile_goes_on_to_the_second_epoch_start_where_it_is_near(tmp_path: Path) -> None:
+    """The trace ends inside the first epoch: the step clock goes on to the next epoch's
+    start (40 steps), so the stall is priced from an epoch start that is no first step;
+    an epoch too long to wait for is said, not waited for."""
+    from tftune.tuner.trial import profile_script
+
+    script = tmp_path / "train.py"
+    script.write_text(EPOCHS_SCRIPT)
+    short = profile_script(script, ["40"], 3, 8, tmp_path / "short", timeout_s=240)
+    assert short.captured and short.note is None
+    assert short.training is not None and short.training.epochs_seen >= 2
+    assert short.training.steps_per_epoch == 40
+    long = profile_script(script, ["200000"], 3, 8, tmp_path / "long", timeout_s=240)
+    assert long.captured and long.training is not None and long.training.epochs_seen == 1
+    assert long.note is not None and "too long to wait for" in long.note
