@@ -20,12 +20,8 @@ from pathlib import Path
 from tftune.core.tuning_rewrites import CheckReport, RewriteKind, RewriteRow, RewriteState
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
-from tftune.tuner.child.equivalence import (
-    CHECK_CANDIDATE_S,
-    CHECK_COUNT_S,
-    CHECK_META_KEY,
-    CheckSpec,
-)
+from tftune.tuner.child.elements import CHECK_COUNT_S
+from tftune.tuner.child.equivalence import CHECK_CANDIDATE_S, CHECK_META_KEY, CheckSpec
 from tftune.tuner.config import CACHE_MEMORY, Config
 from tftune.tuner.options import parse_bytes
 from tftune.tuner.rewrite_code import RewriteFacts

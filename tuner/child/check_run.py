@@ -31,7 +31,8 @@ from tftune.tuner.child.compute_check import (
     keras_check,
     step_variables,
 )
-from tftune.tuner.child.equivalence import Checker, CheckSpec, pass_examples
+from tftune.tuner.child.elements import pass_examples
+from tftune.tuner.child.equivalence import Checker, CheckSpec
 from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import finite_length
 from tftune.tuner.config import Config

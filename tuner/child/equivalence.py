@@ -24,10 +24,9 @@ crash: each candidate's row is written as soon as it is known.
 
 from __future__ import annotations
 
-import collections
 import inspect
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,6 +36,17 @@ from tftune.core.tuning_rewrites import (
     RewriteRow,
     RewriteState,
 )
+from tftune.tuner.child.elements import (
+    CHECK_BATCHES,
+    FLOAT_RTOL,
+    Late,
+    Leaves,
+    cache_bytes,
+    compare,
+    shapes,
+    take,
+    wanted,
+)
 from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import finite_length
 from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay
@@ -44,9 +54,6 @@ from tftune.tuner.config import Config
 from tftune.tuner.rewrites import CACHE_FILL_MAX_S, Candidate
 
 CHECK_META_KEY = "tftune_check"
-# At least this many examples are compared, and at least `CHECK_BATCHES` elements.
-CHECK_EXAMPLES = 256
-CHECK_BATCHES = 2
 CHECK_SHUFFLE_BUFFER = 64
 CHECK_SEED = 20260
 # A rewrite that changes the order of a pass (files read at once) is compared over a
@@ -54,10 +61,6 @@ CHECK_SEED = 20260
 CHECK_PASS_ELEMENTS = 200_000
 # One candidate's check gives up after this long (a rebuilt pipeline's first elements).
 CHECK_CANDIDATE_S = 60.0
-
-
-class _Late(Exception):
-    """A check ran past its deadline."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,100 +87,6 @@ class CheckSpec:
 def check_spec(config: Config) -> CheckSpec | None:
     meta = config.meta.get(CHECK_META_KEY)
     return CheckSpec.from_meta(meta) if isinstance(meta, Mapping) else None
-
-
-# --- elements ---------------------------------------------------------------------------
-
-Leaves = tuple[Any, ...]
-
-
-def leaves(element: Any) -> Leaves:
-    """An element as numpy arrays: its tensors, ragged and sparse ones taken apart."""
-    import numpy as np
-    import tensorflow as tf
-
-    return tuple(np.asarray(x) for x in tf.nest.flatten(element, expand_composites=True))
-
-
-# Floating-point elements made another way (a batched op) may differ in the last bits.
-FLOAT_RTOL = 1e-6
-
-
-def _same(a: Leaves, b: Leaves, rtol: float = 0.0) -> bool:
-    import numpy as np
-
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return False
-        nan = x.dtype.kind in "fc"
-        if rtol and nan:
-            if not np.allclose(x, y, rtol=rtol, atol=rtol, equal_nan=True):
-                return False
-        elif not np.array_equal(x, y, equal_nan=nan):
-            return False
-    return True
-
-
-def _key(element: Leaves) -> tuple[Any, ...]:
-    return tuple(
-        (x.dtype.str, x.shape, repr(x.tolist()) if x.dtype.kind == "O" else x.tobytes())
-        for x in element
-    )
-
-
-def nbytes(element: Leaves) -> int:
-    """An element's size in memory (a string's by its length)."""
-    total = 0
-    for x in element:
-        if x.dtype.kind == "O":
-            total += sum(len(v) if isinstance(v, (bytes, str)) else 8 for v in x.ravel())
-        else:
-            total += int(x.nbytes)
-    return total
-
-
-def compare(
-    a: Sequence[Leaves], b: Sequence[Leaves], multiset: bool, rtol: float = 0.0
-) -> Equivalence:
-    """`b` against `a`: element by element (floating point within `rtol`), else (where
-    `multiset`) as multisets."""
-    n = min(len(a), len(b))
-    first = next((i for i in range(n) if not _same(a[i], b[i], rtol)), None)
-    if first is None and len(a) == len(b):
-        return Equivalence(True, n, f"in order, within {rtol:g} relative" if rtol else "in order")
-    if multiset and collections.Counter(map(_key, a)) == collections.Counter(map(_key, b)):
-        return Equivalence(True, n, "as a multiset")
-    if first is None:
-        detail = f"{len(a)} elements against {len(b)}"
-    else:
-        detail = f"outputs differ at element {first}"
-    return Equivalence(False, n, "as a multiset" if multiset else "in order", detail)
-
-
-def take(ds: Any, n: int, deadline: float, iterate: Callable[[Any], Iterator[Any]]) -> list[Leaves]:
-    """Up to `n` elements of `ds` (fewer where it ends), or `_Late` past `deadline`."""
-    out: list[Leaves] = []
-    it = iterate(ds)
-    while len(out) < n:
-        if time.monotonic() > deadline:
-            raise _Late
-        try:
-            out.append(leaves(next(it)))
-        except StopIteration:
-            break
-    return out
-
-
-def wanted(sample: Sequence[Leaves], batched: bool) -> int:
-    """Elements to compare: `CHECK_EXAMPLES` examples and `CHECK_BATCHES` elements."""
-    per = max(1, _examples(sample[0]) if sample and batched else 1)
-    return max(CHECK_BATCHES, -(-CHECK_EXAMPLES // per))
-
-
-def _examples(element: Leaves) -> int:
-    return int(element[0].shape[0]) if element and element[0].shape else 1
 
 
 # --- rebuilding --------------------------------------------------------------------------
@@ -285,7 +194,7 @@ class Checker:
             if c.kind is RewriteKind.FILES:
                 return self.files(c, deadline)
             return self.iterator(c, deadline)
-        except _Late:
+        except Late:
             why = f"not checked: its elements took over {seconds:.0f} s to come"
         except Exception as exc:  # a rewrite this pipeline cannot take: a result
             why = f"the rewritten pipeline failed: {type(exc).__name__}: {exc}"[:300]
@@ -317,7 +226,7 @@ class Checker:
         again = compare(a, cached, multiset=False)
         if not again.passed:
             return _refused(c, f"the cached pipeline differs: {again.detail}", again)
-        size, length = _cache_bytes(a, target, self.iterate)
+        size, length = cache_bytes(a, target, self.iterate)
         fill_s = per_element_s * length if length is not None else None
         if fill_s is not None and fill_s > CACHE_FILL_MAX_S:
             why = (
@@ -396,11 +305,11 @@ class Checker:
             passes = self._take(one, length, deadline) + self._take(two, extra, deadline)
             repeated = self.rebuild(self.ds, Config(), held_in_order).repeat()
             held = self._take(repeated, length + extra, deadline)
-        except _Late:
+        except Late:
             why = f"not checked: one epoch of {length} elements took too long to read"
             return _refused(c, why)
         result = compare(passes, held, multiset=False)
-        if not result.passed and _shapes(passes) == _shapes(held):
+        if not result.passed and shapes(passes) == shapes(held):
             # Elements that differ but come as many a pass, of one structure: the
             # pipeline draws anew on each pass (an augmentation), as the script's does.
             how = "epoch length and structure: the pipeline draws random numbers each pass"
@@ -415,73 +324,5 @@ class Checker:
         return c.row(RewriteState.CHECKED, what, check)
 
 
-def _shapes(elements: Sequence[Leaves]) -> list[tuple[tuple[str, tuple[int, ...]], ...]]:
-    """Each element's structure: its leaves' dtypes and ranks (sizes may vary)."""
-    return [tuple((x.dtype.str, (x.ndim,)) for x in e) for e in elements]
-
-
 def _refused(c: Candidate, why: str, check: Equivalence | None = None) -> RewriteRow:
     return c.row(RewriteState.REFUSED, why, check)
-
-
-# Counting a pass's elements where tf.data does not know them gives up after this long.
-CHECK_COUNT_S = 15.0
-# Stages that give one element per element of their input.
-_ONE_TO_ONE = ("Map", "Prefetch", "Options", "Cache", "Shuffle", "Enumerate")
-
-
-def _cache_bytes(
-    sample: Sequence[Leaves], target: Any, iterate: Any
-) -> tuple[int | None, int | None]:
-    """What a cache of the whole pass holds: bytes per element of `sample` times the
-    elements of a pass (`pass_length`), and those elements (None where they cannot be
-    known)."""
-    n = pass_length(target, iterate)
-    if not sample or n is None:
-        return None, n
-    per = sum(nbytes(e) for e in sample) / len(sample)
-    return int(per * n), n
-
-
-_BATCHES = ("BatchDataset", "PaddedBatchDataset", "MapAndBatchDataset")
-
-
-def pass_examples(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int | None:
-    """The training dataset's examples per pass where tf.data does not know its length
-    (a text reader, a filter): the elements below its batches and maps, counted within
-    `seconds` without running the maps (a step's examples turn it into an epoch's
-    steps: `probes.training_time`). None where that cannot be told."""
-    below = ds
-    while any(part in type(below).__name__ for part in (*_BATCHES, *_ONE_TO_ONE)):
-        try:
-            inputs = list(below._inputs())
-        except Exception:
-            return None
-        if len(inputs) != 1:
-            return None
-        below = inputs[0]
-    return pass_length(below, iterate, seconds)
-
-
-def pass_length(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int | None:
-    """`ds`'s elements per pass: tf.data's count where it knows it, else the count of
-    the nearest stage below it that gives a different number of elements (the reads
-    before a map; the maps themselves are not run again), within `seconds`."""
-    n = finite_length(ds)
-    if n is not None:
-        return n
-    below = ds
-    while any(part in type(below).__name__ for part in _ONE_TO_ONE):
-        try:
-            inputs = list(below._inputs())
-        except Exception:
-            return None
-        if len(inputs) != 1:
-            return None
-        below = inputs[0]
-    deadline, count = time.monotonic() + seconds, 0
-    for _ in iterate(below):
-        count += 1
-        if time.monotonic() > deadline:
-            return None
-    return count
