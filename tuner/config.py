@@ -26,7 +26,8 @@ shuffle at that line above the maps directly before it; ``"vectorize": "batch"``
 ``"vectorized_map"``) makes the map at that line over batches; ``"files_at_once": 8``
 reads the flat_map over files at that line as an interleave of 8 files at once.
 Globally,
-``"one_iterator": true`` keeps one iterator over the training dataset across epochs.
+``"one_iterator": true`` keeps one iterator over the training dataset across epochs, and
+``"prefetch_to_device": true`` copies its next batches to the GPU ahead.
 Compute switches are global and written only where set too: ``"jit_compile": true`` and
 ``"steps_per_execution": 16`` for Keras ``compile``, ``"compile_step": "function"`` (or
 ``"xla"``) for a step that runs eagerly.
@@ -140,6 +141,8 @@ class Config:
     jit_compile: bool | None = None
     steps_per_execution: int | None = None
     compile_step: str | None = None
+    # Rewrite: the iterated dataset's next batches copied to the GPU ahead (a GPU only).
+    prefetch_to_device: bool | None = None
 
     def site(self, key: str) -> SiteConfig | None:
         return self.sites.get(key)
@@ -183,6 +186,7 @@ _GLOBALS: tuple[str, ...] = (
 # Globals written only where set: a config file without them reads as before.
 _WHERE_SET: tuple[str, ...] = (
     "one_iterator",
+    "prefetch_to_device",
     "jit_compile",
     "steps_per_execution",
     "compile_step",
@@ -283,7 +287,7 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise ConfigError(f"{source}: meta must be an object")
-    for name in ("one_iterator", "jit_compile"):
+    for name in ("one_iterator", "jit_compile", "prefetch_to_device"):
         flag = data.get(name)
         if flag is not None and not isinstance(flag, bool):
             raise ConfigError(f"{source}: {name} must be true, false or null, got {flag!r}")

@@ -175,7 +175,7 @@ def optimize(
         # The profile and the checks run the real script: by default only when the
         # trials do too.
         do_profile = (h.runner is None) if o.profile is None else o.profile
-        plan = _plan_rewrites(o, do_profile, path, args, found, space, note, spares)
+        plan = _plan_rewrites(o, do_profile, gpu, path, args, found, space, note, spares)
         space = plan.space
         obj = pick_objective(o.objective, gpu, note)
         measure = MeasureOptions(o.window_s, o.repeats, o.step_timeout_s)
@@ -215,6 +215,7 @@ def optimize(
 def _plan_rewrites(
     options: OptimizeOptions,
     real: bool,
+    gpu: bool,
     path: Path,
     args: Sequence[str],
     found: Discovery,
@@ -232,7 +233,7 @@ def _plan_rewrites(
     if not real:
         return RewritePlan((), space, considered=False)
     deps = RunnerDeps(spares=spares) if spares is not None else None
-    chosen = RewriteOptions(options.rewrites, options.cache_budget, options.cache_dir)
+    chosen = RewriteOptions(options.rewrites, options.cache_budget, options.cache_dir, gpu)
     return plan_rewrites(path, args, found, space, chosen, note, deps)
 
 

@@ -34,6 +34,7 @@ from tftune.tuner.rewrites import (
     Candidate,
     consider,
     consider_compute,
+    consider_device,
 )
 from tftune.tuner.space import Knob, KnobValue, LeftOut, SearchSpace, split_knob
 from tftune.tuner.study import Role, StudyOutcome
@@ -212,7 +213,8 @@ def plan_rewrites(
     if options.rewrites:
         compiled = found.compiles[-1] if found.compiles else None
         more, said = consider_compute(pipeline.loop, compiled, found.step_function)
-        candidates, rows = [*candidates, *more], [*rows, *said]
+        device, advice = consider_device(pipeline.loop, options.gpu)
+        candidates, rows = [*candidates, *more, *device], [*rows, *said, *advice]
     trains = found.training
     where = (trains.site, trains.place) if trains else None
     unknown = bool(pipeline.chain) and pipeline.chain[-1].elements == UNKNOWN_LENGTH
@@ -242,6 +244,7 @@ class RewriteOptions:
     rewrites: bool = True
     cache_budget: str | None = None
     cache_dir: str | os.PathLike[str] | None = None
+    gpu: bool = False  # a GPU is visible: batches can be prefetched to it
 
 
 def _placed(
@@ -305,6 +308,8 @@ def _applied(config: Config, row: RewriteRow) -> bool:
     """Whether `config` applies the rewrite of `row` (at its value, where it has several)."""
     if row.kind is RewriteKind.ITERATOR:
         return bool(config.one_iterator)
+    if row.kind is RewriteKind.HOST_TO_DEVICE:
+        return bool(config.prefetch_to_device)
     if row.kind is RewriteKind.JIT_COMPILE:
         return bool(config.jit_compile)
     if row.kind is RewriteKind.STEPS_PER_EXECUTION:

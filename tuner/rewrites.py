@@ -67,7 +67,8 @@ JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP = (
 UNKNOWN_LENGTH = -2  # tf.data's cardinality of a dataset whose length it does not know
 CACHE_KNOB, ORDER_KNOB, VECTORIZE_KNOB = "cache", "shuffle_first", "vectorize"
 FILES_KNOB = "files_at_once"
-# The knobs' fields that are rewrites (`tuner.config`: two per call site, one global).
+PREFETCH_TO_DEVICE = "prefetch_to_device"
+# The knobs' fields that are rewrites (`tuner.config`: per call site, and global).
 REWRITE_FIELDS = frozenset(
     {
         CACHE_KNOB,
@@ -75,6 +76,7 @@ REWRITE_FIELDS = frozenset(
         VECTORIZE_KNOB,
         FILES_KNOB,
         ONE_ITERATOR,
+        PREFETCH_TO_DEVICE,
         JIT_COMPILE,
         STEPS_PER_EXECUTION,
         COMPILE_STEP,
@@ -438,3 +440,18 @@ def consider_compute(
             )
             rows.append(_row(kind, step.site, RewriteState.NOT_APPLICABLE, why))
     return found, rows
+
+
+def consider_device(loop: str | None, gpu: bool) -> tuple[list[Candidate], list[RewriteRow]]:
+    """The next batches prefetched to the GPU, for the script's own eager loop (Keras and
+    tf.distribute place their batches themselves): searched on a GPU, advice on a CPU."""
+    if loop != LOOP_EAGER:
+        return [], []
+    kind = RewriteKind.HOST_TO_DEVICE
+    if gpu:
+        return [Candidate(kind, None, PREFETCH_TO_DEVICE)], []
+    why = (
+        "advice only: this host has no GPU to copy batches to; on one, end the pipeline with "
+        'ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))'
+    )
+    return [], [_row(kind, None, RewriteState.NOT_APPLICABLE, why)]

@@ -47,6 +47,7 @@ GLOBAL_KNOB_NAMES = (
     "autotune_cpu_budget",
     "autotune_ram_budget_mb",
     "one_iterator",
+    "prefetch_to_device",
     "jit_compile",
     "steps_per_execution",
     "compile_step",
@@ -255,6 +256,7 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
     mp = globals_.pop("mixed_precision", None)
     det = globals_.pop("deterministic", None)
     one = globals_.pop("one_iterator", None)
+    device = globals_.pop("prefetch_to_device", None)
     jit = globals_.pop("jit_compile", None)
     how = globals_.pop("compile_step", None)
     ints: dict[str, int | None] = {}
@@ -267,6 +269,7 @@ def config_from_values(values: Mapping[str, KnobValue]) -> Config:
         mixed_precision=mp if isinstance(mp, str) else None,
         deterministic=det if isinstance(det, bool) else None,
         one_iterator=one if isinstance(one, bool) else None,
+        prefetch_to_device=device if isinstance(device, bool) else None,
         jit_compile=jit if isinstance(jit, bool) else None,
         compile_step=how if isinstance(how, str) else None,
         data_service=service.service_from_values(values),

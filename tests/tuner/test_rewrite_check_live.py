@@ -224,3 +224,19 @@ def test_a_flat_map_over_files_read_as_an_interleave_holds_the_same_records(
     assert row.state is RewriteState.CHECKED, row
     assert row.check is not None and row.check.compared == 600
     assert "multiset, over a whole pass" in row.check.how
+
+
+@pytest.mark.gpu
+def test_batches_prefetched_to_the_gpu_are_the_same_batches(tmp_path: Path) -> None:
+    """Where a GPU is visible: the batches copied to it ahead equal the script's own."""
+    from tftune.tuner.rewrites import consider_device
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    found = discover(script, [])
+    trains = found.training
+    assert trains is not None
+    (device,), _ = consider_device(LOOP_EAGER, gpu=True)
+    report = check_rewrites(script, [], [device], (trains.site, trains.place))
+    (row,) = report.rows
+    assert row.state is RewriteState.CHECKED and row.check is not None and row.check.passed

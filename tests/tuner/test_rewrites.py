@@ -390,3 +390,16 @@ def test_a_flat_map_over_files_is_read_as_an_interleave(tmp_path: Path) -> None:
         "ds = files.interleave(tf.data.TFRecordDataset, cycle_length=tf.data.AUTOTUNE, "
         "num_parallel_calls=tf.data.AUTOTUNE)\n"
     )
+
+
+def test_batches_prefetched_to_a_gpu_are_searched_on_a_gpu_and_advice_on_a_cpu() -> None:
+    from tftune.tuner.rewrites import consider_device
+
+    (c,), rows = consider_device(LOOP_EAGER, gpu=True)
+    assert rows == [] and c.config() == Config(prefetch_to_device=True)
+    found, (row,) = consider_device(LOOP_EAGER, gpu=False)
+    assert found == [] and row.state is RewriteState.NOT_APPLICABLE
+    assert row.reason.startswith("advice only") and "prefetch_to_device" in row.reason
+    assert consider_device(LOOP_FIT, gpu=True) == ([], [])  # Keras places its batches
+    data = Config(prefetch_to_device=True).to_json()
+    assert data["prefetch_to_device"] is True and config_from_json(data).prefetch_to_device

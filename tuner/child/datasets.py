@@ -387,4 +387,17 @@ def apply_globals(ds: Any, config: Config, info: IterationInfo) -> Any:
         changed = True
     if changed:
         out = out.with_options(options)
+    if config.prefetch_to_device:
+        out = to_device(out)
     return out
+
+
+def to_device(ds: Any) -> Any:
+    """`ds`'s next batches copied to the first GPU ahead of the step (the last stage);
+    `ds` itself where no GPU is visible."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        return ds
+    return ds.apply(tf.data.experimental.prefetch_to_device(gpus[0].name))

@@ -36,6 +36,7 @@ from tftune.core.tuning_rewrites import (
     RewriteRow,
     RewriteState,
 )
+from tftune.tuner.child.datasets import to_device
 from tftune.tuner.child.elements import (
     CHECK_BATCHES,
     FLOAT_RTOL,
@@ -193,6 +194,8 @@ class Checker:
                 return self.vectorize(c, deadline)
             if c.kind is RewriteKind.FILES:
                 return self.files(c, deadline)
+            if c.kind is RewriteKind.HOST_TO_DEVICE:
+                return self.device(c, deadline)
             return self.iterator(c, deadline)
         except Late:
             why = f"not checked: its elements took over {seconds:.0f} s to come"
@@ -292,6 +295,17 @@ class Checker:
         check = replace(result, how=f"{result.how}, over a whole pass")
         what = f"the flat_map at {c.site} read as an interleave of several files at once"
         return c.row(RewriteState.CHECKED, what, check)
+
+    def device(self, c: Candidate, deadline: float) -> RewriteRow:
+        """The batches copied to the GPU ahead against the script's own, in order."""
+        probe = self._take(self.rebuild(self.ds, Config()), CHECK_BATCHES, deadline)
+        n = wanted(probe, self.batched)
+        a = self._take(self.rebuild(self.ds, Config()), n, deadline)
+        b = self._take(to_device(self.rebuild(self.ds, Config())), n, deadline)
+        result = compare(a, b, multiset=False)
+        if not result.passed:
+            return _refused(c, f"the batches on the GPU differ: {result.detail}", result)
+        return c.row(RewriteState.CHECKED, "the next batches prefetched to the GPU", result)
 
     def iterator(self, c: Candidate, deadline: float) -> RewriteRow:
         length = finite_length(self.ds)
