@@ -19,6 +19,7 @@ import functools
 import inspect
 import math
 import sys
+import time
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -30,7 +31,7 @@ from tftune.tuner.child.compute import (
 )
 from tftune.tuner.child.datasets import DatasetOps
 from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
-from tftune.tuner.child.state import Hooks
+from tftune.tuner.child.state import EpochMade, Hooks
 from tftune.tuner.rewrites import LOOP_FIT, LOOP_FIT_STEPS
 
 
@@ -82,6 +83,11 @@ class KerasPatches(DatasetOps):
             if self.config.one_iterator:  # the rewrite: one iterator across epochs
                 for change in one_iterator_fit(bound.arguments):
                     self.hooks.notes.append(f"fit trains with one iterator: {change}")
+                held = bound.arguments.get("x")
+                if getattr(held, "_tftune_repeated_for_fit", False) and self.hooks.on_epoch:
+                    steps = int(bound.arguments["steps_per_epoch"])
+                    epochs = _epoch_callback(callbacks_mod.Callback, held, steps, self.hooks)
+                    bound.arguments["callbacks"] = [*bound.arguments["callbacks"], epochs]
             run = self.check_run
             if run is not None and self._is_training_fit(sys._getframe(1)):
                 run.at_fit(model, bound.arguments, original_fit, model_cls.compile)
@@ -189,6 +195,20 @@ class KerasPatches(DatasetOps):
             return
         if compile_in_place(where, name, how):
             self.hooks.notes.append(f"compiled the step {name} ({how})")
+
+
+def _epoch_callback(base: type, dataset: Any, steps: int, hooks: Hooks) -> Any:
+    """With one iterator over a repeated dataset, Keras' epochs make no new iterator: each
+    epoch after the first is reported as an epoch start of its stream all the same, so
+    that the step clock sees the epochs the script trains (`steps` each)."""
+
+    class _TftuneEpochStarts(base):  # type: ignore[misc, valid-type]
+        def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+            stream = getattr(dataset, "_tftune_stream_no", None)
+            if epoch > 0 and stream is not None and hooks.on_epoch is not None:
+                hooks.on_epoch(EpochMade(int(stream), time.time_ns(), steps, False, None))
+
+    return _TftuneEpochStarts()
 
 
 def _nan_callback(base: type, hooks: Hooks) -> Any:

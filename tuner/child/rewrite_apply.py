@@ -233,7 +233,10 @@ def one_iterator_fit(arguments: MutableMapping[str, Any]) -> list[str]:
         n = finite_length(ds)
         if n is None:
             continue
-        arguments[data_key] = repeat(ds)
+        repeated = repeat(ds)
+        with contextlib.suppress(AttributeError):
+            repeated._tftune_repeated_for_fit = True
+        arguments[data_key] = repeated
         arguments[steps_key] = n
         changed.append(f"{data_key}.repeat(), {steps_key}={n}")
     return changed

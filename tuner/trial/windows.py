@@ -38,6 +38,7 @@ from tftune.probes.training_time import (
     first_window_drained,
     pooled_rates,
 )
+from tftune.tuner.rewrites import CACHE_FILL_MAX_S
 from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
@@ -51,6 +52,10 @@ FIRST_WINDOW_SHARE = 0.5
 # A window over short epochs waits for an epoch's first step to close, at most this many
 # epochs past its length (`Windows._epoch_boundary`).
 EPOCH_WAIT = 1.5
+
+# A warm-up waiting for epochs (`MeasureSpec.warmup_epochs`: a cache filling over the
+# first) waits at most this long: a cache whose first pass takes longer is refused.
+WARMUP_EPOCHS_MAX_S = CACHE_FILL_MAX_S
 
 # Windows of one run whose rates' spread ((max - min) / median) is above this disagree:
 # one config's windows agree within 1-4% on a quiet host, and the goal for repeats of a
@@ -201,9 +206,13 @@ class Windows:
             self.current, self.current_ns = [rec], self.timeline.step_ns(opened, rec)
 
     def _epochs_done(self, rec: StepRecord) -> int:
-        """Epochs of the training stream over by `rec`'s request (the one it is in aside)."""
+        """Epochs of the training stream over by `rec`'s request (the one it is in aside);
+        past `WARMUP_EPOCHS_MAX_S` of warm-up, as many as asked for (a run that never
+        starts a second epoch is measured all the same)."""
         if self.stream is None:
             return 0
+        if (rec.deliver_ns - self.records[0].deliver_ns) / 1e9 > WARMUP_EPOCHS_MAX_S:
+            return self.spec.warmup_epochs
         return max(0, self.timeline.epochs_begun(self.stream, rec) - 1)
 
     def _epoch_boundary(self, steps: list[StepRecord], rec: StepRecord) -> bool | None:

@@ -69,8 +69,9 @@ if sys.argv[1] == "loop":
     print(json.dumps({"epochs": epochs, "calls": calls[0], "iterators": kinds, "chain": chain}))
 else:
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse")
-    history = model.fit(ds.map(lambda x, y: (tf.cast(x, tf.float32), y)), epochs=4, verbose=0)
+    model.compile(keras.optimizers.SGD(1e-3), "mse")
+    scaled = ds.map(lambda x, y: (tf.cast(x, tf.float32) / 100.0, y))
+    history = model.fit(scaled, epochs=4, verbose=0)
     print(json.dumps({"made": made[0], "steps": history.params["steps"], "calls": calls[0]}))
 """
 
@@ -126,3 +127,20 @@ def test_keras_fit_keeps_one_iterator_over_the_repeated_dataset(
     assert held["steps"] == plain["steps"] == 8  # 60 lines in batches of 8: 7 and a part
     assert held["made"] < plain["made"]  # fit made an iterator each epoch as written
     assert held["calls"] >= plain["calls"] >= 4 * 60
+
+
+def test_a_trial_of_a_cache_and_one_iterator_in_fit_sees_its_epochs(tmp_path: Path) -> None:
+    """With one iterator over the repeated dataset, Keras' epochs make no new iterator:
+    they are reported as epoch starts all the same, so a cache's trial (measured from
+    the second epoch) ends, and its epochs are whole."""
+    from tftune.tuner.config import Config, SiteConfig
+    from tftune.tuner.trial import MeasureSpec, run_trial
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.replace("epochs=4", "epochs=100000"))
+    config = Config(sites={"train.py:34": SiteConfig(cache="memory")}, one_iterator=True)
+    spec = MeasureSpec(window_s=1.0, max_wall_s=240)
+    m = run_trial(script, ["fit"], config, spec)
+    assert m.ok, m.reason
+    assert m.training is not None and m.training.epochs_seen >= 2
+    assert m.training.steps_per_epoch == 8
