@@ -125,6 +125,8 @@ def keras_check(
                 rows.append(_refused(c, why[:300]))
                 continue
             what = f"{c.kind.label} ({c.param}={c.value!r})"
+            if c.kind is RewriteKind.STEPS_PER_EXECUTION:  # what the script's callbacks see
+                what += ": callbacks see every Nth batch (their per-batch logs, a NaN check)"
             rows.append(_row(c, compare_runs((own[0], other[0]), (own[1], other[1])), what))
     snapshot.restore()
     compile_(model, **compiled_with)
