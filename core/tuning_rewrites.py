@@ -25,6 +25,7 @@ class RewriteKind(enum.Enum):
 
     CACHE = "cache"  # cache() after the last deterministic expensive stage
     ORDER = "order"  # a shuffle moved above the deterministic maps before it
+    FILTER = "filter"  # a filter moved above the map before it
     ITERATOR = "iterator"  # one iterator across epochs instead of one per epoch
     VECTORIZE = "vectorize"  # map(f).batch(b) as batch(b).map(f)
     FILES = "files"  # several files read at once through an interleave
@@ -42,6 +43,7 @@ class RewriteKind(enum.Enum):
 _LABELS = {
     RewriteKind.CACHE: "cache() after the deterministic map",
     RewriteKind.ORDER: "shuffle moved above the map",
+    RewriteKind.FILTER: "filter moved above the map",
     RewriteKind.ITERATOR: "one iterator across epochs",
     RewriteKind.VECTORIZE: "map vectorized over batches",
     RewriteKind.FILES: "files read through an interleave",

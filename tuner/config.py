@@ -22,7 +22,8 @@ File format (schema 1)::
 Rewrites (`tftune.tuner.rewrites`) change a pipeline's shape and are written only where
 set. Per call site: ``"cache": "memory"`` (or a folder for a file cache) inserts
 ``cache()`` right after the map at that line; ``"shuffle_first": true`` moves the
-shuffle at that line above the maps directly before it; ``"vectorize": "batch"`` (or
+shuffle at that line above the maps directly before it, ``"filter_first": true`` the filter
+at that line above the map before it; ``"vectorize": "batch"`` (or
 ``"vectorized_map"``) makes the map at that line over batches; ``"files_at_once": 8``
 reads the flat_map over files at that line as an interleave of 8 files at once.
 Globally,
@@ -72,6 +73,9 @@ class SiteConfig:
     # this line moved above the maps directly before it.
     cache: str | None = None
     shuffle_first: bool | None = None
+    # The filter at this line moved above the map directly before it (its predicate
+    # reads only what the map passes through unchanged).
+    filter_first: bool | None = None
     # The map at this line made over batches (`VECTORIZE_BATCH`: its function as it is,
     # `VECTORIZE_PFOR`: through tf.vectorized_map): map(f).batch(b) as batch(b).map(f).
     vectorize: str | None = None
@@ -91,7 +95,7 @@ class SiteConfig:
 
 
 SITE_KNOBS: tuple[str, ...] = tuple(f.name for f in fields(SiteConfig))
-BOOL_SITE_KNOBS = frozenset({"use_multiprocessing", "shuffle_first"})
+BOOL_SITE_KNOBS = frozenset({"use_multiprocessing", "shuffle_first", "filter_first"})
 # A cache in memory; any other value of the `cache` knob is the folder of a file cache.
 CACHE_MEMORY = "memory"
 # How a map is made over batches: its own function, or through tf.vectorized_map.

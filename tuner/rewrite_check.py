@@ -290,9 +290,10 @@ def rewrite_seeds(
     space: SearchSpace, best_knobs: Sequence[Mapping[str, KnobValue]]
 ) -> tuple[list[dict[str, KnobValue]], list[dict[str, KnobValue]]]:
     """The search's first trials for the rewrites: the script as written with each
-    rewrite alone (its own gain, for the report), and every rewrite on top of the
-    pipeline screen's best config (`best_knobs`, best first; the script as written where
-    the screen ranked none), so that the rewrites and the knobs are measured together."""
+    rewrite alone (its own gain, for the report), and every pipeline rewrite on top of
+    the pipeline screen's best config (`best_knobs`, best first; the script as written
+    where the screen ranked none), so that the rewrites and the knobs are measured
+    together."""
     fields = {k.name: k for k in space.knobs if k.field in REWRITE_FIELDS}
     if not fields:
         return [], []
@@ -300,8 +301,13 @@ def rewrite_seeds(
     on = {name: next(c for c in k.choices if c is not None) for name, k in fields.items()}
     alone = [{**written, name: value} for name, value in on.items()]
     base = dict(best_knobs[0]) if best_knobs else written
-    together = {**base, **on}
-    return alone, ([together] if together not in alone else [])
+    # Together: the pipeline's rewrites only. A compute switch can cost more than it
+    # gives (XLA's compile on a CPU): it joins the best once it gained alone
+    # (`study.ladder.rewrite_rung`).
+    pipeline = {n: v for n, v in on.items() if fields[n].field not in COMPUTE_FIELDS}
+    together = {**base, **pipeline}
+    fresh = pipeline and together not in alone
+    return alone, ([together] if fresh else [])
 
 
 def _applied(config: Config, row: RewriteRow) -> bool:
@@ -323,6 +329,8 @@ def _applied(config: Config, row: RewriteRow) -> bool:
         return site.vectorize is not None and site.vectorize == row.value
     if row.kind is RewriteKind.FILES:
         return site.files_at_once is not None
+    if row.kind is RewriteKind.FILTER:
+        return bool(site.filter_first)
     return bool(site.cache) if row.kind is RewriteKind.CACHE else bool(site.shuffle_first)
 
 

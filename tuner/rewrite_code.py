@@ -6,6 +6,7 @@
   reassign one name (``ds = ds.map(f)`` then ``ds = ds.shuffle(n)``), the shuffle's
   statement moves above the maps; else ``.shuffle(...)`` leaves its call and goes in
   right before the first map's;
+- a filter moved: the filter after a map moved above it, as a shuffle is;
 - files read at once: ``.flat_map(f)`` as ``.interleave(f, cycle_length=N,
   num_parallel_calls=N)``;
 - a map made over batches: the batch after it moved above it (statements or a chain,
@@ -53,7 +54,7 @@ def rewrite_files(config: Config, facts: RewriteFacts) -> set[str]:
     files = {
         key.rpartition(":")[0]
         for key, s in config.sites.items()
-        if s.cache or s.shuffle_first or s.vectorize or s.files_at_once
+        if s.cache or s.shuffle_first or s.filter_first or s.vectorize or s.files_at_once
     }
     if config.one_iterator and facts.fit is not None and facts.fit.place:
         files.add(facts.fit.place.rpartition(":")[0])
@@ -99,6 +100,8 @@ def rewrite_edits(
             edits += _moved_shuffle(tree, source, starts, where[1], lines)
         if site.vectorize:
             edits += _vectorized(tree, source, starts, where[1], site.vectorize)
+        if site.filter_first:
+            edits += _moved_filter(tree, source, starts, where[1])
         if site.files_at_once:
             edits += _interleaved(tree, starts, where[1], site.files_at_once)
     fit = facts.fit
@@ -201,6 +204,20 @@ def _moved_shuffle(
     if len(shuffles) != 1 or not maps:
         return []
     return _moved_above(tree, source, starts, shuffles[0], maps)
+
+
+def _moved_filter(tree: ast.Module, source: bytes, starts: Sequence[int], line: int) -> list[Edit]:
+    """The filter at `line` moved above the map whose result it filters (the map's own
+    call: the filter's receiver, or the statement before that reassigns it)."""
+    filters = find_calls(tree, line, ("filter",))
+    if len(filters) != 1:
+        return []
+    maps = [
+        c
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call) and op_of(c) == "map" and filters[0] in _calls_on(tree, c)
+    ]
+    return _moved_above(tree, source, starts, filters[0], maps[:1]) if maps else []
 
 
 def _moved_above(

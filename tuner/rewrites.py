@@ -14,6 +14,9 @@ becomes a dimension of the search where the pipeline allows it:
   before it: its buffer fills with their inputs (file names, lines), so an epoch's first
   element no longer waits for a buffer's worth of maps. A map is element-wise, so with
   one seed the order and the elements are the same; never above a random map;
+- **filter** (``<filter site>/filter_first``): a filter of the script's directly after its
+  map moved above it, where its predicate reads only what the map passes through
+  unchanged, in its place: the map runs only on the elements kept;
 - **vectorize** (``<map site>/vectorize``): ``map(f).batch(b)`` made as
   ``batch(b).map(f)``, with `f` as it is where it works on a batch, or through
   ``tf.vectorized_map``: one call of its ops a batch. Never a map that runs Python or
@@ -67,12 +70,14 @@ JIT_COMPILE, STEPS_PER_EXECUTION, COMPILE_STEP = (
 UNKNOWN_LENGTH = -2  # tf.data's cardinality of a dataset whose length it does not know
 CACHE_KNOB, ORDER_KNOB, VECTORIZE_KNOB = "cache", "shuffle_first", "vectorize"
 FILES_KNOB = "files_at_once"
+FILTER_KNOB = "filter_first"
 PREFETCH_TO_DEVICE = "prefetch_to_device"
 # The knobs' fields that are rewrites (`tuner.config`: per call site, and global).
 REWRITE_FIELDS = frozenset(
     {
         CACHE_KNOB,
         ORDER_KNOB,
+        FILTER_KNOB,
         VECTORIZE_KNOB,
         FILES_KNOB,
         ONE_ITERATOR,
@@ -256,7 +261,13 @@ def consider(
     docstring)."""
     found: list[Candidate] = []
     rows: list[RewriteRow] = []
-    parts = (_cache(chain), *_orders(chain), *_vectorize(chain), *_files(chain))
+    parts = (
+        _cache(chain),
+        *_orders(chain),
+        *_filters(chain),
+        *_vectorize(chain),
+        *_files(chain),
+    )
     for part in (*parts, _iterator(chain, loop)):
         if isinstance(part, Candidate):
             found.append(part)
@@ -348,6 +359,25 @@ def _orders(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
             continue
         crosses = tuple(str(m.site) for m in reversed(maps))
         out.append(Candidate(RewriteKind.ORDER, stage.site, f"{stage.site}/{ORDER_KNOB}", crosses))
+    return out
+
+
+def _filters(chain: Sequence[PipelineStage]) -> list[Candidate | RewriteRow]:
+    """A filter of the script's directly after its map: moved above it (where its
+    predicate reads only what the map passes through: the check tells)."""
+    out: list[Candidate | RewriteRow] = []
+    for stage, then in itertools.pairwise(chain):
+        map_site, site = stage.site, then.site
+        if stage.kind != "map" or then.kind != "filter" or map_site is None or site is None:
+            continue
+        if stage.random is not None:
+            why = (
+                f"random op {stage.random} in the map at {_line(map_site)}: a filter is never "
+                "moved above a random map"
+            )
+            out.append(_row(RewriteKind.FILTER, site, RewriteState.REFUSED, why))
+            continue
+        out.append(Candidate(RewriteKind.FILTER, site, f"{site}/{FILTER_KNOB}", (map_site,)))
     return out
 
 

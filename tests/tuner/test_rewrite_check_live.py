@@ -240,3 +240,50 @@ def test_batches_prefetched_to_the_gpu_are_the_same_batches(tmp_path: Path) -> N
     report = check_rewrites(script, [], [device], (trains.site, trains.place))
     (row,) = report.rows
     assert row.state is RewriteState.CHECKED and row.check is not None and row.check.passed
+
+
+FILTER_SCRIPT = """\\
+import sys
+
+import tensorflow as tf
+
+paths = [f"img_{i:04d}.jpg" for i in range(600)]
+labels = [i % 7 for i in range(600)]
+ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+ds = ds.map(lambda p, y: (tf.strings.length(p) * 3 + y, y))
+if sys.argv[1:] == ["reads_written"]:
+    ds = ds.filter(lambda x, y: x % 2 == 0)
+else:
+    ds = ds.filter(lambda x, y: y != 3)
+ds = ds.batch(16)
+w = tf.Variable(0.0)
+opt = tf.keras.optimizers.SGD(0.001)
+for epoch in range(1000):
+    for x, y in ds:
+        with tf.GradientTape() as tape:
+            loss = (w - tf.reduce_mean(tf.cast(x, tf.float32))) ** 2
+        opt.apply_gradients([(tape.gradient(loss, w), w)])
+"""
+
+
+@pytest.mark.parametrize("which", ["reads_label", "reads_written"])
+def test_a_filter_moves_above_the_map_only_where_it_reads_what_the_map_passes(
+    tmp_path: Path, which: str
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(FILTER_SCRIPT)
+    found = discover(script, [which])
+    pipeline, trains = found.training_pipeline(), found.training
+    assert pipeline is not None and trains is not None
+    candidates, _ = consider(pipeline.chain, pipeline.loop)
+    filters = [c for c in candidates if c.kind is RewriteKind.FILTER]
+    assert [c.site for c in filters] == [
+        "train.py:11" if which == "reads_written" else "train.py:13"
+    ]
+    (row,) = check_rewrites(script, [which], filters, (trains.site, trains.place)).rows
+    if which == "reads_label":
+        assert row.state is RewriteState.CHECKED, row
+        assert row.check is not None and row.check.how == "in order"
+    else:
+        assert row.state is RewriteState.NOT_APPLICABLE
+        assert "reads component 0 of the element, which the map writes" in row.reason

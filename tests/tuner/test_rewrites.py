@@ -403,3 +403,25 @@ def test_batches_prefetched_to_a_gpu_are_searched_on_a_gpu_and_advice_on_a_cpu()
     assert consider_device(LOOP_FIT, gpu=True) == ([], [])  # Keras places its batches
     data = Config(prefetch_to_device=True).to_json()
     assert data["prefetch_to_device"] is True and config_from_json(data).prefetch_to_device
+
+
+def test_a_filter_after_a_map_is_moved_above_it_and_never_above_a_random_one(
+    tmp_path: Path,
+) -> None:
+    decode = PipelineStage("map", "train.py:2", elements=2000)
+    keep = PipelineStage("filter", "train.py:3", elements=-2)
+    found, _ = consider((SRC, decode, keep), LOOP_GRAPH)
+    (c,) = [c for c in found if c.kind is RewriteKind.FILTER]
+    assert c.param == "train.py:3/filter_first" and c.crosses == ("train.py:2",)
+    _, rows = consider((SRC, AUGMENT, PipelineStage("filter", "train.py:25")), LOOP_GRAPH)
+    (row,) = [r for r in rows if r.kind is RewriteKind.FILTER]
+    assert row.state is RewriteState.REFUSED and "never moved above a random map" in row.reason
+    script = tmp_path / "train.py"
+    script.write_text("ds = src\nds = ds.map(decode)\nds = ds.filter(lambda x, y: y > 0)\n")
+    config = Config(sites={"train.py:3": SiteConfig(filter_first=True)})
+    ((_, after),) = rewrite_sources(script, config).values()
+    assert after.splitlines() == [
+        "ds = src",
+        "ds = ds.filter(lambda x, y: y > 0)",
+        "ds = ds.map(decode)",
+    ]

@@ -29,6 +29,7 @@ from tftune.tuner.child.rewrite_apply import (
     MadeBy,
     as_interleave,
     batch_before_map,
+    filter_above_map,
     remember_call,
     shuffle_above_maps,
     with_cache,
@@ -68,7 +69,7 @@ OP_KNOBS: dict[str, dict[str, str]] = {
 _CLASS_OPS = frozenset({"PyDataset"})
 _DATASET_METHODS = ("map", "interleave", "batch", "padded_batch", "prefetch")
 # No knob: only their line is recorded (and a rewrite may make them otherwise).
-_MARKED_METHODS = ("shuffle", "cache", "flat_map")
+_MARKED_METHODS = ("shuffle", "cache", "flat_map", "filter")
 # The reader classes (tensorflow.python.data.ops.readers) whose constructors are call sites.
 READERS = {
     "TFRecordDataset": "TFRecordDatasetV2",
@@ -150,6 +151,8 @@ class DatasetOps(PatcherState):
                         result = shuffle_above_maps(args[0], args[1:], kwargs, patcher._remap)
                     if op == "flat_map" and override is not None and override.files_at_once:
                         result = as_interleave(args, kwargs, override.files_at_once)
+                    if op == "filter" and override is not None and override.filter_first:
+                        result = filter_above_map(args[0], args, kwargs, patcher._remap)
                     if result is None:
                         result = original(*args, **kwargs)
                     if site is not None:

@@ -49,7 +49,7 @@ from tftune.tuner.child.elements import (
     wanted,
 )
 from tftune.tuner.child.lineage import is_batched
-from tftune.tuner.child.rewrite_apply import finite_length
+from tftune.tuner.child.rewrite_apply import filter_plan, finite_length
 from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay
 from tftune.tuner.config import Config
 from tftune.tuner.rewrites import CACHE_FILL_MAX_S, Candidate
@@ -192,6 +192,8 @@ class Checker:
                 return self.order(c, deadline)
             if c.kind is RewriteKind.VECTORIZE:
                 return self.vectorize(c, deadline)
+            if c.kind is RewriteKind.FILTER:
+                return self.filter(c, deadline)
             if c.kind is RewriteKind.FILES:
                 return self.files(c, deadline)
             if c.kind is RewriteKind.HOST_TO_DEVICE:
@@ -255,6 +257,27 @@ class Checker:
             return _refused(c, f"the moved shuffle's outputs differ: {result.detail}", result)
         maps = ", ".join(s.rsplit(":", 1)[-1] for s in c.crosses)
         what = f"the shuffle at {c.site} moved above the map(s) at line {maps}"
+        return c.row(RewriteState.CHECKED, what, result)
+
+    def filter(self, c: Candidate, deadline: float) -> RewriteRow:
+        """The filter moved above the map, where its predicate reads only what the map
+        passes through in place (`filter_plan`): its output against the script's own."""
+        assert c.site is not None
+        target = made_at(self.ds, c.site, "filter")
+        inputs = list(target._inputs()) if target is not None else []
+        if target is None or not inputs:
+            return _refused(c, f"the filter at {c.site} was not found")
+        why = filter_plan(inputs[0], target)
+        if why is not None:
+            return c.row(RewriteState.NOT_APPLICABLE, why)
+        probe = self._take(self.rebuild(target, Config()), CHECK_BATCHES, deadline)
+        n = wanted(probe, bool(is_batched(target)))
+        a = self._take(self.rebuild(target, Config()), n, deadline)
+        b = self._take(self.rebuild(target, c.config()), n, deadline)
+        result = compare(a, b, multiset=False)
+        if not result.passed:
+            return _refused(c, f"the moved filter keeps other elements: {result.detail}", result)
+        what = f"the filter at {c.site} moved above the map at {c.crosses[0]}"
         return c.row(RewriteState.CHECKED, what, result)
 
     def vectorize(self, c: Candidate, deadline: float) -> RewriteRow:

@@ -80,6 +80,7 @@ _STAGE_KINDS = (
     ("MapAndBatch", "map"),
     ("Map", "map"),
     ("Shuffle", "shuffle"),
+    ("Filter", "filter"),
     ("Cache", "cache"),
     ("PaddedBatch", "padded_batch"),
     ("Batch", "batch"),

@@ -10,6 +10,9 @@ checked). The patches apply them where the script builds or iterates its dataset
   directly before it (`SiteConfig.shuffle_first`): its buffer then fills with the maps'
   inputs (file names, lines), and the maps run after it. A map is remembered with its
   call (`remember_call`) so that it can be made again over the shuffled input;
+- **a filter moved** (`filter_above_map`): ``map(f).filter(p)`` made as
+  ``filter(p).map(f)`` where `p` reads only what `f` passes through unchanged, in its
+  place (`filter_plan`): the map runs only on the elements kept;
 - **files** (`as_interleave`): a ``flat_map`` whose function opens a file reader read
   as an ``interleave`` of several files at once (`SiteConfig.files_at_once`);
 - **vectorize** (`batch_before_map`): ``map(f).batch(b)`` made as ``batch(b).map(f)``
@@ -136,6 +139,60 @@ def shuffle_above_maps(
     for made in reversed(maps):
         shuffled = remap(made, shuffled)
     return shuffled
+
+
+# --- a filter moved ----------------------------------------------------------------------
+
+
+def _through_identities(t: Any) -> Any:
+    while t.op.type == "Identity" and t.op.inputs:
+        t = t.op.inputs[0]
+    return t
+
+
+def filter_plan(mapped: Any, filtered: Any) -> str | None:
+    """Why the filter made over the map `mapped` (`filtered`) cannot go above it, in
+    words; None where it can: its predicate reads only components of the element that
+    the map passes through unchanged, each in its own place, so that the predicate, as it
+    is, reads the same values from the map's input."""
+    try:
+        graph = mapped._map_func.function.graph
+        predicate = filtered._predicate.function.graph
+        n_in = len(_flat(mapped._input_dataset.element_spec))
+    except AttributeError:
+        return "the map's or the predicate's function cannot be read"
+    n_out = len(_flat(mapped.element_spec))
+    if n_in != n_out:
+        return f"the map makes {n_out} components of {n_in}: the predicate's would move"
+    position = {t.name: i for i, t in enumerate(graph.inputs[:n_in])}
+    for j, t in enumerate(predicate.inputs[:n_out]):
+        if not t.consumers():
+            continue
+        source = _through_identities(graph.outputs[j]).name
+        if position.get(source) != j:
+            return f"the predicate reads component {j} of the element, which the map writes"
+    return None
+
+
+def _flat(spec: Any) -> list[Any]:
+    import tensorflow as tf
+
+    return list(tf.nest.flatten(spec))
+
+
+def filter_above_map(
+    ds: Any, args: tuple[Any, ...], kwargs: dict[str, Any], remap: Callable[[MadeBy, Any], Any]
+) -> Any | None:
+    """``ds.filter(p)`` where `ds` is the script's map: ``filter(p)`` made over the map's
+    input, then the map over what it keeps. None where it does not apply
+    (`filter_plan`)."""
+    made: MadeBy | None = getattr(ds, CALL_ATTR, None)
+    if made is None or made.op != "map" or not made.args:
+        return None
+    filter_ = _original("filter")
+    if filter_plan(ds, filter_(*args, **kwargs)) is not None:
+        return None
+    return remap(made, filter_(made.args[0], *args[1:], **kwargs))
 
 
 # --- files -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Climbing: where the latest new best points past itself, the next step is the next trial.
 
-Two ladders, each a rung at a time, each rung once per trial it climbs from:
+Two ladders, each a rung at a time, each rung once per trial it climbs from, and a rung
+that joins the rewrites (`rewrite_rung`):
 
 - **The batch size** (`LADDER_ATTR`). A larger batch amortizes what every step pays
   whatever its size (the loop's own work per step, a kernel launch), and where one
@@ -23,9 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from tftune.core.vocabulary import TrialState
 from tftune.tuner.config import AUTOTUNE
+from tftune.tuner.rewrites import REWRITE_FIELDS
 from tftune.tuner.study.baselines import with_larger_batch
-from tftune.tuner.study.contract import Objective, TrialRecord
+from tftune.tuner.study.contract import Objective, Role, TrialRecord
+from tftune.tuner.study.gains import relative_gain, score, search_gain
 from tftune.tuner.study.stopping import latest_gain
 
 if TYPE_CHECKING:
@@ -35,6 +39,8 @@ if TYPE_CHECKING:
 LADDER_ATTR = "batch_ladder"
 # ... and one enqueued by the pool ladder, here.
 POOL_LADDER_ATTR = "pool_ladder"
+# ... and one that joins a rewrite that gained alone to the best config, here.
+REWRITE_LADDER_ATTR = "rewrite_ladder"
 
 Rung = tuple[str, int, dict[str, "KnobValue"]]  # (its attribute, the trial, its params)
 
@@ -117,11 +123,45 @@ def next_rungs(
 ) -> list[Rung]:
     """The rungs to enqueue after the latest trial, the batch ladder's first: none for a
     ladder where the latest trial is no new best, points nowhere past itself (no larger
-    batch gained, no pool filled, none larger offered), or that config was measured."""
+    batch gained, no pool filled, none larger offered), or that config was measured; then
+    the rewrites' rung (`rewrite_rung`)."""
     gain = latest_gain(records, objective)
     out: list[Rung] = []
     for attr, step in ((LADDER_ATTR, _batch_step), (POOL_LADDER_ATTR, _pool_step)):
         rung = _climb(gain, records, space, step)
         if rung is not None:
             out.append((attr, *rung))
+    combined = rewrite_rung(records, space, objective)
+    if combined is not None:
+        out.append((REWRITE_LADDER_ATTR, *combined))
     return out
+
+
+def rewrite_rung(
+    records: Sequence[TrialRecord], space: SearchSpace, objective: Objective
+) -> tuple[int, dict[str, KnobValue]] | None:
+    """A rewrite that gained on its own joins the best config: where the latest finished
+    trial turns rewrites on and beats the script as written beyond the noise, yet the
+    best trial so far is another that lacks them, the best's config with those rewrites
+    is the next trial (unless it was measured). A rewrite measured alone over the script
+    as written (its own gain, for the report) would otherwise never meet the knobs'
+    best unless TPE drew both."""
+    done = [r for r in records if r.role is not Role.CONFIRM and r.state is TrialState.COMPLETE]
+    if not done:
+        return None
+    latest = max(done, key=lambda r: r.number)
+    written = next((r for r in done if r.role is Role.AS_WRITTEN), None)
+    fields = {k.name for k in space.knobs if k.field in REWRITE_FIELDS}
+    on = {n: v for n, v in latest.params.items() if n in fields and v != space.knob(n).as_written}
+    if written is None or not on:
+        return None
+    gain = relative_gain(latest, written, objective)
+    if gain is None or gain <= search_gain(latest, written):
+        return None
+    best = max((r for r in done if r.feasible), key=lambda r: score(r, objective), default=None)
+    if best is None or best.number == latest.number:
+        return None
+    up = {**best.params, **on}
+    if up == dict(best.params) or any(dict(r.params) == up for r in records):
+        return None
+    return latest.number, up

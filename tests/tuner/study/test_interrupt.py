@@ -245,7 +245,7 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
     journal = str(tmp_path / "s.journal")
     cmd = [
         sys.executable, "-m", "tftune", "optimize", str(script), "--trials", "10",
-        "--window", "0.5", "--repeats", "1", "--no-bounds", "--no-guided",
+        "--window", "0.5", "--repeats", "1", "--no-bounds", "--no-guided", "--no-rewrites",
         "--storage", journal, "--study-name", "t", "--json", "t.json", "--", str(marks),
     ]  # fmt: skip
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -288,7 +288,7 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
         assert "Traceback" not in out + err
         (resume,) = [line for line in out.splitlines() if "tftune optimize" in line]
         assert f"--storage {journal} --study-name t --trials 10" in resume
-        assert resume.strip().endswith(f"--no-guided -- {marks}")
+        assert resume.strip().endswith(f"--no-guided --no-rewrites -- {marks}")
         assert _no_survivors(marks) == []
         study = _load(journal)
         states = _by_state(study)
