@@ -20,6 +20,7 @@ import inspect
 import math
 import sys
 import time
+from collections.abc import Mapping
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -85,9 +86,11 @@ class KerasPatches(DatasetOps):
                     self.hooks.notes.append(f"fit trains with one iterator: {change}")
                 held = bound.arguments.get("x")
                 if getattr(held, "_tftune_repeated_for_fit", False) and self.hooks.on_epoch:
-                    steps = int(bound.arguments["steps_per_epoch"])
-                    epochs = _epoch_callback(callbacks_mod.Callback, held, steps, self.hooks)
+                    epochs = _epoch_callback(callbacks_mod.Callback, bound.arguments, self.hooks)
                     bound.arguments["callbacks"] = [*bound.arguments["callbacks"], epochs]
+                val = bound.arguments.get("validation_data")
+                if getattr(val, "_tftune_repeated_for_fit", False):
+                    self.held_validation = (val, bound.arguments.get("validation_steps"))
             run = self.check_run
             if run is not None and self._is_training_fit(sys._getframe(1)):
                 run.at_fit(model, bound.arguments, original_fit, model_cls.compile)
@@ -96,11 +99,27 @@ class KerasPatches(DatasetOps):
             try:
                 return original_fit(*bound.args, **bound.kwargs)
             finally:
-                self.in_fit = outer
+                self.in_fit, self.held_validation = outer, None
 
         fit.__tftune_original__ = original_fit  # type: ignore[attr-defined]
         model_cls.fit = fit
         self._patch_compile(model_cls)
+        self._patch_evaluate(model_cls)
+
+    def _patch_evaluate(self, model_cls: Any) -> None:
+        """``Model.evaluate``: where fit validates on one iterator over a repeated
+        validation set (`held_validation`), the pass starts here, as the iterator it no
+        longer makes would have shown."""
+        original = getattr(model_cls.evaluate, "__tftune_original__", model_cls.evaluate)
+
+        @functools.wraps(original)
+        def evaluate(model: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.held_validation is not None:
+                epoch_started(*self.held_validation, self.hooks)
+            return original(model, *args, **kwargs)
+
+        evaluate.__tftune_original__ = original  # type: ignore[attr-defined]
+        model_cls.evaluate = evaluate
 
     def _patch_compile(self, model_cls: Any) -> None:
         """``Model.compile``: reported (discovery), with the config's compute switches
@@ -197,16 +216,25 @@ class KerasPatches(DatasetOps):
             self.hooks.notes.append(f"compiled the step {name} ({how})")
 
 
-def _epoch_callback(base: type, dataset: Any, steps: int, hooks: Hooks) -> Any:
+def epoch_started(dataset: Any, length: Any, hooks: Hooks) -> None:
+    """A new epoch (a pass) of `dataset`'s stream, where no new iterator shows it."""
+    stream = getattr(dataset, "_tftune_stream_no", None)
+    if stream is not None and hooks.on_epoch is not None:
+        size = int(length) if isinstance(length, int) else -2
+        hooks.on_epoch(EpochMade(int(stream), time.time_ns(), size, False, None))
+
+
+def _epoch_callback(base: type, arguments: Mapping[str, Any], hooks: Hooks) -> Any:
     """With one iterator over a repeated dataset, Keras' epochs make no new iterator: each
-    epoch after the first is reported as an epoch start of its stream all the same, so
-    that the step clock sees the epochs the script trains (`steps` each)."""
+    epoch after the first is reported as an epoch start of the training stream all the
+    same, so that the step clock sees the script's own epochs. (Each validation pass of
+    a repeated validation set is reported where `evaluate` begins: `_patch_evaluate`.)"""
+    train, steps = arguments.get("x"), arguments.get("steps_per_epoch")
 
     class _TftuneEpochStarts(base):  # type: ignore[misc, valid-type]
         def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
-            stream = getattr(dataset, "_tftune_stream_no", None)
-            if epoch > 0 and stream is not None and hooks.on_epoch is not None:
-                hooks.on_epoch(EpochMade(int(stream), time.time_ns(), steps, False, None))
+            if epoch > 0:
+                epoch_started(train, steps, hooks)
 
     return _TftuneEpochStarts()
 

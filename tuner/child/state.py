@@ -145,6 +145,9 @@ class PatcherState:
         # How the dataset being prepared is iterated (`IterationInfo.loop`): inside Keras
         # fit (with or without steps_per_epoch), or from the script's own frame.
         self.in_fit: str | None = None
+        # Fit's repeated validation set and its steps (the one-iterator rewrite): each
+        # evaluate of it is a pass of its stream (`keras_fit._patch_evaluate`).
+        self.held_validation: tuple[Any, Any] | None = None
         self.user_iter = False
         self._eager_step_seen = False  # the first eager update was looked at
         self.optimizers: list[Any] = []  # the Keras optimizers that applied updates
