@@ -38,7 +38,7 @@ def load(text):
     return ids
 
 
-lines = [f"review {i} was {i % 5} stars" for i in range(320)]
+lines = [f"review {i} {i % 5} stars" for i in range(320)]
 ds = tf.data.Dataset.from_tensor_slices(lines)
 ds = ds.map(load)
 ds = ds.shuffle(200)

@@ -307,6 +307,32 @@ def test_discovery_of_a_script_without_pipeline(tmp_path: Path) -> None:
     assert not found.found and found.returncode == 0
 
 
+RAISES_MID_EPOCH = """
+import time
+import numpy as np
+import tensorflow as tf
+def words(text):
+    time.sleep(0.001)
+    return np.array([len(w) for w in text.numpy().decode().split()], np.int64)
+def load(text):
+    ids = tf.py_function(words, [text], tf.int64)
+    ids.set_shape([4])  # wrong: every line has five words
+    return ids
+ds = tf.data.Dataset.from_tensor_slices([f"line {i} of five words" for i in range(320)])
+for ids in ds.map(load).shuffle(200).batch(16):
+    pass
+"""
+
+
+def test_a_script_that_raises_mid_epoch_ends_discovery_with_its_error(tmp_path: Path) -> None:
+    # The iterator dies with a py_function map in flight: TF's teardown would wait for
+    # the GIL its prefetching thread needs, and discovery for its whole step timeout.
+    found = discover(_script(tmp_path, RAISES_MID_EPOCH), timeout_s=120)
+    assert not found.timed_out and found.returncode == 1
+    message = found.no_training()
+    assert "exited with code 1" in message and "Incompatible shapes" in message
+
+
 @pytest.mark.slow
 def test_config_turns_latency_bound_map_parallel() -> None:
     args = ["--steps", "100000", "--latency-ms", "4"]

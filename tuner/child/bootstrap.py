@@ -18,6 +18,7 @@ Modes:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import importlib
@@ -328,8 +329,7 @@ def main() -> None:
         raise
     except BaseException as exc:
         exit_code = 1
-        if mode == "measure":
-            traceback.print_exc()  # the interpreter will not: `_leave_now` below
+        traceback.print_exc()  # the interpreter will not: `_leave_now` below
         if writer is not None:
             tb = traceback.extract_tb(exc.__traceback__)
             where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else None
@@ -355,6 +355,8 @@ def main() -> None:
             writer.event("finished", code=code or 0)
         if mode == "measure":
             _leave_now(exit_code)
+        elif exit_code == 1:  # the script raised: its handlers run, TF's teardown does not
+            _leave_now(exit_code, run_atexit=True)
 
 
 def _preload() -> None:
@@ -381,11 +383,15 @@ def _preload() -> None:
         time.sleep(SPEC_POLL_S)
 
 
-def _leave_now(exit_code: object) -> None:
-    """A measured script is done: exit without the interpreter's teardown. There is
-    nothing left to measure, and TF's teardown can hang: an iterator whose map runs a
-    `py_function` is destroyed while holding the GIL, and its prefetching thread waits
-    for the GIL inside that function (seen with a tokenizer in `tf.py_function`)."""
+def _leave_now(exit_code: object, *, run_atexit: bool = False) -> None:
+    """A measured script is done, or a script raised: exit without the interpreter's
+    teardown. There is nothing left to measure, and TF's teardown can hang: an iterator
+    whose map runs a `py_function` is destroyed while holding the GIL, and its
+    prefetching thread waits for the GIL inside that function (seen with a tokenizer in
+    `tf.py_function`; a script that raised mid-epoch hung discovery until its timeout).
+    `run_atexit`: the script's own exit handlers run first (a logger's flush)."""
+    if run_atexit:
+        atexit._run_exitfuncs()
     if exit_code is not None and not isinstance(exit_code, int):
         print(exit_code, file=sys.stderr)  # as `sys.exit("message")` would
         exit_code = 1
