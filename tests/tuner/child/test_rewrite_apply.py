@@ -144,3 +144,26 @@ def test_a_trial_of_a_cache_and_one_iterator_in_fit_sees_its_epochs(tmp_path: Pa
     assert m.ok, m.reason
     assert m.training is not None and m.training.epochs_seen >= 2
     assert m.training.steps_per_epoch == 8
+
+
+def test_tftune_apply_in_the_script_applies_the_rewrites(tmp_path: Path) -> None:
+    """`tftune.apply(config)` at the top of the script does what `tftune run --config`
+    does: the cache and one iterator across the script's own epochs."""
+    import sys
+
+    first, rest = SCRIPT.split("\n", 1)  # the prelude joins line 1: call sites keep their lines
+    prelude = "import tftune; tftune.apply(sys.argv[2])"
+    script = tmp_path / "train.py"
+    script.write_text(f"{first}; import sys; {prelude}\n{rest}")
+    config = tmp_path / "best.json"
+    sites = {"train.py:34": {"cache": "memory"}}
+    config.write_text(json.dumps({"schema": 1, "sites": sites, "one_iterator": True}))
+    done = subprocess.run(
+        [sys.executable, str(script), "loop", str(config)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["calls"] == 60 and "CacheDataset" in result["chain"]
+    assert result["iterators"] == ["EpochView"] * 3
+    assert all(sorted(e) == sorted(result["epochs"][0]) for e in result["epochs"])
