@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.document_reading import Reader, top_reader
+from tftune.core.learning import LearningCheck
 from tftune.core.tuning_parts import (
     ABSENT,
     Absent,
@@ -42,6 +43,7 @@ WHOLE_RUN_KEYS = (
     "findings",
     "screen",
     "rewrites",
+    "learning",
 )
 
 
@@ -57,6 +59,8 @@ class WholeRun:
     screen: Mapping[str, Any] | Absent | None = ABSENT  # the pipeline screen's ranking
     # Every rewrite the run considered: measured, checked, refused or not applicable.
     rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
+    # The winner's learning check, where it changes batch or precision.
+    learning: LearningCheck | Absent = ABSENT
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -69,6 +73,8 @@ class WholeRun:
         put_present(out, "screen", self.screen)
         if not isinstance(self.rewrites, Absent):
             out["rewrites"] = rows_json(self.rewrites)
+        if not isinstance(self.learning, Absent):
+            out["learning"] = self.learning.to_json()
         return out
 
     @classmethod
@@ -84,7 +90,13 @@ class WholeRun:
             findings=r.strings("findings"),
             screen=free_object(r, "screen") if present(r, "screen") else ABSENT,
             rewrites=rows_from_reader(r, "rewrites") if present(r, "rewrites") else ABSENT,
+            learning=_learning(r),
         )
+
+
+def _learning(r: Reader) -> LearningCheck | Absent:
+    found = r.obj("learning")
+    return LearningCheck.from_reader(found) if found is not None else ABSENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,11 +70,21 @@ class ClockWriter:
             self._fh.write(text)
 
     def event(self, kind: str, **payload: Any) -> None:
+        """One event line, on disk before this returns (a measured trial is stopped by a
+        signal)."""
+        self._event(kind, payload, durable=True)
+
+    def figures(self, kind: str, **payload: Any) -> None:
+        """One event line of frequent figures (the loss), written on as the file is."""
+        self._event(kind, payload, durable=False)
+
+    def _event(self, kind: str, payload: dict[str, Any], durable: bool) -> None:
         line = f"E {kind} {json.dumps(payload, default=str)}\n"
         with self._lock:
             self._fh.write(line)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            if durable:
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         with self._lock:

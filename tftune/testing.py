@@ -35,8 +35,9 @@ Each run measures `repeats` windows at the run's figure; after each, ``on_repeat
 examples/s so far)``, and False stops the run: PRUNED, with the windows so far and the
 real runner's reason ("pruned after N window(s)"). `fail` marks configs that run out of
 memory; `seconds` makes each run take that long (so that parallel workers overlap).
-What it does not model stays empty: steps, examples, step times, streams, training
-time. One runner per thread, as the study's workers have (`runs` is appended to).
+A `Figures` may carry the loss curve the run read and the optimizers it built (the
+learning check). What it does not model stays empty: steps, examples, step times,
+streams, training time. One runner per thread, as the study's workers have (`runs` is appended to).
 
 Imports neither TensorFlow nor Optuna.
 """
@@ -48,6 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import percentile
 from tftune.tuner.bounds import with_bound_mode
@@ -80,6 +82,9 @@ class Figures:
     input_wait_share: float | None = None
     spread: float | None = None
     notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit finding)
+    # The training loss the run read (the learning check), and the optimizers it built.
+    loss: LossCurve | None = None
+    optimizers: tuple[OptimizerSeen, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +221,8 @@ class FakeRunner(Runner):
             repeats=tuple(done),
             reason=reason,
             notes=f.notes,
+            loss=f.loss,
+            optimizers=f.optimizers,
         )
         return m, len(done)
 

@@ -147,6 +147,10 @@ class Config:
     compile_step: str | None = None
     # Rewrite: the iterated dataset's next batches copied to the GPU ahead (a GPU only).
     prefetch_to_device: bool | None = None
+    # The learning check (core/learning.py): every Keras optimizer's learning rate times
+    # this factor, ramped up from the rate as written over that many updates.
+    learning_rate_scale: float | None = None
+    learning_rate_warmup: int | None = None
 
     def site(self, key: str) -> SiteConfig | None:
         return self.sites.get(key)
@@ -194,6 +198,8 @@ _WHERE_SET: tuple[str, ...] = (
     "jit_compile",
     "steps_per_execution",
     "compile_step",
+    "learning_rate_scale",
+    "learning_rate_warmup",
 )
 _TOP_KEYS = frozenset({"schema", "sites", "meta", "data_service", *_GLOBALS, *_WHERE_SET})
 
@@ -306,6 +312,17 @@ def config_from_json(data: object, source: str = "<config>") -> Config:
             f"got {how!r}"
         )
     kwargs["compile_step"] = how
+    scale = data.get("learning_rate_scale")
+    if scale is not None and (
+        isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1e3
+    ):
+        raise ConfigError(
+            f"{source}: learning_rate_scale must be a number above 0 (at most 1000), got {scale!r}"
+        )
+    kwargs["learning_rate_scale"] = float(scale) if scale is not None else None
+    kwargs["learning_rate_warmup"] = _parse_knob(
+        source, "learning_rate_warmup", data.get("learning_rate_warmup")
+    )
     kwargs["data_service"] = service_from_json(data.get("data_service"), source)
     return Config(sites=sites, deterministic=det, mixed_precision=mp, meta=meta, **kwargs)
 

@@ -12,6 +12,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.probes.service_sizing import CpuUsage
 from tftune.probes.training_record import TrainingTime
@@ -71,6 +72,11 @@ class Measurement:
     training: TrainingTime | None = None
     # A pipeline drained alone (the bound analysis): the CPU it used, for the sizing.
     cpu: CpuUsage | None = None
+    # The training loss against training time (the learning check), or why it has none.
+    loss: LossCurve | None = None
+    loss_note: str | None = None
+    # The Keras optimizers the script built (where a scaled learning rate applies).
+    optimizers: tuple[OptimizerSeen, ...] = ()
 
     @property
     def ok(self) -> bool:

@@ -261,6 +261,7 @@ def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: Ru
             if not isinstance(run.rewrites, Absent)
             else ABSENT
         ),
+        learning=outcome.learning if outcome.learning is not None else ABSENT,
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from tftune.probes.clock import ClockWriter
 from tftune.tuner.child.imports import _PostImportHook
+from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.patcher import Patcher
 from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
 from tftune.tuner.config import config_from_json
@@ -285,6 +286,16 @@ def _wire(
     elif mode == "measure" and writer is not None:
         hooks.on_records = writer.records
         patcher.instrument_clock = True
+        patcher.losses = LossLog()
+        hooks.on_losses = lambda samples, places, unread: writer.figures(
+            "loss",
+            t=[ns for ns, _, _ in samples],
+            v=[v for _, v, _ in samples],
+            p=[p for _, _, p in samples],
+            places=places,
+            unread=unread,
+        )
+        hooks.on_optimizer = lambda seen: writer.event("optimizer", **seen.to_json())
     elif mode == "profile" and writer is not None:
         prof = spec["profile"]
         profiler = _Profiler(

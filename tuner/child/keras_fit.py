@@ -20,7 +20,7 @@ import inspect
 import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
 from typing import Any
 
@@ -31,6 +31,8 @@ from tftune.tuner.child.compute import (
     step_function,
 )
 from tftune.tuner.child.datasets import DatasetOps
+from tftune.tuner.child.learning_rate import patch_optimizers
+from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
 from tftune.tuner.child.state import EpochMade, Hooks
 from tftune.tuner.rewrites import LOOP_FIT, LOOP_FIT_STEPS
@@ -61,6 +63,13 @@ class KerasPatches(DatasetOps):
             set_global_policy.__tftune_original__ = original_set  # type: ignore[attr-defined]
             mp.set_global_policy = set_global_policy
         self._patch_optimizer(module)
+        patch_optimizers(
+            module,
+            self.site_of,
+            lambda: (self.config.learning_rate_scale, self.config.learning_rate_warmup or 0),
+            self.hooks.on_optimizer,
+            self.hooks.notes,
+        )
         self._patch_py_dataset(module)
         model_cls: Any = getattr(module, "Model", None)
         callbacks_mod: Any = getattr(module, "callbacks", None)
@@ -68,7 +77,7 @@ class KerasPatches(DatasetOps):
             return
         original_fit = getattr(model_cls.fit, "__tftune_original__", model_cls.fit)
         signature = inspect.signature(original_fit)
-        callback = _nan_callback(callbacks_mod.Callback, self.hooks)
+        callback = _nan_callback(callbacks_mod.Callback, self.hooks, lambda: self.losses)
 
         @functools.wraps(original_fit)
         def fit(model: Any, *args: Any, **kwargs: Any) -> Any:
@@ -239,22 +248,26 @@ def _epoch_callback(base: type, arguments: Mapping[str, Any], hooks: Hooks) -> A
     return _TftuneEpochStarts()
 
 
-def _nan_callback(base: type, hooks: Hooks) -> Any:
+def _nan_callback(base: type, hooks: Hooks, losses: Callable[[], LossLog | None]) -> Any:
     class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
         """Reports a NaN/inf loss to the trial runner (who stops the trial), and a model
-        output computed in 16 bits (tuner.precision) when training begins."""
+        output computed in 16 bits (tuner.precision) when training begins; logs each
+        batch's loss where it is measured (`LossLog.fit_batch`)."""
 
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
             _report_output_precision(getattr(self, "model", None), hooks)
 
         def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-            if not logs or "loss" not in logs or hooks.on_nan is None:
+            log = losses()
+            if not logs or "loss" not in logs or (hooks.on_nan is None and log is None):
                 return
             try:
                 loss = float(logs["loss"])
             except (TypeError, ValueError):
                 return
-            if not math.isfinite(loss):
+            if log is not None:
+                log.fit_batch(batch, loss)
+            if hooks.on_nan is not None and not math.isfinite(loss):
                 hooks.on_nan("loss", loss)
 
     return _TftuneNanCheck()

@@ -187,7 +187,8 @@ class Patcher(KerasPatches, DistributePatches):
         self._patch_tape()
 
     def _patch_tape(self) -> None:
-        """A ``GradientTape`` entered: the script is about to train (`roles`)."""
+        """A ``GradientTape`` entered: the script is about to train (`roles`); the loss
+        it differentiates, where the loss is measured (`LossLog.tape`)."""
         from tensorflow.python.eager import backprop
 
         cls: Any = backprop.GradientTape
@@ -202,6 +203,22 @@ class Patcher(KerasPatches, DistributePatches):
 
         __enter__.__tftune_original__ = original  # type: ignore[attr-defined]
         cls.__enter__ = __enter__
+        current = cls.gradient
+        original_gradient = getattr(current, "__tftune_original__", current)
+        patcher = self
+
+        @functools.wraps(original_gradient)
+        def gradient(tape: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            log = patcher.losses
+            if log is not None and patcher.in_fit is None:  # fit's loss: its batch logs
+                frame = sys._getframe(1)
+                place = f"{frame.f_code.co_name.removeprefix('tf__')}+"
+                with contextlib.suppress(Exception):
+                    log.tape(target, place + str(frame.f_lineno - frame.f_code.co_firstlineno))
+            return original_gradient(tape, target, *args, **kwargs)
+
+        gradient.__tftune_original__ = original_gradient  # type: ignore[attr-defined]
+        cls.gradient = gradient
 
 
 _ACTIVE: Patcher | None = None

@@ -19,8 +19,10 @@ from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
+from tftune.core.learning import OptimizerSeen
 from tftune.probes.epoch_stall import PipelineStage
 from tftune.probes.service_sizing import CpuUsage
+from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
@@ -103,6 +105,11 @@ class Hooks:
     # (discovery: the compute switches).
     on_compile: Callable[[CompileCall], None] | None = None
     on_step_function: Callable[[StepFunction], None] | None = None
+    # The training loss as read (tuner/child/loss_log.py): (ns, loss, place) samples, the
+    # places read so far, and why a loss could not be read (None: every one was).
+    on_losses: Callable[[list[tuple[int, float, int]], list[str], str | None], None] | None = None
+    # A Keras optimizer built by the script (the learning check's scaled rate).
+    on_optimizer: Callable[[OptimizerSeen], None] | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -151,6 +158,7 @@ class PatcherState:
         self.user_iter = False
         self._eager_step_seen = False  # the first eager update was looked at
         self.optimizers: list[Any] = []  # the Keras optimizers that applied updates
+        self.losses: LossLog | None = None  # the training loss, read where measured
         # tftune optimize's check run (tuner/child/check_run.py), where the config asks.
         self.check_run: CheckPoints | None = None
         self._prefixes: tuple[str, ...] = ()

@@ -116,6 +116,8 @@ class StepClock(PatcherState):
                 self._eager_rows[stream] = []
                 self._eager_flushed[stream] = delivered
                 self._hand_over(stream, rows)  # in order: still under the lock
+        if due:
+            self.flush_losses()
 
     def flush(self) -> None:
         """Hand over the steps buffered so far: eager lists and in-graph rings."""
@@ -129,7 +131,17 @@ class StepClock(PatcherState):
                 fresh = ring.poll()
                 if fresh:
                     self._hand_over(stream, fresh)
+        self.flush_losses()
         self.roles.check_fallback()
+
+    def flush_losses(self) -> None:
+        """Hand over the loss samples logged so far (`LossLog`)."""
+        log, hook = self.losses, self.hooks.on_losses
+        if log is None or hook is None:
+            return
+        samples = log.drain()
+        if samples or log.unread:
+            hook(samples, log.places, log.unread)
 
     def _hand_over(self, stream: int, rows: list[tuple[int, int, int]]) -> None:
         self.roles.delivered(stream, len(rows))

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tftune.core.learning import LearningCheck, LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.options import AUTO_TRIALS as AUTO_TRIALS
 from tftune.tuner.options import DEFAULT_SEED as DEFAULT_SEED
@@ -124,6 +125,10 @@ class TrialRecord:
     stderr_tail: str = ""  # a failed trial's, bounded (`crashes.bounded_tail`)
     crash: CrashSummary | None = None  # what a failed trial's stderr says
     training: TrainingTime | None = None  # how its training time was told apart
+    # The learning check's: the run's loss curve (or why none), the optimizers it built.
+    loss: LossCurve | None = None
+    loss_note: str | None = None
+    optimizers: tuple[OptimizerSeen, ...] = ()
 
     def same_config(self, other: TrialRecord) -> bool:
         """Whether the two trials measured one config (their params are equal), whatever
@@ -176,6 +181,9 @@ class StudySettings:
     # The screen ran its pipeline configs, or found the pipeline is not the limit: the
     # #cores heuristic gets no trial of its own (`baselines.baseline_roles`).
     screened: bool = False
+    # A winner that changes batch or precision must learn no worse (`study.learning_check`);
+    # False with ``--objective throughput``.
+    learning_check: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +210,8 @@ class StudyOutcome:
     instability: Instability | None = None
     # Why the search stopped where it did (`stopping`), in words.
     stop_reason: str = ""
+    # The winner's learning check (`study.learning_check`), where it changes batch or precision.
+    learning: LearningCheck | None = None
 
     def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
         """`r`'s figure from the final round where it has one (side by side with the

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ScriptError
@@ -35,6 +36,7 @@ from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided
 from tftune.tuner.study.batch_limits import ran_out_batches
 from tftune.tuner.study.contract import Role, Runner, StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.study.ladder import next_rungs
+from tftune.tuner.study.learning_check import check_learning
 from tftune.tuner.study.objective import measure_trial, skip_if_dead
 from tftune.tuner.study.opening import open_study
 from tftune.tuner.study.records import (
@@ -111,6 +113,7 @@ def run_study(
     verdict = FinalVerdict(best, None, (), ())
     if settings.confirm and best.role is not Role.AS_WRITTEN:  # phase 5
         verdict = run_final_round(recs, aw, best, runner, space, settings, on_note)
+        verdict = check_learning(verdict, recs, aw, runner, space, settings, on_note)
         for note in verdict.notes:
             s.tell(note)
     return s.outcome(storage_name, recs, aw, verdict)  # phase 6
@@ -429,6 +432,12 @@ class Search:
         settings, done = self.settings, finished(self.study)
         best = verdict.best
         best_config = self.space.config(best.params, apply_fixed=best.role is not Role.AS_WRITTEN)
+        if verdict.scale is not None:
+            best_config = replace(
+                best_config,
+                learning_rate_scale=verdict.scale.factor,
+                learning_rate_warmup=verdict.scale.warmup_steps or None,
+            )
         kind = next(
             (
                 str(t.user_attrs["utilization_kind"])
@@ -455,4 +464,5 @@ class Search:
             ran_this_session=self.ran,
             notes=tuple(self.notes),
             stop_reason=self.stop_reason,
+            learning=verdict.learning,
         )

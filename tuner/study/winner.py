@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from tftune.core.learning import LearningCheck, LearningRateScale
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import spread
 from tftune.tuner.study.contract import Objective, Role, Runner, StudySettings, TrialRecord
@@ -119,6 +120,9 @@ def final_round(
                 notes=m.notes,
                 stderr_tail=tail,
                 crash=crash,
+                loss=m.loss,
+                loss_note=m.loss_note,
+                optimizers=m.optimizers,
             )
         )
     return tuple(out)
@@ -408,6 +412,10 @@ class FinalVerdict:
     final: tuple[TrialRecord, ...]  # the round as reported (repeat runs pooled)
     runs: tuple[TrialRecord, ...]  # every run of the round, each on its own
     notes: tuple[str, ...] = ()  # what the round decided, and what it left out
+    # The winner's learning check (`study.learning_check`), and the learning rate scale it
+    # recommends with the winner's batch.
+    learning: LearningCheck | None = None
+    scale: LearningRateScale | None = None
 
 
 def run_final_round(

@@ -20,7 +20,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+from tftune.core.document_reading import Reader
+from tftune.core.learning import OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
 from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
@@ -39,6 +42,7 @@ from tftune.tuner.trial.launch import (
     child_spec,
     workdir,
 )
+from tftune.tuner.trial.losses import loss_curve
 from tftune.tuner.trial.spare import SETTLE_LIMIT_S
 from tftune.tuner.trial.watch import StreamWatch, describe_streams
 from tftune.tuner.trial.windows import MeasureSpec, ReportFn, Windows
@@ -258,7 +262,20 @@ class _Trial(Observer):
             streams=self.watch.streams(),
             config=self.config,
             cpu=self._cpu(),
+            **self._learning(measured is not None),
         )
+
+    def _learning(self, measured: bool) -> dict[str, Any]:
+        """The run's loss curve (or why it has none) and the optimizers it built."""
+        seen = tuple(
+            OptimizerSeen.from_reader(Reader(e.payload, source="the child's optimizer event"))
+            for e in self.events
+            if e.kind == "optimizer"
+        )
+        if not measured:
+            return {"optimizers": seen}
+        curve, why = loss_curve(self.events, self.records, self.timeline)
+        return {"loss": curve, "loss_note": why, "optimizers": seen}
 
     def _cpu(self) -> CpuUsage | None:
         """The child's last report of what a pipeline drained alone used."""
