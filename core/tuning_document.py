@@ -43,7 +43,6 @@ WHOLE_RUN_KEYS = (
     "findings",
     "screen",
     "rewrites",
-    "learning",
 )
 
 
@@ -59,8 +58,6 @@ class WholeRun:
     screen: Mapping[str, Any] | Absent | None = ABSENT  # the pipeline screen's ranking
     # Every rewrite the run considered: measured, checked, refused or not applicable.
     rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
-    # The winner's learning check, where it changes batch or precision.
-    learning: LearningCheck | Absent = ABSENT
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -73,8 +70,6 @@ class WholeRun:
         put_present(out, "screen", self.screen)
         if not isinstance(self.rewrites, Absent):
             out["rewrites"] = rows_json(self.rewrites)
-        if not isinstance(self.learning, Absent):
-            out["learning"] = self.learning.to_json()
         return out
 
     @classmethod
@@ -90,7 +85,6 @@ class WholeRun:
             findings=r.strings("findings"),
             screen=free_object(r, "screen") if present(r, "screen") else ABSENT,
             rewrites=rows_from_reader(r, "rewrites") if present(r, "rewrites") else ABSENT,
-            learning=_learning(r),
         )
 
 
@@ -117,6 +111,8 @@ class TuningDocument:
     space: SearchedSpace | None = None
     trials_detail: tuple[TrialRow, ...] = ()
     instability: Instability | Absent | None = ABSENT
+    # The winner's learning check, where it changes batch or precision.
+    learning: LearningCheck | Absent = ABSENT
     importances: tuple[tuple[str, float], ...] = ()  # in document order
     study: Mapping[str, Any] | None = None  # name, storage, seed
     command: str | None = None
@@ -143,6 +139,8 @@ class TuningDocument:
             "trials_detail": [t.to_json() for t in self.trials_detail],
         }
         put_present(out, "instability", part_json(self.instability))
+        if not isinstance(self.learning, Absent):
+            out["learning"] = self.learning.to_json()
         out.update(
             importances=dict(self.importances),
             study=self.study,
@@ -188,6 +186,7 @@ class TuningDocument:
                 if "instability" in r.mapping()
                 else ABSENT
             ),
+            learning=_learning(r),
             importances=_importances(r.obj("importances")),
             study=free_object(r, "study"),
             command=r.string("command"),

@@ -34,6 +34,7 @@ from tftune.reports._page import (
     stat,
     timestamp_now,
 )
+from tftune.reports.learning_rows import learning_section
 from tftune.reports.rewrite_rows import rewrites_section
 from tftune.reports.tuning_model import Trial, TuningReport, build_tuning_model
 from tftune.reports.words import device_label
@@ -55,6 +56,7 @@ def render_tuning_html(
         _instability_section(model),
         _comparison_section(model),
         rewrites_section(model.document),
+        learning_section(model.document),
         _winner_section(model, ids),
         _history_section(model),
         _importance_section(model),

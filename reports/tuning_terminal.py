@@ -32,6 +32,7 @@ from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
 from tftune.core.tuning_trials import TrialRow
 from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
 from tftune.reports.analysis_terminal import plain_lines, text_console
+from tftune.reports.learning_rows import learning_lines
 from tftune.reports.rewrite_rows import rewrite_lines
 from tftune.reports.tuning_comparison import comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences
@@ -275,6 +276,6 @@ def render(data: TuningInput, width: int = 100, color: bool = False) -> str:
     for row in doc.trials_detail:
         console.print(trial_line(row, best), markup=False, highlight=False)
     console.print(render_table(doc))
-    for line in rewrite_lines(doc):
+    for line in (*rewrite_lines(doc), *learning_lines(doc)):
         console.print(line, markup=False, highlight=False)
     return buf.getvalue() if color else plain_lines(buf.getvalue())

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +52,13 @@ from tftune.tuner.before_study import (
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.options import OptimizeOptions, default_study_name
-from tftune.tuner.precision import FLOAT32_OUTPUT_FIX, output_findings, recommendation
+from tftune.tuner.precision import FLOAT32_OUTPUT_FIX
 from tftune.tuner.record import api_call, build_record
 from tftune.tuner.rewrite_check import RewritePlan, step_limited
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.screen import Screen, search_seeds
 from tftune.tuner.service import check_address
 from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import PY_DATASET_OPS
 from tftune.tuner.study import (
     GuidedHint,
     Objective,
@@ -71,6 +70,7 @@ from tftune.tuner.study import (
 )
 from tftune.tuner.trial import Discovery
 from tftune.tuner.trial.spare import SparePool
+from tftune.tuner.winner_files import WinnerFiles, emit_winner
 
 __all__ = [
     "GUIDE_PROFILE_STEPS",
@@ -190,7 +190,7 @@ def optimize(
         settings = _settings(o, obj, hint, path, args, started, screen, space)
         outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)
     record = _record(script, path, args, o, h.invocation, env_future)
-    won = _emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
+    won = emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
     screened = screen.to_json() if screen is not None else None
     report = _tuning_report(
         script, won, found, space, ceiling, gpu, o.seed, record, started, screened, plan
@@ -356,60 +356,6 @@ def _run_study(
 # --- the winner's files and the tuning report ---------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Winner:
-    """The winner as written: its config file, the command that trains with it, the
-    diff of the user's lines, the snippet of globals, and the precision advice."""
-
-    outcome: StudyOutcome
-    best_file: Path
-    command: str
-    diff: str
-    snippet: str
-    findings: list[str]
-    advice: str | None
-
-
-def _emit_winner(
-    script: str | os.PathLike[str],
-    path: Path,
-    args: Sequence[str],
-    found: Discovery,
-    outcome: StudyOutcome,
-    best_file: str | os.PathLike[str],
-    record: dict[str, Any],
-    note: Callable[[str], None],
-    plan: RewritePlan,
-) -> _Winner:
-    """Writes the winner's config (with the reproducibility record and the findings);
-    builds the diff of the user's lines and the snippet of what no line holds."""
-    from tftune.tuner import emit, tuning_doc
-    from tftune.tuner.config import save_config
-
-    # Mixed precision with a 16-bit output layer: recommended only with the fix.
-    runs = [*outcome.records, *([outcome.confirm] if outcome.confirm is not None else [])]
-    findings = sorted({f for r in runs for f in output_findings(r.notes)})
-    advice = recommendation(outcome.best_config.mixed_precision or "off", findings)
-    if advice is not None:
-        note(advice)
-    best_path = Path(best_file)
-    command = emit.run_command(str(script), args, str(best_path))
-    best = tuning_doc.best_config_with_metrics(outcome, command)
-    extra: dict[str, Any] = {"record": record, "findings": findings}
-    if advice is not None:
-        extra["notes"] = [advice]
-    save_config(replace(best, meta={**best.meta, **extra}), best_path)
-    diff = emit.source_diff(path, outcome.best_config, plan.facts)
-    own_pipeline = any(s.op not in PY_DATASET_OPS for s in found.sites)
-    snippet = emit.globals_snippet(
-        outcome.best_config,
-        own_pipeline=own_pipeline,
-        config_file=str(best_path),
-        facts=plan.facts,
-    )
-    return _Winner(outcome, best_path, command, diff, snippet, findings, advice)
-
-
 def _record(
     script: str | os.PathLike[str],
     path: Path,
@@ -441,7 +387,7 @@ def _record(
 
 def _tuning_report(
     script: str | os.PathLike[str],
-    won: _Winner,
+    won: WinnerFiles,
     found: Discovery,
     space: SearchSpace,
     ceiling: Ceiling | None,

@@ -25,7 +25,9 @@ import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tftune.core.learning import LearningRateScale, OptimizerSeen
 from tftune.tuner.config import AUTOTUNE, CACHE_MEMORY, COMPILE_XLA, VECTORIZE_PFOR, Config
+from tftune.tuner.rate_code import rate_edits
 from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
 from tftune.tuner.source_edits import Edit, find_calls, keyword_added, op_of, span, tf_alias
 
@@ -42,6 +44,9 @@ class RewriteFacts:
     epoch_length: int | None = None
     compiled: CompileCall | None = None  # the training model's Keras compile call
     step: StepFunction | None = None  # the custom loop's eager step function
+    # The learning check's scaled learning rate, and the optimizers it applies to.
+    scale: LearningRateScale | None = None
+    optimizers: tuple[OptimizerSeen, ...] = ()
 
 
 def _line(site: str) -> tuple[str, int] | None:
@@ -58,6 +63,8 @@ def rewrite_files(config: Config, facts: RewriteFacts) -> set[str]:
     }
     if config.one_iterator and facts.fit is not None and facts.fit.place:
         files.add(facts.fit.place.rpartition(":")[0])
+    if facts.scale is not None:
+        files |= {o.site.rpartition(":")[0] for o in facts.optimizers if o.site}
     for where in (_compile_place(config, facts), _step_site(config, facts)):
         if where is not None:
             files.add(where.rpartition(":")[0])
@@ -115,6 +122,9 @@ def rewrite_edits(
     step_site = _step_site(config, facts)
     if step_site is not None and (where := _line(step_site)) is not None and where[0] == rel:
         edits += _decorated(tree, source, starts, where[1], config)
+    for seen in facts.optimizers if facts.scale is not None else ():
+        if seen.site and (where := _line(seen.site)) is not None and where[0] == rel:
+            edits += rate_edits(tree, source, starts, where[1], seen, facts.scale, tf_alias(tree))
     return edits
 
 

@@ -199,6 +199,7 @@ def tuning_document(
         space=_searched(space),
         trials_detail=tuple(trial_row(r) for r in outcome.records),
         instability=outcome.instability,
+        learning=outcome.learning if outcome.learning is not None else ABSENT,
         importances=tuple(outcome.importances.items()),
         study={"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
         command=command,
@@ -261,7 +262,6 @@ def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: Ru
             if not isinstance(run.rewrites, Absent)
             else ABSENT
         ),
-        learning=outcome.learning if outcome.learning is not None else ABSENT,
     )
 
 

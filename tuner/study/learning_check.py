@@ -36,7 +36,7 @@ from tftune.core.learning import (
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.config import Config
 from tftune.tuner.measurement import Measurement
-from tftune.tuner.study.contract import Runner, StudySettings, TrialRecord
+from tftune.tuner.study.contract import Runner, StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.study.gains import score
 from tftune.tuner.study.winner import FinalVerdict, choose_final, final_round, merge_as_written
 
@@ -265,3 +265,11 @@ def describe(check: LearningCheck, scale: LearningRateScale | None) -> str:
         f"{said}, beyond the noise ({check.noise or 0:.0%}); no scaled learning rate "
         "helped: recommending the best config that changes neither batch nor precision"
     )
+
+
+def recommended_scale(outcome: StudyOutcome) -> LearningRateScale | None:
+    """The scaled learning rate the winner is recommended with, where it has one."""
+    check, factor = outcome.learning, outcome.best_config.learning_rate_scale
+    if check is None or factor is None:
+        return None
+    return next((r.scale for r in check.tried if r.scale and r.scale.factor == factor), None)

@@ -10,9 +10,11 @@ import math
 from pathlib import Path
 
 import pytest
-from studykit import BATCH, MAP, settings, space
+from studykit import BATCH, MAP, outcome_json, settings, space
 
 from tftune.core.learning import LossCurve, LossVerdict, OptimizerSeen, ScaleRule
+from tftune.core.tuning_document import TuningDocument
+from tftune.reports import tuning_html, tuning_terminal
 from tftune.testing import FakeRunner, Figures
 from tftune.tuner.config import AUTOTUNE, Config
 from tftune.tuner.study import run_study
@@ -103,3 +105,17 @@ def test_an_unread_loss_is_said_not_checked(tmp_path: Path) -> None:
     assert check is not None and check.verdict is LossVerdict.NOT_CHECKED
     assert check.reason and _batch(out.best_config) > 32
     assert math.isfinite(out.best.examples_per_s or math.nan)
+
+
+def test_the_check_reaches_the_json_and_both_reports(tmp_path: Path) -> None:
+    out, _ = _study(tmp_path, model(optimizers=()))
+    data = outcome_json(out, searched=space())
+    learning = data["learning"]
+    assert learning["verdict"] == "higher" and learning["throughput_only"] is not None
+    text = tuning_terminal.render(data)
+    assert "learning check (batch 32 -> 128): higher: learns worse" in text
+    assert f"trial {learning['throughput_only']} was fastest but learns worse" in text
+    page = tuning_html.render_tuning_html(data, generated_at="2026-12-05T00:00:00Z")
+    assert 'id="learning"' in page and "Does it learn no worse?" in page
+    doc = TuningDocument.from_json(data, source="t.json")
+    assert doc.to_json()["learning"] == learning  # read back to the same JSON

@@ -125,3 +125,49 @@ def test_two_losses_or_xla_are_said_not_read(tmp_path: Path) -> None:
     assert m.loss is None and m.loss_note is not None and "2 losses" in m.loss_note
     m = _run(tmp_path, TAPE.replace("DECORATOR", "@tf.function(jit_compile=True)"))
     assert m.loss is None and m.loss_note is not None and "XLA" in m.loss_note
+
+
+SCALED = (
+    DATA
+    + """
+model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+sched = tf.keras.optimizers.schedules.ExponentialDecay(1e-2, 1000, 0.5)
+opt = tf.keras.optimizers.Adam(learning_rate=1e-3)
+other = tf.keras.optimizers.SGD(sched)
+model.compile(opt, "mse")
+
+class Rates(tf.keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(opt.iterations.numpy())
+        if step in (1, 25, 200):
+            rates[step] = float(opt.learning_rate.numpy())
+            rates["sgd"] = float(other._get_current_learning_rate().numpy())
+            json.dump(rates, open("rates.json", "w"))
+rates = {}
+model.fit(ds, epochs=40, steps_per_epoch=50, verbose=0, callbacks=[Rates()])
+"""
+)
+
+
+@requires_tf
+@pytest.mark.slow
+def test_the_optimizers_are_seen_and_their_learning_rate_scaled_with_a_ramp(
+    tmp_path: Path,
+) -> None:
+    config = Config(learning_rate_scale=4.0, learning_rate_warmup=50)
+    m = _run(tmp_path, SCALED, config)
+    seen = {o.name: o for o in m.optimizers}
+    assert seen["Adam"].learning_rate == pytest.approx(1e-3)
+    assert seen["Adam"].site == "train.py:" + str(_line(SCALED, "opt = tf.keras"))
+    assert seen["SGD"].learning_rate is None and seen["SGD"].schedule == "ExponentialDecay"
+    rates = json.loads((tmp_path / "rates.json").read_text())
+    # Ramped linearly from the rate as written to 4x over 50 updates, then 4x.
+    assert rates["1"] == pytest.approx(1e-3 * (1 + 3 * 2 / 50), rel=1e-3)
+    assert rates["25"] == pytest.approx(1e-3 * (1 + 3 * 26 / 50), rel=1e-3)
+    assert rates["200"] == pytest.approx(4e-3, rel=1e-4)
+    assert rates["sgd"] == pytest.approx(1e-2 * (1 + 3 / 50), rel=1e-3)  # its step 0, ramped
+
+
+def _line(text: str, start: str) -> int:
+    lines = textwrap.dedent(text).splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.startswith(start))
