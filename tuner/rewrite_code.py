@@ -122,9 +122,19 @@ def rewrite_edits(
     step_site = _step_site(config, facts)
     if step_site is not None and (where := _line(step_site)) is not None and where[0] == rel:
         edits += _decorated(tree, source, starts, where[1], config)
-    for seen in facts.optimizers if facts.scale is not None else ():
+    return edits + _rate(tree, source, starts, rel, facts)
+
+
+def _rate(
+    tree: ast.Module, source: bytes, starts: Sequence[int], rel: str, facts: RewriteFacts
+) -> list[Edit]:
+    """The learning check's scaled learning rate on each optimizer line in `rel`."""
+    scale, edits = facts.scale, []
+    if scale is None:
+        return []
+    for seen in facts.optimizers:
         if seen.site and (where := _line(seen.site)) is not None and where[0] == rel:
-            edits += rate_edits(tree, source, starts, where[1], seen, facts.scale, tf_alias(tree))
+            edits += rate_edits(tree, source, starts, where[1], seen, scale, tf_alias(tree))
     return edits
 
 
