@@ -371,7 +371,8 @@ def analyze(
         if str(json_out) != STDOUT:
             say(words, f"analysis JSON: {json_out}")
     if output is not None:
-        from tftune.reports import build_analysis_model, render_analysis_html
+        from tftune.reports.analysis_html import render_analysis_html
+        from tftune.reports.analysis_model import build_analysis_model
 
         model = build_analysis_model(
             data, generated_at=generated_at(), source=str(logdir), document=document
