@@ -131,8 +131,8 @@ def fresh_copy(path: Path, work: Path, i: int) -> Path:
     return target
 
 
-def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Wall seconds and peak RSS bytes of one child process."""
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS bytes and CPU seconds (user + system) of one child process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -141,7 +141,8 @@ def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:3]} failed:\n{err[-2000:]}")
-    return wall, int(usage.ru_maxrss) * 1024  # Linux reports kilobytes
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, int(usage.ru_maxrss) * 1024, cpu  # Linux reports kilobytes
 
 
 def has_analyze_cli() -> bool:
@@ -192,20 +193,25 @@ def main() -> int:
             f = fresh_copy(path, work, 0)
             (ours if name == "ours" else theirs).append(run_child(make(f), env))
     shutil.rmtree(work, ignore_errors=True)
-    ratios = [o / x for (o, _), (x, _) in zip(ours, theirs, strict=True)]
+    ratios = [o[0] / x[0] for o, x in zip(ours, theirs, strict=True)]
     ratio = statistics.median(ratios)
-    o_m = max(m for _, m in ours)
-    x_m = max(m for _, m in theirs)
+    cpu_ratios = [o[2] / x[2] for o, x in zip(ours, theirs, strict=True)]
+    o_m = max(m for _, m, _ in ours)
+    x_m = max(m for _, m, _ in theirs)
     result = {
         "trace": str(path),
         "trace_mb": round(size / 2**20, 1),
         "ours": "tftune analyze --json -o (HTML)" if cli else "python -c (load+steps+breakdown)",
         "repeats": args.repeats,
         "bytecode": "cold (environment as is)" if args.cold else "cached, warmed",
-        "ours_s": [round(t, 3) for t, _ in ours],
-        "xprof_s": [round(t, 3) for t, _ in theirs],
+        "ours_s": [round(t, 3) for t, _, _ in ours],
+        "xprof_s": [round(t, 3) for t, _, _ in theirs],
         "pair_ratios": [round(r, 3) for r in ratios],
         "time_ratio": round(ratio, 3),
+        # CPU seconds move less than wall time with other tenants' load (not the target).
+        "ours_cpu_s": [round(c, 3) for _, _, c in ours],
+        "xprof_cpu_s": [round(c, 3) for _, _, c in theirs],
+        "cpu_ratio": round(statistics.median(cpu_ratios), 3),
         "ours_peak_mb": round(o_m / 2**20, 1),
         "xprof_peak_mb": round(x_m / 2**20, 1),
         "ours_peak_over_file": round(o_m / size, 2),

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, NamedTuple
 
 from tftune.core.document_reading import Reader, share
 
 _STEP_TIMES = ("start_ms", "duration_ms")
+
+
+@cache
+def _part_keys(categories: tuple[str, ...]) -> tuple[str, ...]:
+    """A step row's keys of its parts: `<category>_ms`."""
+    return tuple(f"{c}_ms" for c in categories)
+
+
 # A stage's depth in the tf.data tree: real pipelines nest a few dozen deep at most.
 MAX_STAGE_DEPTH = 256
 
@@ -164,7 +173,9 @@ class StepRow:
             "start_ms": self.start_ms,
             "duration_ms": self.duration_ms,
         }
-        out.update((f"{category}_ms", ms) for category, ms in self.parts)
+        if self.parts:  # tens of thousands of rows: the keys are made once per order
+            categories, ms = zip(*self.parts, strict=True)
+            out.update(zip(_part_keys(categories), ms, strict=True))
         out["host_to_device_bytes"] = self.host_to_device_bytes
         return out
 

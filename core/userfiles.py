@@ -7,7 +7,8 @@ place, so a reader (or a crash) never sees half a file and a failed write leaves
 file whole and no temporary file behind. Failures are one-line user errors naming the path.
 
 Where a command takes an output path, `check_writable` fails before any work starts, and
-`write_output` takes `-` (`STDOUT`) for standard output, as Unix tools do.
+`write_output` takes `-` (`STDOUT`) for standard output, as Unix tools do. `json_text` is
+the text of a JSON file tftune writes (`json.dumps(data, indent=1)` and a newline).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +105,83 @@ def write_output(
         sys.stdout.flush()
         return
     write_text_atomic(path, text, error)
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_ENCODERS: dict[int, json.JSONEncoder] = {}
+
+
+def json_text(data: Any) -> str:
+    """`json.dumps(data, indent=1) + "\n"`, byte for byte, several times faster.
+
+    With an indent, `json` encodes in pure Python, a call per value. Here the C encoder
+    writes each container of scalars, and each list of such containers (a document's
+    table: `per_step`), in one call whose item separator is the newline and indent of its
+    depth; Python only adds the brackets' newlines. A newline the C encoder writes can
+    only be a separator (it escapes those in strings), so a separator between two rows
+    is found by text. A dict with a key that is not a string is left to `json.dumps`.
+    """
+    out: list[str] = []
+    _json_value(data, 0, out)
+    out.append("\n")
+    return "".join(out)
+
+
+def _encoder(depth: int) -> json.JSONEncoder:
+    """The compact C encoder, its items separated by a newline and `depth` spaces."""
+    enc = _ENCODERS.get(depth)
+    if enc is None:
+        enc = _ENCODERS[depth] = json.JSONEncoder(separators=(",\n" + " " * depth, ": "))
+    return enc
+
+
+def _scalars(values: Iterable[Any]) -> bool:
+    return set(map(type, values)) <= _SCALARS
+
+
+def _json_value(o: Any, depth: int, out: list[str]) -> None:
+    is_dict = isinstance(o, dict)
+    if not is_dict and not isinstance(o, (list, tuple)):
+        out.append(_encoder(0).encode(o))
+        return
+    if not o:
+        out.append("{}" if is_dict else "[]")
+        return
+    if is_dict and not all(type(k) is str for k in o):
+        out.append(json.dumps(o, indent=1).replace("\n", "\n" + " " * depth))
+        return
+    inner = "\n" + " " * (depth + 1)
+    if _scalars(o.values() if is_dict else o):
+        text = _encoder(depth + 1).encode(o)
+        out.append(f"{text[0]}{inner}{text[1:-1]}\n{' ' * depth}{text[-1]}")
+        return
+    if not is_dict and _json_table(o, depth, out):
+        return
+    key = json.encoder.encode_basestring_ascii
+    items = ((key(k) + ": ", v) for k, v in o.items()) if is_dict else (("", v) for v in o)
+    sep = "{" + inner if is_dict else "[" + inner
+    for prefix, v in items:
+        out.append(sep + prefix)
+        sep = "," + inner
+        _json_value(v, depth + 1, out)
+    out.append("\n" + " " * depth + ("}" if is_dict else "]"))
+
+
+def _json_table(rows: list[Any] | tuple[Any, ...], depth: int, out: list[str]) -> bool:
+    """A list of non-empty dicts (or lists) of scalars, in one encoder call; False for
+    any other list."""
+    kind = type(rows[0])
+    if kind not in (dict, list) or any(type(r) is not kind or not r for r in rows):
+        return False
+    if kind is dict and not all(type(k) is str for r in rows for k in r):
+        return False
+    if not _scalars(
+        chain.from_iterable(r.values() for r in rows) if kind is dict else chain.from_iterable(rows)
+    ):
+        return False
+    o, c = ("{", "}") if kind is dict else ("[", "]")
+    row, cell = "\n" + " " * (depth + 1), "\n" + " " * (depth + 2)
+    text = _encoder(depth + 2).encode(rows)  # [{cells},<cell>{cells}]
+    body = text[2:-2].replace(f"{c},{cell}{o}", f"{row}{c},{row}{o}{cell}")
+    out.append(f"[{row}{o}{cell}{body}{row}{c}\n{' ' * depth}]")
+    return True

@@ -137,15 +137,15 @@ class Breakdown:
         def ms(values: I64) -> list[float]:
             return np.round(values.astype(np.float64) / PS_PER_MS, 3).tolist()  # type: ignore[no-any-return]
 
-        parts = [[(c, v) for v in ms(self.ps[c])] for c in BREAKDOWN_CATEGORIES]
+        cats = BREAKDOWN_CATEGORIES
+        by_step = zip(*(ms(self.ps[c]) for c in cats), strict=True)
         h2d: list[int | None] = self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
-        by_step = zip(*parts, strict=True)
         columns = zip(
             st.numbers.tolist(), ms(st.start_ps), ms(st.duration_ps), by_step, h2d, strict=True
         )
         return tuple(
-            StepRow(step, start, duration, tuple(row_parts), row_h2d)
-            for step, start, duration, row_parts, row_h2d in columns
+            StepRow(step, start, duration, tuple(zip(cats, values, strict=True)), row_h2d)
+            for step, start, duration, values, row_h2d in columns
         )
 
 

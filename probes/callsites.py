@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tftune.core.userfiles import write_text_atomic
+from tftune.core.userfiles import json_text, write_text_atomic
 from tftune.probes.stages import Stage
 
 SITES_FILE = "tftune-sites.json"
@@ -78,7 +78,7 @@ def write_sites(
         "sites": [{"site": s.site, "op": s.op, "function": s.function} for s in seen.values()],
     }
     path = Path(run_dir) / SITES_FILE
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_text_atomic(path, json_text(data))
     return path
 
 

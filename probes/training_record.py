@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tftune.core.userfiles import write_text_atomic
+from tftune.core.userfiles import json_text, write_text_atomic
 from tftune.probes.epoch_stall import EpochStall, PipelineStage, diagnose
 
 # Beside a `tftune profile` trace, in its run folder: the step clock's figures of the
@@ -139,7 +139,7 @@ def write_clock_file(run_dir: str | os.PathLike[str], training: TrainingTime) ->
     """The profiled run's step-clock figures beside its trace (`CLOCK_FILE`), atomically."""
     data = {"schema": CLOCK_SCHEMA, "training": training.to_json()}
     path = Path(run_dir) / CLOCK_FILE
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_text_atomic(path, json_text(data))
     return path
 
 

@@ -21,14 +21,16 @@ Writing files belongs to the CLI. Nothing here imports tensorflow, optuna or the
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from tftune.core.document_reading import detect_kind
-from tftune.reports._page import timestamp_now
-from tftune.reports.analysis_html import render_analysis_html
-from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
-from tftune.reports.tuning_html import render_tuning_html
-from tftune.reports.tuning_model import TuningReport, build_tuning_model
+if TYPE_CHECKING:
+    from tftune.core.document_reading import detect_kind
+    from tftune.reports._page import timestamp_now
+    from tftune.reports.analysis_html import render_analysis_html
+    from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
+    from tftune.reports.tuning_html import render_tuning_html
+    from tftune.reports.tuning_model import TuningReport, build_tuning_model
 
 __all__ = [
     "AnalysisReport",
@@ -42,9 +44,35 @@ __all__ = [
     "timestamp_now",
 ]
 
+# Imported on first use: `tftune analyze` needs neither the tuning report's modules nor
+# the page's until it writes one.
+_HOMES = {
+    "AnalysisReport": "tftune.reports.analysis_model",
+    "TuningReport": "tftune.reports.tuning_model",
+    "build_analysis_model": "tftune.reports.analysis_model",
+    "build_tuning_model": "tftune.reports.tuning_model",
+    "detect_kind": "tftune.core.document_reading",
+    "render_analysis_html": "tftune.reports.analysis_html",
+    "render_tuning_html": "tftune.reports.tuning_html",
+    "timestamp_now": "tftune.reports._page",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'tftune.reports' has no attribute {name!r}")
+    return getattr(import_module(home), name)
+
 
 def render_report_json(data: Mapping[str, Any], *, generated_at: str, source: str) -> str:
     """The HTML report for an analysis or a tuning JSON, told apart by its content."""
+    from tftune.core.document_reading import detect_kind
+    from tftune.reports.analysis_html import render_analysis_html
+    from tftune.reports.analysis_model import build_analysis_model
+    from tftune.reports.tuning_html import render_tuning_html
+    from tftune.reports.tuning_model import build_tuning_model
+
     if detect_kind(data, source=source) == "analysis":
         return render_analysis_html(
             build_analysis_model(data, generated_at=generated_at, source=source)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from tftune.core.analysis_advice import Bottleneck, NextMove, Verdict
@@ -111,7 +112,7 @@ def build_analysis_model(
         input_share=doc.verdict.input_share,
         verdict=doc.verdict,
         breakdown=_in_order(doc.breakdown),
-        per_step=tuple(replace(s, parts=_in_order(s.parts)) for s in doc.per_step[:MAX_STEPS]),
+        per_step=tuple(_step_in_order(s) for s in doc.per_step[:MAX_STEPS]),
         per_step_total=len(doc.per_step),
         bottlenecks=doc.bottlenecks[:MAX_BOTTLENECKS],
         stages=doc.stages[:MAX_STAGES],
@@ -147,6 +148,19 @@ def _capped(data: Mapping[str, Any], timeline: Timeline | None) -> dict[str, Any
             ],
         }
     return capped
+
+
+def _step_in_order(row: StepRow) -> StepRow:
+    """The row with its parts in `_in_order`'s order; itself when they are already."""
+    keys = tuple(k for k, _ in row.parts)
+    if _order_of(keys) == keys:
+        return row
+    return replace(row, parts=_in_order(row.parts))
+
+
+@cache
+def _order_of(keys: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(k for k, _ in _in_order(tuple((k, None) for k in keys)))
 
 
 def _in_order(shares: tuple[tuple[str, float | None], ...]) -> tuple[tuple[str, float | None], ...]:

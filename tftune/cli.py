@@ -19,7 +19,7 @@ from tftune import __version__
 from tftune._data_service_cli import data_service
 from tftune._optimize_flags import STEP_TIMEOUT_HELP, optimize_options
 from tftune.core.errors import Terminated, UserError
-from tftune.core.userfiles import STDOUT, check_writable, write_output
+from tftune.core.userfiles import STDOUT, check_writable, json_text, write_output
 
 
 class _Group(click.Group):
@@ -339,7 +339,6 @@ def analyze(
     xprof: bool,
 ) -> None:
     """Name the input-pipeline bottleneck in a profiler LOGDIR, and the fix."""
-    import json
     import shutil
 
     from tftune import analyze as run_analysis
@@ -368,11 +367,12 @@ def analyze(
         width = min(shutil.get_terminal_size((100, 24)).columns, 140)
         click.echo(render(document, width=width, color=use_color(words)), nl=False, file=words)
     if json_out is not None:
-        write_output(json_out, json.dumps(data, indent=1) + "\n")
+        write_output(json_out, json_text(data))
         if str(json_out) != STDOUT:
             say(words, f"analysis JSON: {json_out}")
     if output is not None:
-        from tftune.reports import build_analysis_model, render_analysis_html
+        from tftune.reports.analysis_html import render_analysis_html
+        from tftune.reports.analysis_model import build_analysis_model
 
         model = build_analysis_model(
             data, generated_at=generated_at(), source=str(logdir), document=document

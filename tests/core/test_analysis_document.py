@@ -22,6 +22,7 @@ from repo_paths import FIXTURES, ROOT, TESTS
 from tftune.core.analysis_advice import Verdict
 from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.errors import UserError
+from tftune.core.userfiles import json_text
 from tftune.core.vocabulary import Band
 from tftune.probes.analysis import analyze
 from tftune.probes.callsites import write_sites
@@ -43,6 +44,7 @@ def test_what_tftune_wrote_reads_back_the_same(path: Path) -> None:
     assert doc.to_json() == data
     # ... in the same order: the same bytes as `tftune analyze --json` writes
     assert json.dumps(doc.to_json(), indent=1) + "\n" == path.read_text()
+    assert json_text(doc.to_json()) == path.read_text()  # what the CLI writes
     assert AnalysisDocument.from_json(doc.to_json()) == doc
 
 

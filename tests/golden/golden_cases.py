@@ -29,6 +29,7 @@ from pathlib import Path
 import golden_traces
 from gputrace import XSpaceBuilder
 
+from tftune.core.userfiles import json_text
 from tftune.probes.analysis import Analysis, analyze
 from tftune.probes.callsites import RecordedSite, write_sites
 from tftune.probes.training_record import TrainingTime, write_clock_file
@@ -129,7 +130,7 @@ def analysis_json(case: AnalysisCase) -> str:
             write_clock_file(run_dir, case.clock)
         a = relocated(analyze(logdir, tool_version=TOOL_VERSION), Path("/golden") / case.name)
         data = a.to_json()
-    return json.dumps(data, indent=1) + "\n"  # as tftune/cli.py's `analyze` writes it
+    return json_text(data)  # as tftune/cli.py's `analyze` writes it
 
 
 def render(case: AnalysisCase | TuningCase) -> dict[str, str]:

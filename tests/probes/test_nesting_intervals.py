@@ -56,6 +56,24 @@ def test_nest_equals_the_stack_walk(events: list[tuple[int, int, int]]) -> None:
     assert [a.tolist() for a in got] == _stack_nest(starts, ends, kinds)
 
 
+@settings(max_examples=200, deadline=None)
+@given(_events)
+def test_nest_of_events_written_in_order_equals_the_stack_walk(
+    events: list[tuple[int, int, int]],
+) -> None:
+    """Events already by start, longer first (as a line writes them: no sort)."""
+    events = sorted(events, key=lambda e: (e[0], -e[1]))
+    starts = [s for s, _, _ in events]
+    ends = [s + d for s, d, _ in events]
+    kinds = [k for _, _, k in events]
+    got = nest(
+        np.array(starts, dtype=np.int64),
+        np.array(ends, dtype=np.int64),
+        np.array(kinds, dtype=np.int8),
+    )
+    assert [a.tolist() for a in got] == _stack_nest(starts, ends, kinds)
+
+
 def test_nest_of_a_long_flat_line_and_a_deep_one() -> None:
     n = 50_000
     flat = np.arange(n, dtype=np.int64) * 10
