@@ -1,11 +1,13 @@
-"""How much does tftune's step clock cost a training loop? (Target: at most 2%.)
+"""How much does tftune's step clock cost a training loop, with the loss log the
+learning check reads beside it? (Target: at most 2%.)
 
 Part 1, the clock alone: its cost per ``next`` call, eager and in a ``tf.function``, on a
 trivial dataset (no training). The worst case: there is no step to hide it behind.
 
 Part 2, real training loops, in one process: each loop style (Keras ``fit``, an eager
 ``for`` loop over a ``tf.function`` step, a whole loop inside a ``tf.function``) is built
-twice, once with the step clock (as a measured trial has it) and once without, and the
+twice, once with the step clock and the loss log (as a measured trial has them) and
+once without, and the
 two run in alternating blocks of steps. The overhead is read from the quiet blocks: the
 lower quartile of each side's block times (steps slowed by other tenants' load bursts
 are not the clock's cost). The median of the per-pair ratios is printed beside it. On a
@@ -164,7 +166,7 @@ def clock_cost_us(rounds: int, calls: int) -> dict[str, tuple[float, float]]:
         (static_pull_clocked, static_clocked_it, True),
         (static_pull_plain, static_plain_it, False),
     ):
-        patcher.instrument_clock = clocked
+        _measuring(patcher, clocked)
         fn(it)  # type: ignore[operator]
     patcher.instrument_clock = True
 
@@ -197,6 +199,21 @@ def clock_cost_us(rounds: int, calls: int) -> dict[str, tuple[float, float]]:
 PAIRED_STEP_MS = "~1-2 ms steps on 2 cores: the hardest realistic case for a per-step probe"
 
 
+_LOSS_LOG: Any = None
+
+
+def _measuring(patcher: Any, on: bool) -> None:
+    """The patches as a measured trial has them (`on`): the step clock and the loss log
+    (tuner/child/loss_log.py); or neither."""
+    from tftune.tuner.child.loss_log import LossLog
+
+    global _LOSS_LOG
+    patcher.instrument_clock = on
+    if _LOSS_LOG is None:
+        _LOSS_LOG = LossLog()  # one for the process: graphs traced with it hold its queue
+    patcher.losses = _LOSS_LOG if on and not os.environ.get("TFTUNE_BENCH_NO_LOSS") else None
+
+
 def _paired_loops(patcher: Any) -> dict[str, Any]:
     """name -> make(clocked) -> run(steps): a block of `steps` training steps."""
     import numpy as np
@@ -209,7 +226,7 @@ def _paired_loops(patcher: Any) -> dict[str, Any]:
         return tf.data.Dataset.from_tensor_slices((x, x[:, :1])).repeat().batch(64).prefetch(2)
 
     def keras_fit(clocked: bool) -> Any:
-        patcher.instrument_clock = clocked
+        _measuring(patcher, clocked)
         model = tf.keras.Sequential(
             [tf.keras.Input((32,)), tf.keras.layers.Dense(256, "relu"), tf.keras.layers.Dense(1)]
         )
@@ -218,13 +235,13 @@ def _paired_loops(patcher: Any) -> dict[str, Any]:
         model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0)  # traced now, clocked or not
 
         def run(steps: int) -> None:
-            patcher.instrument_clock = clocked
+            _measuring(patcher, clocked)
             model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
 
         return run
 
     def eager_for(clocked: bool) -> Any:
-        patcher.instrument_clock = clocked
+        _measuring(patcher, clocked)
         w = tf.Variable(rng.normal(size=(32, 256)).astype("float32"))
         v = tf.Variable(rng.normal(size=(256, 1)).astype("float32"))
 
@@ -241,14 +258,14 @@ def _paired_loops(patcher: Any) -> dict[str, Any]:
             step(*next(it))
 
         def run(steps: int) -> None:
-            patcher.instrument_clock = clocked  # eager: read on every next()
+            _measuring(patcher, clocked)  # eager: read on every next()
             for _ in range(steps):
                 step(*next(it))
 
         return run
 
     def function_loop(clocked: bool, width: int = 256) -> Any:
-        patcher.instrument_clock = clocked
+        _measuring(patcher, clocked)
         w = tf.Variable(rng.normal(size=(32, width)).astype("float32"))
         v = tf.Variable(rng.normal(size=(width, 1)).astype("float32"))
         ds = dataset()
@@ -267,7 +284,7 @@ def _paired_loops(patcher: Any) -> dict[str, Any]:
         train(tf.constant(20, tf.int64))
 
         def run(steps: int) -> None:
-            patcher.instrument_clock = clocked
+            _measuring(patcher, clocked)
             train(tf.constant(steps, tf.int64))
 
         return run
@@ -296,7 +313,13 @@ def paired_overhead(
     from tftune.tuner.config import Config
 
     delivered: list[int] = []
-    patcher = Patcher(Config(), ".", Hooks(on_records=lambda _s, rows: delivered.append(len(rows))))
+    losses: list[int] = []
+    hooks = Hooks(
+        on_records=lambda _s, rows: delivered.append(len(rows)),
+        on_losses=lambda samples, _places, _unread: losses.append(len(samples)),
+    )
+    patcher = Patcher(Config(), ".", hooks)
+    patcher.instrument_clock = True  # the update and tape patches, as in a measured trial
     patcher.install()
     out: dict[str, tuple[list[float], list[float], list[float]]] = {}
     for name, make in _paired_loops(patcher).items():
@@ -318,6 +341,7 @@ def paired_overhead(
         patcher.flush()
         timed = sum(delivered) - before
         assert timed >= pairs * steps * 0.9, f"{name}: the clock saw {timed} steps"
+        assert sum(losses) > 0 or os.environ.get("TFTUNE_BENCH_NO_LOSS"), f"{name}: no loss read"
         out[name] = (ratios, blocks["plain"], blocks["clocked"])
     return out
 

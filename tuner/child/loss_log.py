@@ -7,8 +7,9 @@ Two readings, never both for one loop:
   ``(n * mean_n - m * mean_m) / (n - m)``; the count starts again with each epoch.
 - A custom loop: the target given to ``GradientTape.gradient`` (`tape`), eager or while
   a ``tf.function`` is traced. Eagerly the tensor is kept and read when the log is
-  drained, so the step never waits for it; in a graph one queue op per step logs the
-  timestamp and the loss (the step clock's ring does the same, tuner/child/ring.py).
+  drained, so the step never waits for it; in a graph a timestamp and one queue op per
+  step log the time and the loss, a queue per place (the step clock's ring does the same,
+  tuner/child/ring.py).
   Inside an XLA cluster no such op can run: the loss is then not read, and said so.
 
 Each sample is (child wall clock ns, loss, the place that computed it): the parent times
@@ -32,7 +33,7 @@ class LossLog:
     def __init__(self) -> None:
         self._pending: list[tuple[int, Any, int]] = []  # (ns, loss or eager tensor, place)
         self._places: dict[str, int] = {}
-        self._queue: Any = None
+        self._queues: dict[int, Any] = {}  # place -> its graph queue
         self._lock = threading.Lock()
         self._fit_seen = (0, 0.0)  # (steps so far in this epoch, their mean loss)
         self.unread: str | None = None  # why a loss could not be read
@@ -71,24 +72,27 @@ class LossLog:
         if control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()):
             self.unread = "the loss is computed inside an XLA-compiled function"
             return
-        loss = tf.cast(tf.reduce_mean(target), tf.float64)
+        loss = target if target.shape.rank == 0 else tf.reduce_mean(target)
+        loss = loss if loss.dtype == tf.float32 else tf.cast(loss, tf.float32)
         with tf.control_dependencies([loss]):
             now = tf.timestamp()
-        self._graph_queue().enqueue((now, loss, tf.constant(place, tf.int32)))
+        self._graph_queue(place).enqueue((now, loss))  # two ops a step for a float32 scalar
 
-    def _graph_queue(self) -> Any:
+    def _graph_queue(self, place: int) -> Any:
         import tensorflow as tf
 
         with self._lock:
-            if self._queue is None:
+            queue = self._queues.get(place)
+            if queue is None:
                 with tf.init_scope(), tf.device("/CPU:0"):
-                    self._queue = tf.queue.FIFOQueue(
+                    queue = tf.queue.FIFOQueue(
                         RING_STEPS,
-                        [tf.float64, tf.float64, tf.int32],
-                        shapes=[[], [], []],
-                        name="tftune_losses",
+                        [tf.float64, tf.float32],
+                        shapes=[[], []],
+                        name=f"tftune_losses_{place}",
                     )
-            return self._queue
+                self._queues[place] = queue
+            return queue
 
     def _add(self, at_ns: int, loss: Any, place: int) -> None:
         with self._lock:
@@ -98,15 +102,14 @@ class LossLog:
         """Every sample logged since the last drain, read as numbers, in time order."""
         with self._lock:
             pending, self._pending = self._pending, []
-            queue = self._queue
+            queues = list(self._queues.items())
         out = [(ns, _as_float(v), place) for ns, v, place in pending]
-        if queue is not None:
+        for place, queue in queues:
             waiting = int(queue.size())
             if waiting > 0:
-                stamps, losses, places = (t.numpy() for t in queue.dequeue_up_to(waiting))
+                stamps, losses = (t.numpy() for t in queue.dequeue_up_to(waiting))
                 out += [
-                    (int(s * 1e9), float(v), int(p))
-                    for s, v, p in zip(stamps, losses, places, strict=True)
+                    (int(s * 1e9), float(v), place) for s, v in zip(stamps, losses, strict=True)
                 ]
         return sorted(out)
 
