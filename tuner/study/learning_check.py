@@ -49,7 +49,8 @@ PRECISION_OFF = frozenset({None, "off", "float32"})
 
 
 def learning_changes(space: SearchSpace, params: dict[str, object]) -> tuple[str, ...]:
-    """What in `params` can change what the model learns: the batch size, the precision."""
+    """What in `params` can change what the model learns: the batch size, the precision,
+    the order of the elements (``deterministic`` off, a knob only ``--space`` adds)."""
     out = []
     for k in space.knobs:
         value = params.get(k.name, k.as_written)
@@ -59,6 +60,8 @@ def learning_changes(space: SearchSpace, params: dict[str, object]) -> tuple[str
             out.append(f"batch {k.as_written} -> {value}")
         elif k.field == "mixed_precision" and value not in PRECISION_OFF:
             out.append(f"{value} precision")
+        elif k.field == "deterministic" and value is False:
+            out.append("elements in a nondeterministic order")
     return tuple(out)
 
 

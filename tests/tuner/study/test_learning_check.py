@@ -7,6 +7,7 @@ precision is; ``--objective throughput`` keeps the fastest. A model of the scrip
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from tftune.core.tuning_document import TuningDocument
 from tftune.reports import tuning_html, tuning_terminal
 from tftune.testing import FakeRunner, Figures
 from tftune.tuner.config import AUTOTUNE, Config
+from tftune.tuner.space import Knob
 from tftune.tuner.study import run_study
+from tftune.tuner.study.learning_check import learning_changes
 
 ADAM = (OptimizerSeen("train.py:20", "Adam", 1e-3),)
 
@@ -119,3 +122,16 @@ def test_the_check_reaches_the_json_and_both_reports(tmp_path: Path) -> None:
     assert 'id="learning"' in page and "Does it learn no worse?" in page
     doc = TuningDocument.from_json(data, source="t.json")
     assert doc.to_json()["learning"] == learning  # read back to the same JSON
+
+
+def test_what_counts_as_a_change_to_learning() -> None:
+    base = space()
+    order = Knob("deterministic", "deterministic", None, (None, True, False), None)
+    searched = replace(base, knobs=(*base.knobs, order))
+    batch = next(k.name for k in base.knobs if k.field == "batch_size")
+    par = next(k.name for k in base.knobs if k.field == "num_parallel_calls")
+    assert learning_changes(searched, {par: 8, "deterministic": True}) == ()
+    assert learning_changes(searched, {batch: 64, "deterministic": False}) == (
+        "batch 32 -> 64",
+        "elements in a nondeterministic order",
+    )
