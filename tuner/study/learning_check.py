@@ -5,7 +5,8 @@ the training loss reached in the same training time (`core.learning`). After the
 round (`winner.run_final_round`) chose it:
 
 1. The winner and the script as written are run alternately until each has
-   `LEARNING_RUNS` runs with a loss curve (the round's own runs count).
+   `LEARNING_RUNS` runs with a loss curve (the round's own runs count); where the
+   round's runs read no loss, it is not checked, and says why.
 2. Each run's loss at the equal training time (the shortest run's; the mean over its
    last `LAST_PART`) is compared (`compare_losses`): higher only beyond the noise.
 3. Where the winner learns worse and changed the batch size, it is tried with the
@@ -108,7 +109,8 @@ def check_learning(
     say(f"learning check: {', '.join(changes)} can change what the model learns ...")
     runs = verdict.runs
     for _ in range(LEARNING_RUNS):
-        if min(len(_curves(runs, n)) for n in (best.number, as_written.number)) >= LEARNING_RUNS:
+        have = min(len(_curves(runs, n)) for n in (best.number, as_written.number))
+        if have == 0 or have >= LEARNING_RUNS:  # none read: more runs would read none
             break
         runs += final_round([best, as_written], runner, space, on_note)
     verdict = replace(verdict, runs=runs)
