@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from types import FrameType
 from typing import Any
 
 from tftune.core.learning import FIT_LOSS
@@ -37,6 +38,21 @@ class LossLog:
         self._lock = threading.Lock()
         self._fit_seen = (0, 0.0)  # (steps so far in this epoch, their mean loss)
         self.unread: str | None = None  # why a loss could not be read
+        self._last_call: tuple[int, int, int] | None = None  # (frame id, offset, order)
+
+    def place_of(self, frame: FrameType | None) -> str:
+        """The place of a ``GradientTape.gradient`` call made from `frame`: its function
+        (autograph's generated one named as the script's) and the call's order in that
+        run of it. The same loss keeps its place eager and compiled, across retraces and
+        replicas; a second tape in one step (a GAN) gets another."""
+        if frame is None:
+            return "?"
+        name = frame.f_code.co_name.removeprefix("tf__")
+        last = self._last_call
+        again = last is not None and last[0] == id(frame) and frame.f_lasti > last[1]
+        order = last[2] + 1 if again and last is not None else 0
+        self._last_call = (id(frame), frame.f_lasti, order)
+        return f"{name}#{order}"
 
     def place(self, where: str) -> int:
         with self._lock:

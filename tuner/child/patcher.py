@@ -31,6 +31,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from tftune.tuner.child.check_run import CheckRun
@@ -211,14 +212,24 @@ class Patcher(KerasPatches, DistributePatches):
         def gradient(tape: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
             log = patcher.losses
             if log is not None and patcher.in_fit is None:  # fit's loss: its batch logs
-                frame = sys._getframe(1)
-                place = f"{frame.f_code.co_name.removeprefix('tf__')}+"
                 with contextlib.suppress(Exception):
-                    log.tape(target, place + str(frame.f_lineno - frame.f_code.co_firstlineno))
+                    log.tape(target, log.place_of(patcher.calling_frame(sys._getframe(1))))
             return original_gradient(tape, target, *args, **kwargs)
 
         gradient.__tftune_original__ = original_gradient  # type: ignore[attr-defined]
         cls.gradient = gradient
+
+    def calling_frame(self, frame: FrameType | None) -> FrameType | None:
+        """The first frame above TensorFlow's and Keras' own: the script's, or the code
+        autograph generated from it (autograph calls a TensorFlow method itself)."""
+        while frame is not None:
+            path = frame.f_code.co_filename
+            if "__autograph_generated" in path or not os.path.abspath(path).startswith(
+                self._prefixes
+            ):
+                return frame
+            frame = frame.f_back
+        return None
 
 
 _ACTIVE: Patcher | None = None
