@@ -36,6 +36,12 @@ def is_url(path: object) -> TypeGuard[str]:
     return isinstance(path, str) and URL_RE.match(path) is not None
 
 
+def url_of(url: str, key: object) -> str:
+    """The whole URL of `key`, a path inside the filesystem of `url` (fsspec drops the
+    scheme: ``bucket/logs/...``)."""
+    return f"{url.split('://', 1)[0]}://{key}"
+
+
 def _filesystem(url: str) -> tuple[Any, str]:
     """The fsspec filesystem of `url` and the path in it; one line where the extra is
     missing."""
@@ -108,7 +114,6 @@ def fetched(
     docstring), removed afterwards, and each copied file's URL by its name."""
     fs, runs = list_runs(url)
     chosen = choose(runs, run, host, url)
-    scheme = url.split("://", 1)[0]
     with tempfile.TemporaryDirectory(prefix="tftune-remote-") as tmp:
         local = Path(tmp) / "plugins" / "profile" / chosen.name.split("/")[-1]
         local.mkdir(parents=True)
@@ -119,7 +124,7 @@ def fetched(
                 fs.get_file(key, str(local / Path(key).name))
             except Exception as exc:
                 raise TraceError(f"{url}: cannot read {key}: {_first_line(exc)}") from None
-        yield Path(tmp), tuple((Path(k).name, f"{scheme}://{k}") for k in wanted)
+        yield Path(tmp), tuple((Path(k).name, url_of(url, k)) for k in wanted)
 
 
 def read_json_url(url: str) -> Any:

@@ -351,11 +351,13 @@ def analyze(
         if path is not None:  # fail now, not after the analysis
             check_writable(path, flag)
     if list_runs:
-        from tftune.probes.remote import is_url
+        from tftune.probes.remote import is_url, url_of
         from tftune.probes.remote import list_runs as remote_runs
 
-        for info in remote_runs(logdir)[1] if is_url(logdir) else find_runs(Path(logdir)):
-            click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {info.path}")
+        remote = is_url(logdir)
+        for info in remote_runs(logdir)[1] if remote else find_runs(Path(logdir)):
+            where = url_of(logdir, info.path) if remote else info.path
+            click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {where}")
             for h in info.hosts:
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
         return

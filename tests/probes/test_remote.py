@@ -143,6 +143,9 @@ def test_analyze_reads_the_newest_run_and_names_the_url(store: Store, tmp_path: 
     listed = _tftune(store, "analyze", url, "--list")
     assert listed.returncode == 0 and OLD in listed.stdout and NEW in listed.stdout
     assert "other" in listed.stdout
+    # Each run's place is its whole URL, one a user can hand back to tftune.
+    places = [line.split()[-1] for line in listed.stdout.splitlines() if "MB  " in line]
+    assert places == [f"{url}/plugins/profile/{run}" for run in (OLD, NEW)], listed.stdout
 
 
 def test_report_renders_a_saved_json_from_a_url(store: Store, tmp_path: Path) -> None:
