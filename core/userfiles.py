@@ -1,10 +1,11 @@
 """The files users hand tftune and the files it writes for them.
 
 `read_json` reads a JSON file (a saved analysis or tuning JSON, a config, a space file)
-and fails with one line naming the file. `write_text_atomic` writes every report, config
-and JSON: the text goes to a temporary file in the target's folder, then `os.replace` puts it in
-place, so a reader (or a crash) never sees half a file and a failed write leaves the old
-file whole and no temporary file behind. Failures are one-line user errors naming the path.
+and fails with one line naming the file. `write_text_atomic` (`write_bytes_atomic`) writes
+every report, config, JSON and event file: the bytes go to a temporary file in the
+target's folder, then `os.replace` puts it in place, so a reader (or a crash) never sees
+half a file and a failed write leaves the old file whole and no temporary file behind.
+Failures are one-line user errors naming the path.
 
 Where a command takes an output path, `check_writable` fails before any work starts, and
 `write_output` takes `-` (`STDOUT`) for standard output, as Unix tools do. `json_text` is
@@ -29,6 +30,13 @@ def write_text_atomic(
     path: str | os.PathLike[str], text: str, error: type[UserError] = UserError
 ) -> Path:
     """Write `text` to `path` atomically; raise `error` (one line naming it) on failure."""
+    return write_bytes_atomic(path, text.encode("utf-8"), error)
+
+
+def write_bytes_atomic(
+    path: str | os.PathLike[str], data: bytes, error: type[UserError] = UserError
+) -> Path:
+    """Write `data` to `path` atomically; raise `error` (one line naming it) on failure."""
     target = Path(path)
     if target.is_dir():
         raise error(f"{path}: cannot write (is a directory, expected a file name)")
@@ -41,8 +49,8 @@ def write_text_atomic(
     except OSError as exc:
         raise error(f"{path}: cannot write ({exc.strerror or exc})") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a report is for reading
         os.replace(tmp, target)
     except OSError as exc:

@@ -17,6 +17,7 @@ import click
 
 from tftune import __version__
 from tftune._data_service_cli import data_service
+from tftune._debug_log import VERBOSE, capture
 from tftune._optimize_flags import STEP_TIMEOUT_HELP, optimize_options
 from tftune.core.errors import Terminated, UserError
 from tftune.core.userfiles import STDOUT, check_writable, json_text, write_output
@@ -61,8 +62,12 @@ QUIET = click.option("-q", "--quiet", is_flag=True, help="Print nothing but erro
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tftune")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Find and fix what slows your tf.data input pipeline down."""
+    # What other packages log, warn or leave unraised goes to the debug log, which
+    # --verbose shows: never between tftune's lines (tftune/_debug_log.py).
+    ctx.call_on_close(capture())
 
 
 # The script's own options go after `--`: an unknown option before it is a usage error
@@ -196,6 +201,7 @@ def profile(
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @optimize_options
 @QUIET
+@VERBOSE
 def optimize(script: str, script_args: tuple[str, ...], quiet: bool, **opts: Any) -> None:
     """Search tf.data knobs for SCRIPT (unmodified) and emit the fastest config.
 
@@ -275,6 +281,7 @@ def read_json_file(path: Path) -> Any:
     "<name>.html).",
 )
 @QUIET
+@VERBOSE
 def report(source: str, output: Path | None, quiet: bool) -> None:
     """Render the HTML report of a saved analysis or tuning JSON (a path or a URL).
 
@@ -328,6 +335,7 @@ def report(source: str, output: Path | None, quiet: bool) -> None:
     help="Also run XProf's own input-pipeline analyzer: its step time and input share "
     "beside tftune's.",
 )
+@VERBOSE
 def analyze(
     logdir: str,
     run_name: str | None,
@@ -351,11 +359,13 @@ def analyze(
         if path is not None:  # fail now, not after the analysis
             check_writable(path, flag)
     if list_runs:
-        from tftune.probes.remote import is_url
+        from tftune.probes.remote import is_url, url_of
         from tftune.probes.remote import list_runs as remote_runs
 
-        for info in remote_runs(logdir)[1] if is_url(logdir) else find_runs(Path(logdir)):
-            click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {info.path}")
+        remote = is_url(logdir)
+        for info in remote_runs(logdir)[1] if remote else find_runs(Path(logdir)):
+            where = url_of(logdir, info.path) if remote else info.path
+            click.echo(f"{info.name}  {info.size_bytes / 1e6:.1f} MB  {where}")
             for h in info.hosts:
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
         return

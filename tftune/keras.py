@@ -7,10 +7,15 @@ Steps `start` to `stop - 1` of the first epoch run under the TensorFlow profiler
 one marked as `tftune profile` marks it (``Trace("train", step_num=N, _r=1)``, around
 the batch: Keras fetches the batch inside its train function, so the wait for input is
 in the step). After the last one the profiler stops and the trace is analyzed on a
-helper thread while training goes on; one or two lines in the training log give the
-verdict and the top fix, the HTML report is written beside the trace, and the result is
-kept as `.analysis` (waited for when `fit` ends). Outside the profiled steps the
-callback does nothing: it never changes training.
+helper thread while training goes on; a few lines in the training log give the verdict
+and the top fix, the HTML report is written beside the trace, and the result is kept as
+`.analysis` (waited for when `fit` ends). Outside the profiled steps the callback does
+nothing: it never changes training.
+
+Its lines are said from Keras' own hooks, never from the helper thread, each on a line
+of its own: under `fit`'s ``verbose=1`` the progress bar redraws one line in place and
+ends it only when the epoch ends (after every other callback), so a line said in the
+middle of an epoch first ends the bar's line, as Keras' own callbacks do.
 
 Unlike `tftune profile`, it starts after the dataset was built, so the trace names
 stages but not the lines that built them.
@@ -18,6 +23,7 @@ stages but not the lines that built them.
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +33,7 @@ import keras
 from tftune.core.errors import UserError
 
 REPORT_FILE = "tftune-report.html"  # beside the trace, in the profiler's run folder
+PREFIX = "tftune: "  # each line the callback says in the training log
 
 
 class Profile(keras.callbacks.Callback):  # type: ignore[misc]
@@ -53,6 +60,8 @@ class Profile(keras.callbacks.Callback):  # type: ignore[misc]
         self._running = False
         self._trace: Any = None
         self._worker: threading.Thread | None = None
+        self._said: list[str] = []  # lines the helper thread left for Keras' next hook
+        self._lock = threading.Lock()
 
     # -- Keras' hooks: nothing runs outside the profiled steps of the first epoch
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -76,19 +85,25 @@ class Profile(keras.callbacks.Callback):  # type: ignore[misc]
             self._trace = None
         if self._running and batch == self.stop - 1:
             self._finish()
+        self._flush(bar_open=batch > 0)  # the bar has drawn this epoch's earlier steps
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if epoch == 0 and self._running:  # the epoch ended before `stop`: what ran
             self._finish()
         elif epoch == 0 and self._worker is None and self.error is None:
-            self.error = f"the first epoch ended before step {self.start}: nothing profiled"
-            self._say(f"tftune: {self.error}")
+            self.error = (
+                f"the first epoch ended before batch {self.start}: nothing profiled "
+                f"(steps=({self.start}, {self.stop}) counts the first epoch's batches from 0)"
+            )
+            self._say(self.error)
+        self._flush(bar_open=True)  # Keras ends the bar's line after this hook
 
     def on_train_end(self, logs: Any = None) -> None:
         if self._running:
             self._finish()
         if self._worker is not None:
             self._worker.join()
+        self._flush(bar_open=False)
 
     # -- the profile
     def _finish(self) -> None:
@@ -102,22 +117,40 @@ class Profile(keras.callbacks.Callback):  # type: ignore[misc]
     def _analyze(self) -> None:
         import tftune
 
+        steps = f"batches {self.start}-{self.stop - 1} of epoch 1"
         try:
             self.analysis = tftune.analyze(self.logdir)
         except UserError as exc:
             self.error = str(exc)
-            self._say(f"tftune: no analysis: {exc}")
+            self._say(f"no analysis of {steps}: {exc}")
             return
         data = self.analysis.to_json()
-        self._say(f"tftune: {data['verdict']['sentence']}")
+        self._say(f"{steps} profiled. {data['verdict']['sentence']}")
         fixes = data.get("recommendations") or []
         if fixes:
-            self._say(f"tftune: top fix: {fixes[0]['summary']}")
+            self._say(f"top fix: {fixes[0]['summary']}")
         if self.report:
             run_dir = Path(self.analysis.run.path)
             self.report_path = Path(tftune.report(self.analysis, run_dir / REPORT_FILE))
-            self._say(f"tftune: report {self.report_path}")
+            self._say(f"report: {self.report_path}")
 
     def _say(self, line: str) -> None:
-        if self.verbose:
-            print(line, flush=True)
+        with self._lock:
+            self._said.append(f"{PREFIX}{line}")
+
+    def _flush(self, bar_open: bool) -> None:
+        """Print the lines said so far (Keras' hooks only), on lines of their own: ended
+        first where `fit`'s progress bar is drawn in the middle of its line."""
+        with self._lock:
+            lines, self._said = self._said, []
+        if not lines or not self.verbose:
+            return
+        first = "\n" if bar_open and self._bar_in_place() else ""
+        sys.stdout.write(first + "".join(f"{line}\n" for line in lines))
+        sys.stdout.flush()
+
+    def _bar_in_place(self) -> bool:
+        """Whether `fit` draws its progress bar in place (``verbose=1``, or ``"auto"``
+        where that is 1, with Keras printing to standard output)."""
+        verbose = (self.params or {}).get("verbose", 0)
+        return verbose in (1, "auto") and keras.utils.is_interactive_logging_enabled()

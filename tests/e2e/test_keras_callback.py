@@ -6,6 +6,7 @@ the report beside the trace, keeps `.analysis`, and never changes training."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -56,7 +57,8 @@ def fit(callbacks):
     else:
         model = build()
     kw = {"validation_data": dataset().take(4)} if MODE == "validation" else {}
-    model.fit(dataset(), epochs=2, verbose=0, callbacks=callbacks, **kw)
+    model.fit(dataset(), epochs=2, verbose=int(os.environ["FIT_VERBOSE"]), callbacks=callbacks,
+              **kw)
     return model
 
 cb = tftune.keras.Profile(steps=(5, 15), logdir=os.environ["LOGDIR"])
@@ -75,20 +77,43 @@ if MODE == "plain":
 """
 
 
-@pytest.mark.parametrize("mode", ["plain", "validation", "mirrored"])
-def test_profile_callback_in_fit(mode: str, tmp_path: Path) -> None:
+# Each of fit's `verbose` settings once: 1 redraws the progress bar in place, ending its
+# line only at the epoch's end; 2 prints a line per epoch; 0 nothing.
+@pytest.mark.parametrize(
+    ("mode", "verbose"), [("plain", 1), ("validation", 2), ("mirrored", 0), ("plain", 0)]
+)
+def test_profile_callback_in_fit(mode: str, verbose: int, tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     logdir = tmp_path / "logs"
-    env = {**__import__("os").environ, "LOGDIR": str(logdir), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {
+        **os.environ,
+        "LOGDIR": str(logdir),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "FIT_VERBOSE": str(verbose),
+    }
     run = subprocess.run(
-        [sys.executable, str(script), mode], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, str(script), mode], capture_output=True, env=env, timeout=600
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    said = [line for line in run.stdout.splitlines() if line.startswith("tftune: ")]
-    assert said and "input" in said[0], run.stdout
-    assert any(line.startswith("tftune: top fix: ") for line in said), said
-    (result_line,) = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    # Its lines start lines of their own in the training log, never glued to the bar's
+    # ("loss: 0.6088tftune: Highly input-bound"), whatever fit prints around them. The
+    # bytes as a terminal or a log file gets them: "\r" is not a line's end.
+    stdout = run.stdout.decode()
+    lines = stdout.split("\n")
+    assert all(line.startswith("tftune: ") for line in lines if "tftune: " in line), lines
+    said = [line for line in lines if line.startswith("tftune: ")]
+    assert said[0].startswith("tftune: batches 5-14 of epoch 1 profiled. "), said
+    assert "input-bound" in said[0], said
+    assert said[1].startswith("tftune: top fix: ") and said[2].startswith("tftune: report: ")
+    assert len(said) == 3, said
+    if verbose == 1:  # the bar was drawn in place, and its line ended before tftune's
+        assert "\r" in stdout and "━" in stdout
+        (before,) = [lines[i - 1] for i, line in enumerate(lines) if i and line is said[0]]
+        assert "step" in before, before  # the bar's own line: no blank line between
+    if verbose == 2:
+        assert "Epoch 1/2" in stdout and "Epoch 2/2" in stdout
+    (result_line,) = [line for line in lines if line.startswith("RESULT ")]
     result = json.loads(result_line.removeprefix("RESULT "))
     assert result["error"] is None, result
     assert result["steps"] == 10, result  # steps 5 to 14, each marked
@@ -97,7 +122,7 @@ def test_profile_callback_in_fit(mode: str, tmp_path: Path) -> None:
     assert report.is_file() and report.parent.parent.name == "profile"
     assert report.read_text().startswith("<!DOCTYPE html>")
     if mode == "plain":
-        assert "SAME_WEIGHTS True" in run.stdout, run.stdout[-2000:]
+        assert "SAME_WEIGHTS True" in stdout, stdout[-2000:]
 
 
 def test_profile_refuses_steps_out_of_order() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -225,6 +226,36 @@ def test_help_imports_neither_tensorflow_nor_optuna() -> None:
     assert "--trials" in out.stdout
     mods = set(out.stdout.split("MODULES", 1)[1].split())
     assert "tensorflow" not in mods and "optuna" not in mods
+
+
+@pytest.mark.slow
+@requires_tf
+def test_tensorboard_under_quiet_prints_nothing_and_leaves_tensorflow_out(tmp_path: Path) -> None:
+    """`--tensorboard` imported TensorFlow into tftune's own process (TensorBoard's event
+    writer does, for tf.io.gfile): its start-up lines landed in the middle of the final
+    table, and under -q printed 9 lines. Trials run TensorFlow in their children only."""
+    record = tmp_path / "modules.txt"
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(record)!r}, 'w').write(' '.join(sys.modules)))\n"
+        "from tftune.cli import main\n"
+        "main(prog_name='tftune')\n"
+    )
+    args = ["--trials", "2", "--no-bounds", "--no-guided", "--no-rewrites", *FAST, "-q"]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # all said
+    out = subprocess.run(
+        [sys.executable, "-c", code, "optimize", str(EXAMPLE), *args, "--tensorboard", "tb"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout == "" and out.stderr == "", out.stdout[-2000:] + out.stderr[-2000:]
+    assert "tensorflow" not in record.read_text().split()
+    runs = sorted(p.parent.name for p in (tmp_path / "tb").rglob("events.out.tfevents.*"))
+    assert runs == ["tb", "trial-000", "trial-001"], runs
 
 
 def _fake_runner() -> Any:

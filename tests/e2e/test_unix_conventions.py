@@ -145,3 +145,55 @@ def test_optimize_words_go_where_its_documents_do_not(monkeypatch: pytest.Monkey
         r = _run(*argv)
         assert r.exit_code == 0, r.output
         assert seen[-1]["words"] is seen[-1][expected], argv
+
+
+@pytest.mark.slow  # the installed entry point, in bash
+def test_shell_completion_as_the_readme_sets_it_up(tmp_path: Path) -> None:
+    """README: `eval "$(_TFTUNE_COMPLETE=bash_source tftune)"` (zsh_source, fish_source):
+    bash then completes commands and options on Tab; zsh's and fish's scripts ask the
+    same entry point, which answers them."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    bin_dir = str(Path(sys.executable).parent)  # where `pip install` put `tftune`
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
+
+    def tab(*words: str) -> list[str]:
+        line = " ".join(words)
+        script = (
+            'eval "$(_TFTUNE_COMPLETE=bash_source tftune)"; '
+            f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+            'complete -p tftune >/dev/null && _tftune_completion tftune; printf "%s\\n" '
+            '"${COMPREPLY[@]}"'
+        )
+        r = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+        assert r.returncode == 0 and not r.stderr, r.stderr
+        return r.stdout.split()
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    assert tab("tftune", "opt") == ["optimize"]
+    assert {"analyze", "report", "optimize", "run", "status"} <= set(tab("tftune", "''"))
+    assert "--list" in tab("tftune", "analyze", "--l")
+    for shell, words in (("zsh", "tftune an"), ("fish", "tftune an")):
+        source = subprocess.run(
+            ["tftune"],
+            env={**env, "_TFTUNE_COMPLETE": f"{shell}_source"},
+            capture_output=True,
+            text=True,
+        )
+        assert source.returncode == 0 and f"_TFTUNE_COMPLETE={shell}_complete" in source.stdout
+        answer = subprocess.run(
+            ["tftune"],
+            env={
+                **env,
+                "_TFTUNE_COMPLETE": f"{shell}_complete",
+                "COMP_WORDS": words,
+                "COMP_CWORD": "1" if shell == "zsh" else "an",
+            },
+            capture_output=True,
+            text=True,
+        )
+        assert "analyze" in answer.stdout, (shell, answer.stdout, answer.stderr)

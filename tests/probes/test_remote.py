@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,14 +83,12 @@ def gs() -> Iterator[Store]:
     port = _free_port()
     server = create_server("127.0.0.1", port, in_memory=True, default_bucket="bucket")
     server.start()
-    env = {
-        "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
-        "FSSPEC_GS_TOKEN": "anon",
-        # gcsfs' bucket-type probe speaks gRPC, which the emulator does not.
-        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-    }
+    # As a user sets it; tftune reads it with gcsfs' defaults (`_plain_gcs`).
+    env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "FSSPEC_GS_TOKEN": "anon"}
+    # The upload, gcsfs alone: its bucket-type probe speaks gRPC, which the emulator does not.
     code = (
-        "import fsspec, sys; fs = fsspec.filesystem('gs', token='anon'); "
+        "import os, sys; os.environ['GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT'] = 'false'; "
+        "import fsspec; fs = fsspec.filesystem('gs', token='anon'); "
         "fs.put(sys.argv[1] + '/', 'bucket/logs/', recursive=True)"
     )
     yield Store("gs", env, code)
@@ -143,6 +142,9 @@ def test_analyze_reads_the_newest_run_and_names_the_url(store: Store, tmp_path: 
     listed = _tftune(store, "analyze", url, "--list")
     assert listed.returncode == 0 and OLD in listed.stdout and NEW in listed.stdout
     assert "other" in listed.stdout
+    # Each run's place is its whole URL, one a user can hand back to tftune.
+    places = [line.split()[-1] for line in listed.stdout.splitlines() if "MB  " in line]
+    assert places == [f"{url}/plugins/profile/{run}" for run in (OLD, NEW)], listed.stdout
 
 
 def test_report_renders_a_saved_json_from_a_url(store: Store, tmp_path: Path) -> None:
@@ -227,15 +229,141 @@ def test_only_the_files_needed_are_read_each_once(
 
 
 def test_a_missing_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fsspec.core
+    import importlib
 
     from tftune.core.errors import TraceError
     from tftune.probes import remote
 
-    def missing(url: str, **kw: Any) -> Any:
+    def missing(protocol: str) -> Any:  # as fsspec says it where gcsfs is not installed
         raise ImportError("Install gcsfs to access Google Storage", name="gcsfs")
 
-    monkeypatch.setattr(fsspec.core, "url_to_fs", missing)
+    registry = importlib.import_module("fsspec.registry")  # `fsspec.registry` is a mapping
+    monkeypatch.setattr(registry, "get_filesystem_class", missing)
     with pytest.raises(TraceError) as err:
         remote.list_runs("gs://bucket/logs")
     assert "gcsfs" in str(err.value) and "pip install 'tftune[remote]'" in str(err.value)
+
+
+# ------------------------------------------------- quiet, and fast where it cannot read
+
+THIRD_PARTY = ("Traceback", "bucket type", "gcsfs", "aiohttp", "botocore", "WARNING", "Error:")
+
+
+def _bare_env(**extra: str) -> dict[str, str]:
+    """The environment without any storage's settings or credentials, on any machine:
+    no key files, no gcloud login, and GCE's and EC2's metadata servers at a closed port."""
+    closed = f"127.0.0.1:{_free_port()}"
+    kept = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "FSSPEC_", "GCSFS_", "GOOGLE_", "CLOUDSDK_", "GCE_"))
+        and k not in ("STORAGE_EMULATOR_HOST", "HOME")
+    }
+    home = tempfile.mkdtemp(prefix="tftune-home-")
+    return {
+        **kept,
+        "HOME": home,
+        "CLOUDSDK_CONFIG": home,
+        "GCE_METADATA_HOST": closed,
+        "GCE_METADATA_IP": closed,
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_CONFIG_FILE": "/nonexistent",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "TF_CPP_MIN_LOG_LEVEL": "0",
+        **extra,
+    }
+
+
+def _timed(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "tftune", *args], env=env, capture_output=True, text=True
+    )
+    return r, time.monotonic() - start
+
+
+def _one_line(r: subprocess.CompletedProcess[str], *said: str) -> None:
+    assert r.returncode == 1 and r.stdout == "", (r.stdout, r.stderr)
+    (line,) = r.stderr.strip().splitlines()
+    assert all(s in line for s in said), line
+
+
+CLOSED = "127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    ("url", "variable", "creds"),
+    [
+        ("gs://bucket/logs", "STORAGE_EMULATOR_HOST", {"FSSPEC_GS_TOKEN": "anon"}),
+        ("gs://bucket/logs", "STORAGE_EMULATOR_HOST", {}),  # an emulator needs none
+        ("s3://bucket/logs", "FSSPEC_S3_ENDPOINT_URL", {"FSSPEC_S3_ANON": "true"}),
+        (
+            "s3://bucket/logs",
+            "AWS_ENDPOINT_URL",
+            {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+        ),
+        (
+            "s3://bucket/logs",
+            "AWS_ENDPOINT_URL_S3",
+            {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+        ),
+    ],
+)
+def test_an_unreachable_endpoint_is_one_line_at_once(
+    url: str, variable: str, creds: dict[str, str]
+) -> None:
+    """gcsfs retried a closed emulator for 69 s and printed 155 lines, 6 tracebacks."""
+    where = CLOSED.format(port=_free_port())
+    for args in (("analyze", url), ("analyze", url, "-q"), ("report", f"{url}/a.json")):
+        r, took = _timed(_bare_env(**{variable: f"http://{where}"}, **creds), *args)
+        _one_line(r, url, f"cannot reach the storage at {where}", "connection refused", variable)
+        assert took < 20, took  # within 10 s on a quiet machine; measured ~2 s
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("gs://bucket/logs", "no Google Cloud credentials found (GOOGLE_APPLICATION_CREDENTIALS"),
+        ("s3://bucket/logs", "no AWS credentials found (AWS_ACCESS_KEY_ID"),
+    ],
+)
+def test_no_credentials_is_one_line_at_once(url: str, said: str) -> None:
+    """gcsfs, finding no credentials, asked GCE's metadata server for 15 s, then went on
+    anonymously: 85 s and 107 lines, 4 tracebacks, offline."""
+    for quiet in ((), ("-q",)):
+        r, took = _timed(_bare_env(), "analyze", url, *quiet)
+        _one_line(r, url, said)
+        assert took < 20, took
+
+
+def test_the_storages_own_log_stays_in_the_debug_log(gs: Store, store: Store) -> None:
+    """Through the emulator with gcsfs' defaults, `analyze` logged "Could not determine
+    bucket type" 13 times, under -q too, with gRPC's own lines, for minutes: gcsfs' JSON
+    API alone reads it, and only --verbose shows what the storage's packages log."""
+    if store.scheme != "gs":
+        pytest.skip("the GCS emulator's case")
+    url = "gs://bucket/logs"
+    env = {**os.environ, **gs.env}
+    assert "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT" not in env  # gcsfs as installed
+
+    def tftune(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tftune", "analyze", url, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    quiet, took = _timed(env, "analyze", url, "-q")
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.stderr
+    assert took < 60, took
+    plain = tftune()
+    assert plain.returncode == 0 and plain.stderr == "", plain.stderr
+    assert "input-bound" in plain.stdout.lower()
+    assert not any(s in plain.stdout for s in THIRD_PARTY), plain.stdout
+    verbose = tftune("-q", "--verbose", "--json", "-")
+    assert verbose.returncode == 0 and json.loads(verbose.stdout)["source"]["logdir"] == url
+    said = verbose.stderr.splitlines()
+    assert any(line.startswith("debug: gcsfs") for line in said), verbose.stderr[-3000:]
+    assert all(line.startswith(("debug: ", " ", "Traceback")) for line in said), said

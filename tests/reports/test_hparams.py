@@ -4,6 +4,10 @@ read back with TensorBoard's own event reader."""
 from __future__ import annotations
 
 import json
+import os
+import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +50,34 @@ def test_the_trials_read_back_from_tensorboards_hparams(tmp_path: Path) -> None:
             continue
         (rate,) = scalars.Scalars("examples_per_s")
         assert rate.value == pytest.approx(r["examples_per_s"])
+
+
+def test_writing_imports_no_tensorflow_and_prints_nothing(tmp_path: Path) -> None:
+    """TensorBoard's event writer imports TensorFlow where it is installed (for
+    tf.io.gfile), whose start-up lines landed in `tftune optimize`'s final table: the
+    records are framed by tftune, with the CRC TensorFlow's reader checks."""
+    pytest.importorskip("tensorboard")
+    code = (
+        "import json, sys\n"
+        "from tftune.reports.hparams import write_hparams\n"
+        f"write_hparams(json.loads(open({str(FIXTURES / 'tuning_latency.json')!r}).read()),"
+        f" {str(tmp_path / 'tb')!r})\n"
+        "sys.exit(3 if 'tensorflow' in sys.modules else 0)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, "TensorFlow was imported" if out.returncode == 3 else out.stderr
+    assert out.stdout == "" and out.stderr == "", out.stderr
+    files = sorted((tmp_path / "tb").rglob("events.out.tfevents.*"))
+    assert files and not list((tmp_path / "tb").rglob("*.tmp"))  # written atomically
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    for file in files:  # each record: length, its CRC, the event, its CRC
+        data, at = file.read_bytes(), 0
+        while at < len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            (head,) = struct.unpack("<I", data[at + 8 : at + 12])
+            body = data[at + 12 : at + 12 + length]
+            (tail,) = struct.unpack("<I", data[at + 12 + length : at + 16 + length])
+            assert head == masked_crc32c(data[at : at + 8]) and tail == masked_crc32c(body)
+            at += 16 + length
