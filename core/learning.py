@@ -33,8 +33,10 @@ LAST_PART = 0.25
 # written AND its mean is higher by more than this share and more than the runs' spread.
 LOSS_TOLERANCE = 0.02
 # A scaled learning rate ramps up linearly over this many optimizer updates where the
-# scale is above WARMUP_ABOVE (Goyal et al. 2017: the linear rule with a warm-up).
-WARMUP_STEPS = 50
+# scale is above WARMUP_ABOVE (Goyal et al. 2017: the linear rule with a warm-up). Short:
+# the check compares a trial's first seconds, where a long ramp is most of the run, and
+# a batch grows at most 4x here.
+WARMUP_STEPS = 20
 WARMUP_ABOVE = 2.0
 # The place of Keras fit's own loss (its batch logs), beside GradientTape's places.
 FIT_LOSS = "fit"
