@@ -211,7 +211,8 @@ def _new_iterator(made_s: float, steps: int) -> tuple[str, str, str | None, tupl
     return (
         NEW_ITERATOR,
         f"each epoch makes a new iterator, {made_s:.2f} s before its first batch is asked "
-        "for (Keras fit makes one per epoch over a finite dataset): repeat() the dataset "
+        "for (Keras fit and a for loop over a finite dataset each make one per epoch): "
+        "repeat() the dataset "
         "and keep one iterator, with the epoch's length given",
         f"model.fit(train_ds.repeat(), steps_per_epoch={steps}, epochs=epochs, ...)\n"
         "# a custom loop: one iterator over the repeated dataset\n"
