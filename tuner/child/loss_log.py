@@ -36,6 +36,7 @@ class LossLog:
         self._places: dict[str, int] = {}
         self._queues: dict[int, Any] = {}  # place -> its graph queue
         self._lock = threading.Lock()
+        self._drain_lock = threading.Lock()
         self._fit_seen = (0, 0.0)  # (steps so far in this epoch, their mean loss)
         self.unread: str | None = None  # why a loss could not be read
         self._last_call: tuple[int, int, int] | None = None  # (frame id, offset, order)
@@ -115,7 +116,13 @@ class LossLog:
             self._pending.append((at_ns, loss, place))
 
     def drain(self) -> list[tuple[int, float, int]]:
-        """Every sample logged since the last drain, read as numbers, in time order."""
+        """Every sample logged since the last drain, read as numbers, in time order. One
+        drain at a time (the clock's thread and the loop's own may both call): a queue's
+        ``dequeue_up_to`` waits for as many elements as its size said."""
+        with self._drain_lock:
+            return self._drain()
+
+    def _drain(self) -> list[tuple[int, float, int]]:
         with self._lock:
             pending, self._pending = self._pending, []
             queues = list(self._queues.items())
