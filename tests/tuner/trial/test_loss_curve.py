@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,38 @@ def test_one_loss_keeps_its_place_eager_then_compiled(tmp_path: Path) -> None:
     m = _run(tmp_path, text)
     assert m.loss is not None, m.loss_note
     assert m.loss.sites == 1
+
+
+@requires_tf
+def test_two_threads_draining_at_once_never_wait_for_each_others_samples() -> None:
+    """The clock's thread and the loop's own both drain the log: a queue's
+    dequeue_up_to(size) waits for elements the other took, and the step never ran again
+    (three trials of one optimize run stalled so)."""
+    import tensorflow as tf
+
+    log = LossLog()
+
+    @tf.function
+    def step(x: tf.Tensor) -> tf.Tensor:
+        log.tape(tf.reduce_mean(x), "step#0")
+        return x
+
+    for _ in range(300):
+        for _ in range(5):
+            step(tf.constant([1.0, 2.0]))
+        got: list[int] = []
+        barrier = threading.Barrier(2)
+        threads = [
+            threading.Thread(target=_drain, args=(log, barrier, got), daemon=True) for _ in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert not any(t.is_alive() for t in threads), "a drain waits for samples forever"
+        assert sum(got) == 5
+
+
+def _drain(log: LossLog, barrier: threading.Barrier, got: list[int]) -> None:
+    barrier.wait()
+    got.append(len(log.drain()))
