@@ -117,19 +117,19 @@ def check_learning(
     mine, base = _curves(runs, best.number), _curves(runs, as_written.number)
     if not mine or not base:
         check = LearningCheck(LossVerdict.NOT_CHECKED, changes, reason=_why_unread(runs))
-        return _told(verdict, check, None, say)
+        return _told(verdict, check, None)
     optimizers = next((r.optimizers for r in runs if r.optimizers), ())
     check = _compare(changes, base, mine, optimizers)
     change = _batch_change(space, dict(best.params))
     if check.verdict is not LossVerdict.HIGHER:
-        return _told(verdict, check, None, say)
+        return _told(verdict, check, None)
     tried = _scaled_runs(best, space, runner, change, on_note) if change and optimizers else []
     check = _compare(changes, base, mine, optimizers, tried)  # all at one equal time
     ok = [r for r in check.tried if _no_worse(check, r)]
     if check.verdict is not LossVerdict.HIGHER:  # the shorter equal time told otherwise
-        return _told(verdict, check, None, say)
+        return _told(verdict, check, None)
     if ok:
-        return _told(verdict, check, min(ok, key=lambda r: r.mean).scale, say)
+        return _told(verdict, check, min(ok, key=lambda r: r.mean).scale)
     return _fall_back(verdict, check, records, as_written, runner, space, settings, say)
 
 
@@ -234,18 +234,17 @@ def _fall_back(
     check = replace(check, throughput_only=verdict.best.number)
     notes = (*verdict.notes, *((note,) if note else ()))
     fallback = replace(verdict, best=best, confirm=confirm, runs=runs, notes=notes)
-    return _told(fallback, check, None, say)
+    return _told(fallback, check, None)
 
 
 def _told(
     verdict: FinalVerdict,
     check: LearningCheck,
     scale: LearningRateScale | None,
-    say: Callable[[str], None],
 ) -> FinalVerdict:
-    """The verdict with the check, its scale and a note saying what was decided."""
+    """The verdict with the check, its scale and a note saying what was decided (the
+    study tells the round's notes once it is over)."""
     note = describe(check, scale)
-    say(note)
     return replace(verdict, learning=check, scale=scale, notes=(*verdict.notes, note))
 
 
