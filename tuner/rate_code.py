@@ -17,7 +17,7 @@ import ast
 from collections.abc import Sequence
 
 from tftune.core.learning import LearningRateScale, OptimizerSeen
-from tftune.tuner.source_edits import Edit, callee, keyword_added, span
+from tftune.tuner.source_edits import Edit, find_calls, keyword_added, span
 
 
 def _number(node: ast.expr) -> float | None:
@@ -46,11 +46,7 @@ def rate_edits(
     alias: str,
 ) -> list[Edit]:
     """The edits of the optimizer call `seen.name(...)` at `line` (module docstring)."""
-    calls = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and callee(n) == seen.name and line in (n.lineno, n.end_lineno)
-    ]
+    calls = find_calls(tree, line, (seen.name,))
     if not calls:
         return []
     call = calls[0]
