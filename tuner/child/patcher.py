@@ -223,13 +223,18 @@ class Patcher(KerasPatches, DistributePatches):
         """The first frame above TensorFlow's and Keras' own: the script's, or the code
         autograph generated from it (autograph calls a TensorFlow method itself)."""
         while frame is not None:
-            path = frame.f_code.co_filename
-            if "__autograph_generated" in path or not os.path.abspath(path).startswith(
-                self._prefixes
-            ):
+            if not self._internal_file(frame.f_code.co_filename):
                 return frame
             frame = frame.f_back
         return None
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 (one Patcher a process)
+    def _internal_file(self, path: str) -> bool:
+        """Whether `path` is TensorFlow's, Keras' or tftune's own (asked every step of an
+        eager loop, for the same few files)."""
+        if "__autograph_generated" in path:
+            return False
+        return os.path.abspath(path).startswith(self._prefixes)
 
 
 _ACTIVE: Patcher | None = None
