@@ -25,7 +25,7 @@ from tftune.core.vocabulary import TrialState
 @dataclass(frozen=True, slots=True)
 class TrialRow:
     """One trial of the study (``trials_detail``). A failed trial keeps its stderr tail
-    and its crash (the crash JSON of `tftune.tuner.crashes.CrashSummary`)."""
+    and its crash (the crash JSON of `tftune.tuner.trial.crashes.CrashSummary`)."""
 
     number: int
     role: str | None = None
@@ -114,7 +114,7 @@ def _crash(r: Reader) -> Mapping[str, Any] | None:
 class Instability:
     """The script crashes whatever the config: `crashed` of `runs` runs ended in a native
     crash, `as_written` of them the script as written, or one crash showed in configs that
-    share no knob value (`unrelated`); `sentence` says so (`tftune.tuner.crashes`)."""
+    share no knob value (`unrelated`); `sentence` says so (`tftune.tuner.trial.crashes`)."""
 
     sentence: str
     trials: tuple[int, ...]  # the trials that crashed

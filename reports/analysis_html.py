@@ -75,7 +75,7 @@ def render_analysis_html(
         _timeline_section(model),
         _run_section(model),
     ]
-    if model.service_sizing:  # when one host is not enough (probes/service_sizing.py)
+    if model.service_sizing:  # when one host is not enough (probes/advice/service_sizing.py)
         body.append(
             '<section id="service-sizing"><h2>When one host is not enough</h2>'
             f"<p>{esc(model.service_sizing)}</p></section>"

@@ -212,7 +212,7 @@ def _minutes(seconds: float) -> str:
 
 
 def break_even_sentence(be: Mapping[str, Any] | None) -> str | None:
-    """The tuning document's ``break_even`` (`tftune.tuner.breakeven`) in words: what
+    """The tuning document's ``break_even`` (`tftune.tuner.output.breakeven`) in words: what
     tuning cost, what the winner saves per hour of training, and when it has paid for
     itself."""
     if not isinstance(be, Mapping) or not isinstance(be.get("tuning_s"), (int, float)):

@@ -48,7 +48,7 @@ CEILING_REACHED = 0.9
 TRIAL_CRASH_LINES = 5
 # ... and, for a Python exception (its reason already names it), where it was raised.
 TRIAL_EXCEPTION_LINES = 1
-# The crash JSON's ``kind`` of a crash in native code (tuner/crashes.py: CrashKind).
+# The crash JSON's ``kind`` of a crash in native code (tuner/trial/crashes.py: CrashKind).
 NATIVE_CRASH = "native"
 # What the terminal adds below the instability sentence.
 INSTABILITY_CONSEQUENCE = (

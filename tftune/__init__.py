@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tftune.core.errors import UserError
-    from tftune.probes.analysis import Analysis
-    from tftune.probes.environment import Environment
-    from tftune.tuner.config import Config
+    from tftune.probes.advice.analysis import Analysis
+    from tftune.probes.live.environment import Environment
     from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, TrialCallback
     from tftune.tuner.options import OptimizeOptions
+    from tftune.tuner.searchspace.config import Config
     from tftune.tuner.study import Runner
 
 try:
@@ -70,8 +70,8 @@ def analyze(
     from dataclasses import replace
 
     from tftune._notebook import inline
-    from tftune.probes.analysis import analyze as _analyze
-    from tftune.probes.remote import is_url
+    from tftune.probes.advice.analysis import analyze as _analyze
+    from tftune.probes.traces.remote import is_url
 
     where = path if is_url(path) else Path(path)
     found = _analyze(where, run=run, host=host, tool_version=__version__, xprof=xprof)
@@ -97,13 +97,13 @@ def apply(config: str | os.PathLike[str] | Config) -> None:
     (``sys.argv[0]``). It does what ``tftune run --config`` does, in-process.
     """
     from tftune.tuner.child.patcher import activate
-    from tftune.tuner.config import Config, load_config
+    from tftune.tuner.searchspace.config import Config, load_config
 
     loaded = config if isinstance(config, Config) else load_config(config)
     if not isinstance(config, Config):
         import warnings
 
-        from tftune.tuner.record import environment_differences, mismatch_warning
+        from tftune.tuner.output.repro import environment_differences, mismatch_warning
 
         diffs = environment_differences(loaded.meta)
         if diffs:
@@ -178,7 +178,7 @@ def optimize(
 def __getattr__(name: str) -> object:
     # The exported types, imported on first use: `import tftune` stays light.
     if name == "Analysis":
-        from tftune.probes.analysis import Analysis
+        from tftune.probes.advice.analysis import Analysis
 
         return Analysis
     if name == "OptimizeResult":
@@ -190,7 +190,7 @@ def __getattr__(name: str) -> object:
 
         return OptimizeOptions
     if name == "Config":
-        from tftune.tuner.config import Config
+        from tftune.tuner.searchspace.config import Config
 
         return Config
     if name == "keras":  # tftune.keras.Profile: imports Keras, so only when asked for

@@ -24,7 +24,7 @@ def document_of(obj: object) -> tuple[Mapping[str, Any], str]:
     """The JSON document of `obj` and the name its report shows: an `Analysis`, an
     `OptimizeResult`, a JSON mapping, or the path of a saved analysis or tuning JSON."""
     from tftune.core.userfiles import read_json
-    from tftune.probes.analysis import Analysis
+    from tftune.probes.advice.analysis import Analysis
     from tftune.tuner.optimize import OptimizeResult
 
     if isinstance(obj, Analysis):

@@ -47,7 +47,7 @@ class ProgressView:
 
     def trial(self, r: TrialRecord, best: TrialRecord | None) -> None:
         from tftune.reports.tuning_terminal import trial_line
-        from tftune.tuner.tuning_doc import trial_row
+        from tftune.tuner.output.assemble import trial_row
 
         line = trial_line(trial_row(r), best.number if best is not None else None)
         self.progress.console.print(line, highlight=False, markup=False)

@@ -91,8 +91,8 @@ def run(config_path: str | None, quiet: bool, script: str, script_args: tuple[st
     Arguments after `--` go to the script. Same as `tftune.apply(FILE)` in the script.
     Without --config the script runs as written under tftune's hooks.
     """
-    from tftune.tuner.config import Config, load_config
-    from tftune.tuner.record import environment_differences, mismatch_warning
+    from tftune.tuner.output.repro import environment_differences, mismatch_warning
+    from tftune.tuner.searchspace.config import Config, load_config
     from tftune.tuner.trial import check_script, run_script
 
     config = load_config(config_path) if config_path else Config()
@@ -156,7 +156,7 @@ def profile(
     then: tftune analyze logdir/
     """
     from tftune.core.errors import ScriptError
-    from tftune.tuner.config import load_config
+    from tftune.tuner.searchspace.config import load_config
     from tftune.tuner.trial import profile_script
 
     if old_logdir is not None:  # -o is a file everywhere else
@@ -241,7 +241,7 @@ def status(storage: str | None, study_name: str | None, json_out: str | None, qu
     """
     import json
 
-    from tftune.tuner.status import render_status, study_status
+    from tftune.tuner.study.status import render_status, study_status
 
     if json_out is not None:
         check_writable(json_out, "--json")
@@ -287,7 +287,7 @@ def report(source: str, output: Path | None, quiet: bool) -> None:
 
     Needs neither the trace nor TensorFlow. The kind of report is read from the JSON.
     """
-    from tftune.probes.remote import is_url, read_json_url
+    from tftune.probes.traces.remote import is_url, read_json_url
     from tftune.reports import render_report_json
 
     remote = is_url(source)
@@ -350,7 +350,7 @@ def analyze(
     import shutil
 
     from tftune import analyze as run_analysis
-    from tftune.probes.locate import list_runs as find_runs
+    from tftune.probes.traces.locate import list_runs as find_runs
     from tftune.reports.analysis_terminal import render
 
     if json_out is not None and output is not None and str(json_out) == str(output) == STDOUT:
@@ -359,8 +359,8 @@ def analyze(
         if path is not None:  # fail now, not after the analysis
             check_writable(path, flag)
     if list_runs:
-        from tftune.probes.remote import is_url, url_of
-        from tftune.probes.remote import list_runs as remote_runs
+        from tftune.probes.traces.remote import is_url, url_of
+        from tftune.probes.traces.remote import list_runs as remote_runs
 
         remote = is_url(logdir)
         for info in remote_runs(logdir)[1] if remote else find_runs(Path(logdir)):

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
-from tftune.probes.service_sizing import CpuUsage
-from tftune.probes.training_record import TrainingTime
+from tftune.probes.advice.service_sizing import CpuUsage
+from tftune.probes.live.training_record import TrainingTime
 
 if TYPE_CHECKING:
-    from tftune.tuner.config import Config
-    from tftune.tuner.crashes import CrashSummary
+    from tftune.tuner.searchspace.config import Config
+    from tftune.tuner.trial.crashes import CrashSummary
     from tftune.tuner.trial.watch import StreamSeen
 
 
@@ -68,7 +68,7 @@ class Measurement:
     streams: tuple[StreamSeen, ...] = ()  # the datasets it iterated, and their roles
     config: Config | None = None  # what the runner applied
     # How training time was told apart: the preamble, other passes taken out, the epoch
-    # stall spread over the epoch (`probes.training_time`).
+    # stall spread over the epoch (`probes.live.training_time`).
     training: TrainingTime | None = None
     # A pipeline drained alone (the bound analysis): the CPU it used, for the sizing.
     cpu: CpuUsage | None = None
@@ -89,7 +89,7 @@ class Measurement:
 
     def crash(self) -> tuple[str, CrashSummary | None]:
         """(the end of stderr to keep, what it says) for a failed run; ("", None) else."""
-        from tftune.tuner.crashes import bounded_tail, summarize_crash
+        from tftune.tuner.trial.crashes import bounded_tail, summarize_crash
 
         if self.state is not TrialState.FAILED and self.examples_per_s is not None:
             return "", None

@@ -1,14 +1,15 @@
 """`tftune optimize`: discovery → space → bound analysis → guided profile → study → winner.
 
-The orchestration of one tuning run, as `probes.analysis` is that of `tftune analyze`.
+The orchestration of one tuning run, as `probes.advice.analysis` is that of `tftune analyze`.
 `optimize(script, args, options, hooks)` takes the run's one `OptimizeOptions` (built by
 the front door, `tuner.options`) and the caller's `OptimizeHooks` (progress, the HTML
 renderer, test doubles), and runs named phases: check the inputs and output paths
 (before any trial runs), discover the training loop and build the space, make the
 runners (one per worker slot), measure the bounds and take the guided profile, run the
 study, then emit the winner (config file, diff, snippet, tuning JSON, HTML page). It
-returns a frozen `OptimizeResult`. The steps before the study live in `tuner.before_study`
-and are re-exported here.
+returns a frozen `OptimizeResult`. The steps before the study live where their job does
+(options' checks, `trial.discovery`, `searchspace.space_build`, `searchspace.guided`) and
+are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
 `tftune.reports.tuning_html.render_tuning_html`): the tuner never imports the reports.
@@ -30,35 +31,36 @@ from typing import Any
 
 from tftune.core.errors import ConfigError
 from tftune.core.tuning_parts import ABSENT
-from tftune.core.userfiles import write_output
-from tftune.probes.environment import Environment, collect
-from tftune.tuner.before_study import (
+from tftune.core.userfiles import check_writable, write_output
+from tftune.probes.live.environment import Environment, collect
+from tftune.probes.live.nvml import gpu_visible
+from tftune.tuner.fixes.precision import FLOAT32_OUTPUT_FIX
+from tftune.tuner.fixes.rewrite_check import RewritePlan, step_limited
+from tftune.tuner.options import (
+    OptimizeOptions,
+    default_study_name,
+    pick_objective,
+)
+from tftune.tuner.output.repro import api_call, build_record
+from tftune.tuner.output.winner_files import WinnerFiles, emit_winner
+from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import Config
+from tftune.tuner.searchspace.guided import (
     GUIDE_PROFILE_STEPS,
     GUIDE_PROFILE_TIMEOUT_S,
-    build_search_space,
-    check_inputs,
-    check_search_options,
-    discover_training,
-    gpu_visible,
     guided_hint,
     measure_ceiling,
     measure_model,
     narrow_if_not_the_limit,
-    pick_objective,
     profile_hint,
     screen_pipeline,
     with_bounds,
 )
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import Config
-from tftune.tuner.options import OptimizeOptions, default_study_name
-from tftune.tuner.precision import FLOAT32_OUTPUT_FIX
-from tftune.tuner.record import api_call, build_record
-from tftune.tuner.rewrite_check import RewritePlan, step_limited
-from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
-from tftune.tuner.screen import Screen, search_seeds
-from tftune.tuner.service import check_address
-from tftune.tuner.space import SearchSpace
+from tftune.tuner.searchspace.screen import Screen, search_seeds
+from tftune.tuner.searchspace.service import check_address
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import BatchBound, build_search_space
 from tftune.tuner.study import (
     GuidedHint,
     Objective,
@@ -69,8 +71,8 @@ from tftune.tuner.study import (
     trial_budget,
 )
 from tftune.tuner.trial import Discovery
+from tftune.tuner.trial.discovery import discover_training
 from tftune.tuner.trial.spare import SparePool
-from tftune.tuner.winner_files import WinnerFiles, emit_winner
 
 __all__ = [
     "GUIDE_PROFILE_STEPS",
@@ -139,7 +141,7 @@ class OptimizeHooks:
     ``html_file`` (the tuning JSON → the page; no page without it). ``invocation``: the
     command line as typed, for the reproducibility record (None: the API call is
     recorded). ``runner`` replaces the script's trials and ``environment``
-    `probes.environment.collect` (tests, the API)."""
+    `probes.live.environment.collect` (tests, the API)."""
 
     on_trial: TrialCallback | None = None
     on_start: Callable[[int, int], None] | None = None
@@ -224,10 +226,10 @@ def _plan_rewrites(
     spares: SparePool | None,
 ) -> RewritePlan:
     """The rewrites the training pipeline allows, checked and added to the space
-    (`tuner.rewrite_check`; with ``--no-rewrites`` only the count of an epoch whose
+    (`tuner.fixes.rewrite_check`; with ``--no-rewrites`` only the count of an epoch whose
     length tf.data does not know), none where the trials do not run the real script
     (`real`: an injected runner)."""
-    from tftune.tuner.rewrite_check import RewriteOptions, plan_rewrites
+    from tftune.tuner.fixes.rewrite_check import RewriteOptions, plan_rewrites
     from tftune.tuner.trial.launch import RunnerDeps
 
     if not real:
@@ -319,7 +321,7 @@ def _seeds(space: SearchSpace, screen: Screen | None) -> list[dict[str, Any]]:
     screen's next best. The rewrites come before the screen's runners-up: ``--trials
     auto`` stops after a run of trials without a gain, and what each rewrite gains alone
     is in the report."""
-    from tftune.tuner.rewrite_check import rewrite_seeds
+    from tftune.tuner.fixes.rewrite_check import rewrite_seeds
 
     screened = search_seeds(space, screen)
     alone, together = rewrite_seeds(space, screened)
@@ -400,11 +402,11 @@ def _tuning_report(
 ) -> dict[str, Any]:
     """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
     record, the precision findings and the pipeline screen's ranking."""
-    from tftune.tuner import tuning_doc
+    from tftune.tuner.output import assemble
 
-    run = tuning_doc.RunFacts(
+    run = assemble.RunFacts(
         wall_s=time.monotonic() - started,
-        training=tuning_doc.training_json(found, won.outcome),
+        training=assemble.training_json(found, won.outcome),
         record=record,
         findings=tuple(won.findings),
         advice=won.advice,
@@ -412,7 +414,7 @@ def _tuning_report(
         screen=screen,
         rewrites=plan.rows if plan.considered else ABSENT,
     )
-    return tuning_doc.tuning_document(
+    return assemble.tuning_document(
         script=str(script),
         outcome=won.outcome,
         space=space,
@@ -428,9 +430,9 @@ def _tuning_report(
 
 
 def _write_json(report: dict[str, Any], json_file: str | os.PathLike[str] | None) -> Path | None:
-    from tftune.tuner import tuning_doc
+    from tftune.tuner.output import assemble
 
-    return tuning_doc.write_json_atomic(report, json_file) if json_file is not None else None
+    return assemble.write_json_atomic(report, json_file) if json_file is not None else None
 
 
 def _write_html(
@@ -443,3 +445,30 @@ def _write_html(
         return None
     write_output(html_file, str(render_html(report)), ConfigError)
     return Path(html_file)
+
+
+def check_inputs(script: str | os.PathLike[str], options: OptimizeOptions) -> Path:
+    """The script's path; `UserError` for a missing script, an unreachable storage or
+    an output file that cannot be written: all before any trial runs. (The option
+    values were checked when `options` was built.)"""
+    from tftune.tuner.study import open_storage
+    from tftune.tuner.trial import check_script
+
+    path = check_script(script)
+    open_storage(options.storage)  # fail fast on an unreachable URL, before any trial runs
+    for out_path, flag in options.outputs():
+        if out_path is not None:  # fail now, not after the whole study
+            check_writable(out_path, flag, ConfigError)
+    return path
+
+
+def check_search_options(options: OptimizeOptions) -> BatchBound | None:
+    """``--batch-size`` parsed; a malformed ``--space`` file fails now, not after
+    discovery."""
+    from tftune.tuner.searchspace.space_build import build_space
+    from tftune.tuner.searchspace.space_file import apply_space_file
+
+    bound = BatchBound.parse(options.batch_size) if options.batch_size else None
+    if options.space_file is not None:
+        apply_space_file(build_space([], cores=1), options.space_file, known_sites=None)
+    return bound

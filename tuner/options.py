@@ -14,7 +14,7 @@ import it without importing the study (Optuna, numpy) or TensorFlow.
 Values are checked once, in `OptimizeOptions.__post_init__` (a `ConfigError`, one line
 that names the flag and the value). What needs the world (the script exists, the
 storage opens, an output path can be written, a ``--space`` file parses, the machine has
-the GPUs asked for) is checked by `tuner.before_study` before any trial runs.
+the GPUs asked for) is checked by `tuner.optimize.check_inputs` before any trial runs.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import difflib
 import enum
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -160,11 +160,11 @@ class OptimizeOptions:
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{_flag(name)} {value!r}: expected a string")
         if self.batch_size:  # "" is no bound, as no flag is
-            from tftune.tuner.space_build import BatchBound
+            from tftune.tuner.searchspace.space_build import BatchBound
 
             BatchBound.parse(self.batch_size)  # a ConfigError naming --batch-size
         if self.data_service:
-            from tftune.tuner.service import check_address
+            from tftune.tuner.searchspace.service import check_address
 
             check_address(self.data_service)
 
@@ -266,3 +266,13 @@ def resume_command(
     if script_args:
         argv += ["--", *script_args]
     return shlex.join(argv)
+
+
+def pick_objective(objective: str | None, gpu: bool, note: Callable[[str], None]) -> Objective:
+    """``--objective``; by default GPU utilization where a GPU is visible, else throughput."""
+    obj = (
+        Objective(objective) if objective else (Objective.GPU_UTIL if gpu else Objective.THROUGHPUT)
+    )
+    if obj is not Objective.THROUGHPUT and not gpu:
+        note(f"--objective {obj.value} on a CPU-only machine: utilization is the step duty cycle")
+    return obj

@@ -20,11 +20,11 @@ from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import ABSENT, MeasuredRate
 from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import TrialState
-from tftune.probes.training_record import TrainingTime
+from tftune.probes.live.training_record import TrainingTime
 from tftune.reports.tuning_model import build_tuning_model
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.crashes import CrashKind, CrashSummary, Run, find_instability
-from tftune.tuner.tuning_doc import RunFacts, tuning_document
+from tftune.tuner.output.assemble import RunFacts, tuning_document
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.trial.crashes import CrashKind, CrashSummary, Run, find_instability
 
 TUNING_FIXTURES = sorted(FIXTURES.glob("tuning_*.json"))
 

@@ -262,8 +262,8 @@ def _fake_runner() -> Any:
     """Trials faked from the config: a latency-bound map that parallelism and the pool
     speed up, against a model that takes 20,000 ex/s."""
     from tftune.core.vocabulary import TrialState
-    from tftune.tuner.config import AUTOTUNE, Config
     from tftune.tuner.measurement import Measurement
+    from tftune.tuner.searchspace.config import AUTOTUNE, Config
     from tftune.tuner.study import Mode, RepeatCallback, Runner
 
     class Fake(Runner):
@@ -299,7 +299,7 @@ def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
     """`tftune.optimize()` end to end on real discovery, with the trials faked: the files
     it writes and what it returns."""
     import tftune
-    from tftune.tuner.config import load_config
+    from tftune.tuner.searchspace.config import load_config
 
     result = tftune.optimize(
         EXAMPLE,

@@ -107,9 +107,9 @@ def test_result_config_and_error_types_are_exported(name: str) -> None:
 
 def test_exported_types_are_the_ones_the_package_uses() -> None:
     from tftune.core.errors import ConfigError, UserError
-    from tftune.tuner.config import Config
     from tftune.tuner.optimize import OptimizeResult
     from tftune.tuner.options import OptimizeOptions
+    from tftune.tuner.searchspace.config import Config
 
     assert tftune.OptimizeResult is OptimizeResult
     assert tftune.OptimizeOptions is OptimizeOptions

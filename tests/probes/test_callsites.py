@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tftune.core.vocabulary import stage_kind
-from tftune.probes.callsites import (
+from tftune.probes.traces.callsites import (
     SITES_FILE,
     RecordedSite,
     family,
@@ -14,7 +14,7 @@ from tftune.probes.callsites import (
     site_for_stage,
     write_sites,
 )
-from tftune.probes.stages import Stage
+from tftune.probes.traces.stages import Stage
 
 SITES = (
     RecordedSite("train.py:4", "TFRecordDataset"),

@@ -7,7 +7,7 @@ import sys
 
 from conftest import requires_tf
 
-from tftune.probes.environment import Environment, Gpu, collect, differences
+from tftune.probes.live.environment import Environment, Gpu, collect, differences
 
 
 def _fixed() -> Environment:

@@ -1,10 +1,10 @@
-"""Naming an epoch-start stall's cause from the pipeline as built (`probes.epoch_stall`)."""
+"""Naming an epoch-start stall's cause from the pipeline as built (`probes.live.epoch_stall`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tftune.probes.epoch_stall import (
+from tftune.probes.live.epoch_stall import (
     DISTRIBUTED_ITERATOR,
     NEW_ITERATOR,
     NO_CACHE,

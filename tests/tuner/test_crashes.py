@@ -1,11 +1,11 @@
-"""Reading a failed trial's stderr (`tuner.crashes`): realistic samples, no process."""
+"""Reading a failed trial's stderr (`tuner.trial.crashes`): realistic samples, no process."""
 
 from __future__ import annotations
 
 import pytest
 from stderr_samples import GLIBC_ABORT, TF_NOISE
 
-from tftune.tuner.crashes import (
+from tftune.tuner.trial.crashes import (
     MAX_FRAMES,
     MAX_LINE_CHARS,
     STORED_TAIL_CHARS,

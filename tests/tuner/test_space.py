@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import ConfigError
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, config_from_json
-from tftune.tuner.platform import cpu_flags, platform_policy
-from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import BATCH_SIZE_WARNING, BatchBound, build_space
-from tftune.tuner.space_file import apply_space_file
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig, config_from_json
+from tftune.tuner.searchspace.platform import cpu_flags, platform_policy
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import BATCH_SIZE_WARNING, BatchBound, build_space
+from tftune.tuner.searchspace.space_file import apply_space_file
 from tftune.tuner.trial.discovery import CallSite
 
 
@@ -259,7 +259,7 @@ def test_every_sampled_config_survives_the_config_file(data: st.DataObject) -> N
 
 
 def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
-    from tftune.tuner.platform import mentions_keras
+    from tftune.tuner.searchspace.platform import mentions_keras
 
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
     (tmp_path / "other_script.py").write_text("import keras\n")  # a sibling, not imported
@@ -274,7 +274,7 @@ def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
 def test_a_batch_outside_the_training_pipeline_is_not_searched() -> None:
     """A test set's own batch call (a validation pipeline) is no knob of training: its
     batch size is left out, with the reason; the training pipeline's is searched."""
-    from tftune.tuner.space_build import NOT_TRAINING_BATCH
+    from tftune.tuner.searchspace.space_build import NOT_TRAINING_BATCH
 
     train, test = (
         site("train.py:20", "batch", batch_size=64),
@@ -296,7 +296,7 @@ def test_a_site_only_other_datasets_are_built_through_is_not_searched() -> None:
     """An ``adapt`` sample's own map (``ds.take(2).map(f)`` before ``fit``) and a
     validation set's map cannot change the training rate: none of their knobs is searched,
     each said; a site on no lineage (inside an interleave's function) stays."""
-    from tftune.tuner.space_build import NOT_TRAINING_SITE
+    from tftune.tuner.searchspace.space_build import NOT_TRAINING_SITE
 
     adapt = site("train.py:30", "map")
     inner = site("train.py:31", "map")

@@ -27,11 +27,11 @@ from tftune.tuner.options import Trials as Trials
 
 if TYPE_CHECKING:
     from tftune.core.tuning_trials import Instability
-    from tftune.probes.training_record import TrainingTime
-    from tftune.tuner.config import Config
-    from tftune.tuner.crashes import CrashSummary
+    from tftune.probes.live.training_record import TrainingTime
     from tftune.tuner.measurement import Measurement
-    from tftune.tuner.space import KnobValue
+    from tftune.tuner.searchspace.config import Config
+    from tftune.tuner.searchspace.space import KnobValue
+    from tftune.tuner.trial.crashes import CrashSummary
 
 # ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS,
 # and the search stops once AUTO_PATIENCE trials in a row gained nothing beyond the
@@ -146,10 +146,10 @@ class GuidedHint:
     bottleneck_sites: tuple[str, ...] = ()
     source: str = "profile"
     # When the step, not the input, is the limit: the analysis' next moves for the step
-    # (`probes.analysis.next_moves`), in words, best first.
+    # (`probes.advice.analysis.next_moves`), in words, best first.
     next_moves: tuple[str, ...] = ()
     # The bound analysis found the pipeline alone far faster than the model alone
-    # (`before_study.with_bounds`): the model is the limit, whatever the profile's wait.
+    # (`searchspace.guided.with_bounds`): the model is the limit, whatever the profile's wait.
     model_bound: bool = False
 
 
@@ -175,7 +175,7 @@ class StudySettings:
     # would mix incomparable measurements, so it is refused.
     target: str = ""
     hint: GuidedHint | None = None
-    # The pipeline screen's best configs (`tuner.screen.Screen.seeds`): the first
+    # The pipeline screen's best configs (`tuner.searchspace.screen.Screen.seeds`): the first
     # search trials, after the baselines.
     seeds: tuple[Mapping[str, KnobValue], ...] = ()
     # The screen ran its pipeline configs, or found the pipeline is not the limit: the

@@ -19,15 +19,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
-from tftune.probes.training_record import TrainingTime
-from tftune.tuner.crashes import CrashSummary, Run, find_instability
+from tftune.probes.live.training_record import TrainingTime
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR
+from tftune.tuner.trial.crashes import CrashSummary, Run, find_instability
 
 if TYPE_CHECKING:
     import optuna
 
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 # A trial whose script failed (crash, OOM, stall, NaN) is stored as PRUNED with this set:
 # see `search.Search.objective`.

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
-from tftune.probes.findings import NOT_THE_LIMIT
-from tftune.tuner.crashes import find_instability
+from tftune.probes.advice.findings import NOT_THE_LIMIT
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.batch_limits import ran_out_batches
 from tftune.tuner.study.contract import Role, Runner, StudyOutcome, StudySettings, TrialRecord
@@ -63,11 +62,12 @@ from tftune.tuner.study.storage import (
     wait_for_others,
 )
 from tftune.tuner.study.winner import FinalVerdict, choose_winner, pareto_front, run_final_round
+from tftune.tuner.trial.crashes import find_instability
 
 if TYPE_CHECKING:
     import optuna
 
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 # Another worker measuring the as-written trial is waited for this long, polling; after
 # that (a killed worker's trial stays RUNNING in a journal file) it is measured again.

@@ -26,7 +26,7 @@ from tftune.core.errors import ConfigError
 from tftune.tuner.study.search import run_study
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.searchspace.space import SearchSpace
     from tftune.tuner.study.contract import Runner, StudyOutcome, StudySettings, TrialRecord
     from tftune.tuner.trial.launch import ChildProcess, RunnerDeps
 
@@ -123,7 +123,7 @@ def available_cpus() -> tuple[int, ...]:
 
 def visible_gpus() -> tuple[int, ...]:
     """NVML indices of the GPUs visible to tftune (read-only query); () without NVML."""
-    from tftune.probes.nvml import NvmlUnavailable, PynvmlReader
+    from tftune.probes.live.nvml import NvmlUnavailable, PynvmlReader
 
     try:
         reader = PynvmlReader()
@@ -192,7 +192,7 @@ def slot_deps(
     slot: Slot, stop: threading.Event, base: RunnerDeps | None = None
 ) -> tuple[RunnerDeps, _SlotLauncher]:
     """The trial runner's dependencies for one slot, and its launcher (to reap)."""
-    from tftune.probes.nvml import PynvmlReader
+    from tftune.probes.live.nvml import PynvmlReader
     from tftune.tuner.trial.launch import RunnerDeps
 
     base = base or RunnerDeps()

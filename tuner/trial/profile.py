@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from tftune.probes.callsites import newest_run_dir
-from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.training_record import TrainingTime, write_clock_file
-from tftune.probes.training_time import PassTimeline
-from tftune.tuner.config import Config
+from tftune.probes.live.clock import ClockEvent, StepRecord, percentile
+from tftune.probes.live.training_record import TrainingTime, write_clock_file
+from tftune.probes.live.training_time import PassTimeline
+from tftune.probes.traces.callsites import newest_run_dir
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial.launch import (
     ChildRun,
     Clock,
@@ -96,7 +96,7 @@ class _ProfileWatch(Observer):
     def __init__(self, watch: StreamWatch, clock: Clock) -> None:
         self.watch, self.clock = watch, clock
         self.events: list[ClockEvent] = []
-        # The step clock's view of training (`probes.training_time`): the first training
+        # The step clock's view of training (`probes.live.training_time`): the first training
         # stream's steps, the other streams' passes, epoch starts and pipelines.
         self.main: int | None = None
         self.records: list[StepRecord] = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from tftune.probes.clock import ClockEvent, StepRecord
+from tftune.probes.live.clock import ClockEvent, StepRecord
 from tftune.tuner.child.roles import FALLBACK_HOW
 
 FIRST_STEP_S = 300.0  # model building, tracing, counting loops and `adapt` come first

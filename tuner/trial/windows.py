@@ -9,19 +9,19 @@ warm-up and the measured windows (`MeasureSpec`):
    for its short last batch lands in the second epoch's first step);
 2. `repeats` consecutive windows, each at least `window_s` of *training* time (the first
    of several half that: `FIRST_WINDOW_SHARE`) and `window_steps` steps; a pass over
-   another dataset in between does not fill a window (`probes.training_time`). Where
+   another dataset in between does not fill a window (`probes.live.training_time`). Where
    epochs are no longer than a window, windows open and close at an epoch's first step,
    so that they hold whole epochs; after each, `on_report(index, examples/s so far)`
-   (pooled over the windows: `probes.training_time.pooled_rates`), whose True prunes;
+   (pooled over the windows: `probes.live.training_time.pooled_rates`), whose True prunes;
 3. where those windows disagree (their rates' spread above `AGREE_WITHIN`, a first
    window that drained a warm-up's buffer left out), up to `EXTRA_WINDOWS` more, until
    one moves the pooled figure by no more than half that. An epoch's start costs every
-   window the run's mean stall (`probes.training_time`), so epochs whose starts differ
+   window the run's mean stall (`probes.live.training_time`), so epochs whose starts differ
    (a stall in one, none in the next) do not split the windows: the run's mean is over
    every epoch it saw. Extra windows are not reported: the pruner judges the windows
    asked for.
 
-The figures of a window are `probes.training_time`'s. Pure Python: no process here
+The figures of a window are `probes.live.training_time`'s. Pure Python: no process here
 (`trial.measure` runs the child and feeds this).
 """
 
@@ -30,15 +30,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tftune.probes.clock import StepRecord, percentile, spread
-from tftune.probes.training_record import EpochCost
-from tftune.probes.training_time import (
+from tftune.probes.live.clock import StepRecord, percentile, spread
+from tftune.probes.live.training_record import EpochCost
+from tftune.probes.live.training_time import (
     PassTimeline,
     WindowStats,
     first_window_drained,
     pooled_rates,
 )
-from tftune.tuner.rewrites import CACHE_FILL_MAX_S
+from tftune.tuner.fixes.rewrites import CACHE_FILL_MAX_S
 from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
@@ -81,7 +81,7 @@ class MeasureSpec:
     warmup_epochs: int = 0
     # The training dataset's examples per pass where tf.data does not know its length
     # (counted before the study): a run that sees one epoch start spreads a recurring
-    # stall over the epoch's steps it makes (`probes.training_time.PassTimeline`).
+    # stall over the epoch's steps it makes (`probes.live.training_time.PassTimeline`).
     epoch_examples: int | None = None
     window_s: float = 3.0  # length of one repeat window ...
     window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
