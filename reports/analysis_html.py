@@ -446,11 +446,15 @@ def _timeline_section(m: AnalysisReport) -> str:
     )
 
 
+# A trace does not say which TensorFlow took it; tftune's own profiles record it beside.
+UNRECORDED_TF = "not in the trace (tftune profile and tftune.keras.Profile record it)"
+
+
 def _run_section(m: AnalysisReport) -> str:
     r = m.run
     row = meta_row
     items = [
-        row("TensorFlow", r.tf_version),
+        row("TensorFlow", r.tf_version or UNRECORDED_TF),
         row("hosts", ", ".join(r.hosts) if r.hosts else None),
         row("devices", ", ".join(r.devices) if r.devices else None),
         row("device kind", device_label(r.device)),

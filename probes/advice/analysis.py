@@ -83,6 +83,9 @@ class Analysis:
     # and each copied file's URL by its name: the JSON names them, not the copy.
     origin: str | None = None
     origin_files: tuple[tuple[str, str], ...] = ()
+    # The TensorFlow version the trace was taken with, where `tftune profile` recorded it
+    # beside the trace (`probes.traces.callsites`): the trace itself does not say.
+    tf_version: str | None = None
 
     def __repr__(self) -> str:
         """One line: the run, the verdict, the top bottleneck and the step time."""
@@ -159,7 +162,7 @@ class Analysis:
             device=self.device,
             source=source,
             metadata=RunMetadata(
-                None, devices, duration_ms, cores if isinstance(cores, int) else None
+                self.tf_version, devices, duration_ms, cores if isinstance(cores, int) else None
             ),
             step_detection=self.steps.detection,
             steps=StepSummary(**self.steps.summary()),
@@ -302,9 +305,10 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
             "no steps: bottleneck shares are fractions of the profile window "
             f"(consumers spent {100 * wait_share:.0f}% of it inside the tf.data iterator)"
         )
-    sites, sites_note = read_sites(run.path)
-    if sites_note is not None:
-        notes.append(sites_note)
+    record = read_sites(run.path)
+    sites = record.sites
+    if record.note is not None:
+        notes.append(record.note)
     facts = step_facts(host, steps, "GPU" if device == "GPU" else "CPU")
     training = read_clock_file(run.path)
     findings = find(
@@ -343,6 +347,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
         dedupe(findings.recommendations),
         _moves(findings, facts, bd),
         sizing,
+        tf_version=record.tf_version,
     )
 
 

@@ -6,7 +6,9 @@ UDF's name. `tftune profile` knows the lines (it patches the Dataset methods), s
 writes them beside the trace, in the order the script called them:
 ``<logdir>/plugins/profile/<run>/tftune-sites.json``, in the run's own folder (a logdir
 holds many runs, of many scripts). `tftune analyze` reads that file when it is there and
-names a bottleneck stage's line from it (`site_for_stage`).
+names a bottleneck stage's line from it (`site_for_stage`). The record also holds the
+TensorFlow version the trace was taken with (`tf_version`), which the trace itself does
+not say; the analysis shows it.
 
 A stage is matched to a call site by kind (a ``ParallelMapV2`` or ``MapAndBatch`` stage
 is a ``map`` call, and so on) and, when several calls of that kind exist, by position:
@@ -65,18 +67,33 @@ def family(kind: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class SitesRecord:
+    """What a run folder's record says: its call sites, the TensorFlow version the trace
+    was taken with, and a note when the record is there but unusable."""
+
+    sites: tuple[RecordedSite, ...] = ()
+    tf_version: str | None = None
+    note: str | None = None
+
+
 def write_sites(
-    run_dir: str | os.PathLike[str], script: str, sites: Iterable[RecordedSite]
+    run_dir: str | os.PathLike[str],
+    script: str,
+    sites: Iterable[RecordedSite],
+    tf_version: str | None = None,
 ) -> Path:
     """Write the record (each (site, op) once, first call first) atomically."""
     seen: dict[tuple[str, str], RecordedSite] = {}
     for s in sites:
         seen.setdefault((s.site, s.op), s)
-    data = {
+    data: dict[str, object] = {
         "schema": SCHEMA,
         "script": script,
         "sites": [{"site": s.site, "op": s.op, "function": s.function} for s in seen.values()],
     }
+    if tf_version is not None:
+        data["tf_version"] = tf_version
     path = Path(run_dir) / SITES_FILE
     write_text_atomic(path, json_text(data))
     return path
@@ -92,12 +109,11 @@ def newest_run_dir(logdir: str | os.PathLike[str]) -> Path | None:
     return max(folders, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def read_sites(run_dir: str | os.PathLike[str]) -> tuple[tuple[RecordedSite, ...], str | None]:
-    """(the sites recorded in a run folder, a note when the record is there but unusable).
-    No record: ()."""
+def read_sites(run_dir: str | os.PathLike[str]) -> SitesRecord:
+    """The record of a run folder; an empty one when there is none."""
     found = Path(run_dir) / SITES_FILE
     if not found.is_file():
-        return (), None
+        return SitesRecord()
     try:
         data = json.loads(found.read_text(encoding="utf-8"))
         rows = data["sites"] if isinstance(data, dict) else None
@@ -108,9 +124,12 @@ def read_sites(run_dir: str | os.PathLike[str]) -> tuple[tuple[RecordedSite, ...
             for r in rows
             if isinstance(r, dict)
         )
+        version = data.get("tf_version")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return (), f"{found}: not a call-site record ({exc}); call sites are not named"
-    return sites, None
+        return SitesRecord(
+            note=f"{found}: not a call-site record ({exc}); call sites are not named"
+        )
+    return SitesRecord(sites, version if isinstance(version, str) else None)
 
 
 def site_for_stage(

@@ -96,7 +96,7 @@ def test_not_measured_is_never_shown_as_zero() -> None:
     assert "Waiting for input not measured" in visible
     assert "Mean step not measured" in visible
     assert "Kernel launch not measured" in visible  # breakdown.kernel_launch is null
-    assert "TensorFlow not measured" in visible  # metadata.tf_version is null
+    assert "TensorFlow not in the trace" in visible  # metadata.tf_version is null
     assert "FlatMap" in visible
     flatmap_row = re.search(r'data-stage="[^"]*::FlatMap".*?</tr>', analysis(data), re.S)
     assert flatmap_row is not None and "not measured" in flatmap_row.group(0)

@@ -216,7 +216,7 @@ class _Profiler:
             return
         recorded = [RecordedSite(c.site, c.op, c.function) for c in list(self.sites)]
         try:
-            write_sites(run_dir, self.script, recorded)
+            write_sites(run_dir, self.script, recorded, tf_version=_tf_version())
         except Exception as exc:  # never fail a written profile over it
             self.writer.event("notes", notes=[f"call sites not recorded: {exc}"])
 
@@ -242,6 +242,13 @@ class _Profiler:
             self.stopper = threading.Thread(target=self._stop, name="tftune-profiler", daemon=True)
             self.stopper.start()
         self.step += 1
+
+
+def _tf_version() -> str | None:
+    """The TensorFlow this child runs, recorded beside a profile it takes."""
+    tf = sys.modules.get("tensorflow")
+    version = getattr(tf, "__version__", None)
+    return version if isinstance(version, str) else None
 
 
 def _wire(

@@ -112,6 +112,10 @@ def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
     fix = top.recommendation
     assert fix is not None and fix.code.startswith("# train.py:13\n"), fix
     assert "ds.map(slow_read" in fix.code  # the user's function, not a placeholder
+    import tensorflow as tf
+
+    # The trace does not say which TensorFlow took it; the record beside it does.
+    assert analysis.document().metadata.tf_version == tf.__version__
 
 
 PY_DATASET = """\
