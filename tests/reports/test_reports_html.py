@@ -379,8 +379,29 @@ def test_each_page_reads_as_words_with_one_heading_and_captioned_tables() -> Non
         for raw in ("udf_concurrency", "stage_self_ms", "top_ops_ms", "CPU_ONLY"):
             assert f">{raw}<" not in shown and f"> {raw}<" not in shown, (path, raw)
         assert "tf_data_private_threadpool/" not in shown, path
+        assert "tf_Compute/" not in shown and "fused(" not in shown, path
+        assert not re.search(r"<dd>[\[{]", shown), path  # evidence as words, not JSON
         # A self-contained page names no docs file it cannot link to.
         assert not re.search(r"docs/\w+\.md", shown), path
     pyfunc = (TESTS / "golden" / "analysis_cpu_pyfunc" / "report.html").read_text()
     assert "Python calls at once" in pyfunc and "CPU only" in pyfunc
-    assert "tf.data thread pool (thread 5)" in pyfunc
+    assert "tf.data worker 5" in pyfunc and "step thread (the training loop)" in pyfunc
+
+
+def test_machine_words_read_as_words() -> None:
+    """Evidence values, fused ops and thread lanes as a reader says them."""
+    from tftune.reports.words import evidence_value, lane_label, op_label
+
+    assert evidence_value("top_ops_ms", {"EagerPyFunc": 93.033}) == "EagerPyFunc 93.03 ms"
+    assert evidence_value("top_ops_ms", [["DecodeJpeg", 120.0]]) == "DecodeJpeg 120 ms"
+    assert evidence_value("functions", []) == "none"
+    assert evidence_value("functions", ["slow_read", "decode"]) == "slow_read, decode"
+    assert evidence_value("autotune", True) == "yes"
+    assert evidence_value("counts", {"a": 3, "b": None}) == "a 3, b not measured"
+    assert op_label("fused(MapDataset:2,BatchDatasetV2:3)") == (
+        "MapDataset + BatchDatasetV2, fused by TensorFlow"
+    )
+    assert op_label("ParallelMapDatasetV2:1") == "ParallelMapDatasetV2"
+    assert lane_label("tf_data_private_threadpool/3") == "tf.data worker 3"
+    assert lane_label("tf_Compute/-4570691277634749999") == "TensorFlow op thread"
+    assert lane_label("python") == "step thread (the training loop)"
