@@ -177,7 +177,7 @@ def fmt_pct(v: float | None) -> str:
 def fmt_rate(v: float | None) -> str:
     if v is None:
         return NOT_MEASURED
-    return f"{v:,.0f} el/s" if v >= 100 else f"{v:,.1f} el/s"
+    return f"{v:,.0f} ex/s" if v >= 100 else f"{v:,.1f} ex/s"
 
 
 def fmt_x(v: float | None) -> str:

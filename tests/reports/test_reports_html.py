@@ -195,9 +195,9 @@ def test_tuning_page() -> None:
     assert "31.0× the script as written" in visible and "15.6× AUTOTUNE" in visible
     assert "80% of this machine's ceiling" in visible  # 7,310 re-measured / 9,100
     labels = ("As written", "AUTOTUNE everywhere", "#cores heuristic", "Analysis-guided guess")
-    for label in (*labels, "Tuned (tftune)", "Re-measured after the search: 7,310 el/s"):
+    for label in (*labels, "Tuned (tftune)", "Re-measured after the search: 7,310 ex/s"):
         assert label in visible
-    assert "7,400 el/s" in visible and "236 el/s" in visible
+    assert "7,400 ex/s" in visible and "236 ex/s" in visible
     assert "ResourceExhaustedError" in visible and "below the median" in visible
     assert page.count('<span class="add">') == 5 and page.count('<span class="del">') == 2
     assert "tftune run --config tftune-best.json train.py" in visible
@@ -281,7 +281,7 @@ def test_tuning_history_follows_the_objective(objective: str) -> None:
         data["pareto"] = [{"trial": 16}, {"trial": 19}]
         page = tuning(data)
         assert "Pareto front: trials 16, 19." in text_of(page)
-        assert "trial 16 (complete): 7,400 el/s · on the Pareto front" in page
+        assert "trial 16 (complete): 7,400 ex/s · on the Pareto front" in page
 
 
 def test_renderers_also_take_the_json_itself(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -380,6 +380,7 @@ def test_each_page_reads_as_words_with_one_heading_and_captioned_tables() -> Non
             assert f">{raw}<" not in shown and f"> {raw}<" not in shown, (path, raw)
         assert "tf_data_private_threadpool/" not in shown, path
         assert "tf_Compute/" not in shown and "fused(" not in shown, path
+        assert " el/s" not in shown, path  # one unit word: examples/s, short ex/s
         assert not re.search(r"<dd>[\[{]", shown), path  # evidence as words, not JSON
         # A self-contained page names no docs file it cannot link to.
         assert not re.search(r"docs/\w+\.md", shown), path
