@@ -185,3 +185,14 @@ OPTUNA_STATES = {
 # What the consumer's input wait was spent on (the analysis JSON's `input_categories`), in
 # the order the analysis ranks them; `other` is stage overhead outside functions.
 INPUT_CATEGORIES = ("io", "tokenization", "python", "preprocessing", "other")
+
+
+# A knob's value in the tuning JSON (`params`, the space's choices): "AUTOTUNE", a
+# number, a flag, or this word for the script's own value.
+KNOB_AS_WRITTEN_JSON = "default"
+_KNOB_VALUE_WORDS = {KNOB_AS_WRITTEN_JSON: "as written", "True": "on", "False": "off"}
+
+
+def knob_value_words(value: str) -> str:
+    """A knob's JSON value as the reports say it: "default" → "as written"."""
+    return _KNOB_VALUE_WORDS.get(value, value)

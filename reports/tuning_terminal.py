@@ -36,6 +36,7 @@ from tftune.reports.learning_rows import learning_lines
 from tftune.reports.rewrite_rows import rewrite_lines
 from tftune.reports.tuning_comparison import comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences
+from tftune.reports.words import utilization_label
 
 # What the terminal renders: the tuning document, or its JSON.
 TuningInput = TuningDocument | Mapping[str, Any]
@@ -112,10 +113,10 @@ def render_table(data: TuningInput) -> Table | Group:
     """A rich Table (rendered by the CLI's console); when the script crashes on its own
     (the document's ``instability``), a Group of the table and that warning below it."""
     doc = _document(data)
-    util = "GPU util" if doc.utilization_kind == "nvml" else "duty cycle"
+    util = utilization_label(doc.utilization_kind)
     t = Table(title="tftune optimize: measured in this run", title_justify="left")
     t.add_column("", justify="left")
-    for col in ("examples/s", util, "noise", "speed-up"):
+    for col in ("examples/s", util, "spread", "speed-up"):
         t.add_column(col, justify="right")
     for row in table_rows(doc):
         t.add_row(*row)

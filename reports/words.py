@@ -44,6 +44,17 @@ def evidence_label(key: str) -> str:
     return words.replace("_", " ")
 
 
+# What a trial's utilization was read from (`utilization_kind`), as the table heads it.
+_UTILIZATION = {"nvml": "GPU utilization", "duty_cycle": "step duty cycle"}
+
+
+def utilization_label(kind: str | None) -> str:
+    """A utilization kind in words: ``duty_cycle`` → "step duty cycle"."""
+    if kind is None:
+        return "utilization"
+    return _UTILIZATION.get(kind, kind.replace("_", " "))
+
+
 def device_label(device: str | None) -> str | None:
     """A device kind in words: ``CPU_ONLY`` → "CPU only"."""
     return None if device is None else _DEVICES.get(device, device.replace("_", " "))

@@ -72,10 +72,12 @@ def test_interleave_parallelism_is_capped_at_a_fixed_cycle_length() -> None:
         num_parallel_calls=2, cycle_length=2
     )
     assert space.config({par: 16}).sites["train.py:8"] == SiteConfig(num_parallel_calls=4)
-    assert space.describe({par: 16}) == "train.py:8/par=4"
+    assert space.describe({par: 16}) == "train.py:8 parallel calls 4"
     assert space.config({par: AUTOTUNE, cyc: 2}).sites["train.py:8"].num_parallel_calls == AUTOTUNE
     assert space.config({par: 8, cyc: AUTOTUNE}).sites["train.py:8"].num_parallel_calls == 2
-    assert space.describe({par: 8, cyc: AUTOTUNE}) == "train.py:8/par=2, train.py:8/cycle=AUTOTUNE"
+    assert space.describe({par: 8, cyc: AUTOTUNE}) == (
+        "train.py:8 parallel calls 2, train.py:8 cycle length AUTOTUNE"
+    )
 
 
 def test_a_py_dataset_gets_workers_processes_and_queue() -> None:
@@ -99,7 +101,7 @@ def test_a_py_dataset_gets_workers_processes_and_queue() -> None:
     assert config_from_json(json.loads(json.dumps(config.to_json()))) == config
     assert space.describe(
         {"data.py:9/num_parallel_calls": 8, "data.py:9/use_multiprocessing": True}
-    ) == ("data.py:9/par=8, data.py:9/processes=True")
+    ) == ("data.py:9 parallel calls 8, data.py:9 processes on")
 
 
 def test_duplicate_sites_are_one_knob() -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.vocabulary import KNOB_AS_WRITTEN_JSON, knob_value_words
 from tftune.tuner.searchspace import service
 from tftune.tuner.searchspace.config import (
     AUTOTUNE,
@@ -189,7 +190,7 @@ class SearchSpace:
         for k in self.knobs:
             v = params.get(k.name, k.as_written)
             if v != k.as_written:
-                parts.append(f"{_short(k.name)}={format_value(v)}")
+                parts.append(f"{_short(k.name)} {value_words(v)}")
         return ", ".join(parts) if parts else "as written"
 
 
@@ -204,26 +205,35 @@ def split_knob(name: str) -> tuple[str | None, str]:
     return (site, field) if sep else (None, name)
 
 
+# A knob in a trial's one-line description: the words for its field.
+_KNOB_WORDS = {
+    "num_parallel_calls": "parallel calls",
+    "cycle_length": "cycle length",
+    "buffer_size": "prefetch",
+    "batch_size": "batch",
+    "use_multiprocessing": "processes",
+    "threadpool_size": "thread pool",
+}
+
+
 def _short(name: str) -> str:
+    """A knob as a trial's description names it: "train.py:8 parallel calls"."""
     site, knob = split_knob(name)
-    if site is None:
-        return name
-    short_knob = {
-        "num_parallel_calls": "par",
-        "cycle_length": "cycle",
-        "buffer_size": "prefetch",
-        "batch_size": "batch",
-        "use_multiprocessing": "processes",
-    }.get(knob, knob)
-    return f"{Path(site).name}/{short_knob}"
+    words = _KNOB_WORDS.get(knob, knob.replace("_", " "))
+    return words if site is None else f"{Path(site).name} {words}"
 
 
 def format_value(v: KnobValue) -> str:
     if v == AUTOTUNE and not isinstance(v, bool):
         return AUTOTUNE_JSON
     if v is None:
-        return "default"
+        return KNOB_AS_WRITTEN_JSON
     return str(v)
+
+
+def value_words(v: KnobValue) -> str:
+    """A knob's value as the reports say it: "AUTOTUNE", "as written", "on", "16"."""
+    return knob_value_words(format_value(v))
 
 
 def config_from_values(values: Mapping[str, KnobValue]) -> Config:
