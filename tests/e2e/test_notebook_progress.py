@@ -1,7 +1,8 @@
 """The progress plumbing of `tftune.optimize` and `tftune.profile` (no kernel, no
 TensorFlow): the tuner's callbacks reach the caller's own and the progress, the notebook
 display is drawn once and replaced in place, the plain fallback is one line per trial,
-and other packages' warnings stay out. The kernel itself: test_notebook_kernel.py."""
+and other packages' warnings stay out; and `tftune.profile` on a real script (slow).
+The kernel itself: test_notebook_kernel.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import requires_tf
+from repo_paths import ROOT
 from rich.console import Console
 from studykit import latency_bound, settings, space
 
@@ -26,7 +29,7 @@ from tftune._notebook_progress import (
 )
 from tftune.core.vocabulary import Phase, TrialState
 from tftune.testing import FakeRunner
-from tftune.tuner.study import Role, TrialRecord, run_study
+from tftune.tuner.study import Role, TrialRecord, run_parallel, run_study
 
 
 def _record(number: int, eps: float) -> TrialRecord:
@@ -170,6 +173,11 @@ def test_the_study_tells_when_its_final_round_begins(tmp_path: Path) -> None:
         on_phase=phases.append,
     )
     assert phases == []
+    runners = [FakeRunner(latency_bound), FakeRunner(latency_bound)]
+    run_parallel(
+        space(), runners, settings(tmp_path, n_trials=6, study_name="c"), on_phase=phases.append
+    )
+    assert phases == [Phase.FINAL_ROUND]  # once, as the workers' trials are chosen from
 
 
 def test_optimize_hands_the_tuner_the_callers_callbacks_and_its_progress(
@@ -207,3 +215,29 @@ def test_profile_refuses_bad_steps_with_one_line() -> None:
     with pytest.raises(tftune.UserError) as err:
         tftune.profile("t.py", steps=(40, 20))
     assert str(err.value) == "steps=(40, 20): expected (START, STOP) with 0 <= START < STOP"
+
+
+@pytest.mark.slow
+@requires_tf
+def test_profile_runs_the_script_analyzes_its_steps_and_says_each_phase(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    analysis = tftune.profile(
+        ROOT / "examples" / "keras_fit.py",
+        ["--steps", "60"],
+        steps=(5, 15),
+        logdir=tmp_path / "logs",
+        timeout_s=300,
+        progress=True,
+    )
+    assert repr(analysis).startswith("<tftune Analysis ")
+    assert analysis._repr_html_() is not None  # the report inline, as `analyze` gives it
+    assert list((tmp_path / "logs" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    lines = capsys.readouterr().out.splitlines()
+    phases = [line for line in lines if line.startswith("tftune: phase: ")]
+    assert phases == [
+        "tftune: phase: run to step 5",
+        "tftune: phase: trace steps 5-14",
+        "tftune: phase: analysis",
+        "tftune: phase: done",
+    ]
