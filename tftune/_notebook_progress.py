@@ -68,6 +68,15 @@ class Sink(Protocol):
     def changed(self, state: ProgressState, line: str | None) -> None: ...
 
 
+def trial_words(record: TrialRecord, best: TrialRecord | None) -> str:
+    """A trial's status line as every progress shows it (`best`: the best so far, starred
+    where it is this trial)."""
+    from tftune.reports.tuning_terminal import trial_line
+    from tftune.tuner.tuning_doc import trial_row
+
+    return trial_line(trial_row(record), best.number if best is not None else None)
+
+
 def best_words(best: TrialRecord | None) -> str:
     """The best trial so far as every progress shows it: "4,210.3 ex/s (trial 3)", or
     "-" before a trial has a rate."""
@@ -102,10 +111,7 @@ class LiveProgress:
             self._tell(self.state.counted())
 
     def trial(self, record: TrialRecord, best: TrialRecord | None) -> None:
-        from tftune.reports.tuning_terminal import trial_line
-        from tftune.tuner.tuning_doc import trial_row
-
-        line = trial_line(trial_row(record), best.number if best is not None else None)
+        line = trial_words(record, best)
         with self.lock:
             s = self.state
             s.done, s.best = s.done + 1, best_words(best)

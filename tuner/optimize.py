@@ -138,12 +138,11 @@ class OptimizeResult:
 @dataclass(frozen=True, slots=True)
 class OptimizeHooks:
     """What the caller plugs into a run beside its options; none of it changes what is
-    searched. ``on_trial``, ``on_start``, ``on_note``, ``on_phase``: progress (``on_phase``
-    as each `Phase` begins). ``render_html``: draws
-    ``html_file`` (the tuning JSON → the page; no page without it). ``invocation``: the
-    command line as typed, for the reproducibility record (None: the API call is
-    recorded). ``runner`` replaces the script's trials and ``environment``
-    `probes.environment.collect` (tests, the API)."""
+    searched. ``on_trial``, ``on_start``, ``on_note``, ``on_phase`` (as each `Phase`
+    begins): progress. ``render_html``: draws ``html_file`` (the tuning JSON → the page;
+    no page without it). ``invocation``: the command line as typed, for the
+    reproducibility record (None: the API call is recorded). ``runner`` replaces the
+    script's trials and ``environment`` `probes.environment.collect` (tests, the API)."""
 
     on_trial: TrialCallback | None = None
     on_start: Callable[[int, int], None] | None = None
