@@ -1,7 +1,8 @@
-"""The words tftune speaks, defined once: categories, input-bound bands, stage names and
-trial states. The analysis, the reports and the tuner import them from here, so a user
-never reads two words for one thing (`tftune analyze` and `tftune optimize` once called
-one 7% input wait "moderately input-bound" and "not the input pipeline").
+"""The words tftune speaks, defined once: categories, input-bound bands, stage names,
+trial states and a tuning run's phases. The analysis, the reports and the tuner import
+them from here, so a user never reads two words for one thing (`tftune analyze` and
+`tftune optimize` once called one 7% input wait "moderately input-bound" and "not the
+input pipeline").
 
 Pure Python: no TensorFlow, no NumPy.
 """
@@ -170,6 +171,15 @@ class TrialState(str, enum.Enum):
     COMPLETE = "complete"
     PRUNED = "pruned"
     FAILED = "failed"
+
+
+class Phase(str, enum.Enum):
+    """Where a tuning run is, as its progress shows it (`tftune.optimize`'s ``on_phase``)."""
+
+    DISCOVERY = "discovery"  # the training loop, the call sites, the rewrites' checks
+    SCREEN = "screen"  # the bounds, the pipeline screen, the guided profile
+    SEARCH = "search"  # the study's trials
+    FINAL_ROUND = "final round"  # the winner again beside the baselines; the learning check
 
 
 # Optuna's own state names, as a study's trial history (the tuning JSON's `history`) holds

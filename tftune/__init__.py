@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from tftune.core.errors import UserError
     from tftune.probes.advice.analysis import Analysis
     from tftune.probes.live.environment import Environment
-    from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, TrialCallback
+    from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, PhaseCallback, TrialCallback
     from tftune.tuner.options import OptimizeOptions
     from tftune.tuner.searchspace.config import Config
     from tftune.tuner.study import Runner
@@ -41,6 +41,7 @@ __all__ = [
     "apply",
     "keras",
     "optimize",
+    "profile",
     "report",
 ]
 
@@ -76,6 +77,59 @@ def analyze(
     where = path if is_url(path) else Path(path)
     found = _analyze(where, run=run, host=host, tool_version=__version__, xprof=xprof)
     return replace(found, inline=inline)
+
+
+def profile(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    steps: tuple[int, int] = (20, 40),
+    logdir: str | os.PathLike[str] = "tftune-profile",
+    config: str | os.PathLike[str] | Config | None = None,
+    timeout_s: float | None = None,
+    step_timeout_s: float | None = None,
+    progress: bool | None = None,
+) -> Analysis:
+    """Profile training steps ``steps[0]`` to ``steps[1] - 1`` of an unmodified script
+    into `logdir` and analyze them: ``tftune profile`` then ``tftune analyze``, in one
+    call. ``config``: a tuned config (a path or a `Config`) applied while profiling;
+    ``progress``: as `optimize`'s (the steps taken and the phase). Raises `UserError`
+    (one line) on bad steps, and a `ScriptError` with the reason where no profile was
+    captured. TensorFlow is imported only in the script's process."""
+    from tftune._notebook_progress import shown
+    from tftune.core.errors import ConfigError, ScriptError
+    from tftune.tuner.searchspace.config import Config, load_config
+    from tftune.tuner.trial import profile_script
+
+    start, stop = steps
+    if not 0 <= start < stop:
+        raise ConfigError(f"steps={steps!r}: expected (START, STOP) with 0 <= START < STOP")
+    chosen = config if isinstance(config, Config) or config is None else load_config(config)
+    tracing = f"trace steps {start}-{stop - 1}"
+    with shown(f"tftune profile {script}", "steps", progress) as view:
+
+        def step(done: int) -> None:  # `done` steps taken: step `done` is next
+            view.step(done)
+            if done >= start and view.state.phase != tracing:
+                view.phase(tracing)
+
+        view.start(0, stop)
+        view.phase(f"run to step {start}")
+        found = profile_script(
+            script,
+            args,
+            start,
+            stop,
+            logdir,
+            config=chosen,
+            timeout_s=timeout_s,
+            step_timeout_s=step_timeout_s,
+            on_step=step,
+        )
+        if not found.captured:
+            raise ScriptError(f"{script}: no profile captured: {found.reason}")
+        view.phase("analysis")
+        return analyze(found.logdir)
 
 
 def report(obj: object, path: str | os.PathLike[str] | None = None) -> str | Path:
@@ -121,6 +175,8 @@ def optimize(
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_phase: PhaseCallback | None = None,
+    progress: bool | None = None,
     invocation: Sequence[str] | None = None,
     runner: Runner | None = None,
     environment: Callable[[], Environment] | None = None,
@@ -133,9 +189,12 @@ def optimize(
     are the options of ``tftune optimize --help``): ``options``, or the defaults, with
     ``overrides`` applied by field name, e.g. ``tftune.optimize("train.py", trials=5)``.
     An unknown name is a `TypeError` naming it; a bad value a `UserError` naming the
-    option. ``html_file``: the HTML report. ``on_*``: progress; ``invocation``: the
-    command line for the record; ``runner``, ``environment``: test doubles. TensorFlow
-    is imported only in the child processes."""
+    option. ``html_file``: the HTML report. ``on_*``: progress callbacks; ``progress``:
+    show it (None: where IPython runs; live in a Jupyter cell, plain lines elsewhere);
+    ``invocation``: the command line for the record; ``runner``, ``environment``: test
+    doubles. TensorFlow is imported only in the child processes."""
+    from tftune._notebook import inline
+    from tftune._notebook_progress import both, shown
     from tftune.tuner.optimize import OptimizeHooks
     from tftune.tuner.optimize import optimize as _optimize
     from tftune.tuner.options import with_overrides
@@ -146,18 +205,6 @@ def optimize(
         from tftune.reports.tuning_html import render_tuning_html
 
         render_html = render_tuning_html
-    from tftune._notebook import inline
-
-    hooks = OptimizeHooks(
-        inline=inline,
-        on_trial=on_trial,
-        on_start=on_start,
-        on_note=on_note,
-        render_html=render_html,
-        invocation=invocation,
-        runner=runner,
-        environment=environment,
-    )
     if chosen.tensorboard is not None:  # fail now, not after the study
         import importlib.util
 
@@ -167,12 +214,31 @@ def optimize(
             raise ConfigError(
                 f"--tensorboard {chosen.tensorboard}: needs TensorBoard: pip install tensorboard"
             )
-    result = _optimize(script, args, chosen, hooks)
+    with shown(f"tftune optimize {script}", "trials", progress) as view:
+        hooks = OptimizeHooks(
+            inline=inline,
+            on_trial=both(on_trial, view.trial),
+            on_start=both(on_start, view.start),
+            on_note=both(on_note, view.note),
+            on_phase=both(on_phase, view.phase),
+            render_html=render_html,
+            invocation=invocation,
+            runner=runner,
+            environment=environment,
+        )
+        result = _optimize(script, args, chosen, hooks)
     if chosen.tensorboard is not None:
         from tftune.reports.hparams import write_hparams
 
         write_hparams(result.report, chosen.tensorboard)
     return result
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext tftune`` in IPython: the ``%%tftune`` cell magic (`tftune._magic`)."""
+    from tftune._magic import register
+
+    register(ipython)
 
 
 def __getattr__(name: str) -> object:

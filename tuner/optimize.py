@@ -32,6 +32,7 @@ from typing import Any
 from tftune.core.errors import ConfigError
 from tftune.core.tuning_parts import ABSENT
 from tftune.core.userfiles import check_writable, write_output
+from tftune.core.vocabulary import Phase
 from tftune.probes.live.environment import Environment, collect
 from tftune.probes.live.nvml import gpu_visible
 from tftune.tuner.fixes.precision import FLOAT32_OUTPUT_FIX
@@ -81,6 +82,7 @@ __all__ = [
     "OptimizeHooks",
     "OptimizeOptions",
     "OptimizeResult",
+    "PhaseCallback",
     "TrialCallback",
     "default_study_name",
     "discover_training",
@@ -91,6 +93,7 @@ __all__ = [
 ]
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
+PhaseCallback = Callable[[Phase], None]
 HtmlRenderer = Callable[[dict[str, Any]], str]  # the tuning JSON → one HTML page
 
 
@@ -137,15 +140,16 @@ class OptimizeResult:
 @dataclass(frozen=True, slots=True)
 class OptimizeHooks:
     """What the caller plugs into a run beside its options; none of it changes what is
-    searched. ``on_trial``, ``on_start``, ``on_note``: progress. ``render_html``: draws
-    ``html_file`` (the tuning JSON → the page; no page without it). ``invocation``: the
-    command line as typed, for the reproducibility record (None: the API call is
-    recorded). ``runner`` replaces the script's trials and ``environment``
-    `probes.live.environment.collect` (tests, the API)."""
+    searched. ``on_trial``, ``on_start``, ``on_note``, ``on_phase`` (as each `Phase`
+    begins): progress. ``render_html``: draws ``html_file`` (the tuning JSON → the page;
+    no page without it). ``invocation``: the command line as typed, for the
+    reproducibility record (None: the API call is recorded). ``runner`` replaces the
+    script's trials and ``environment`` `probes.live.environment.collect` (tests, the API)."""
 
     on_trial: TrialCallback | None = None
     on_start: Callable[[int, int], None] | None = None
     on_note: Callable[[str], None] | None = None
+    on_phase: PhaseCallback | None = None
     render_html: HtmlRenderer | None = None
     inline: Callable[[Mapping[str, Any]], str] | None = None  # `OptimizeResult.inline`
     invocation: Sequence[str] | None = None
@@ -167,10 +171,12 @@ def optimize(
     path = check_inputs(script, o)
     env_future = _read_environment(h.environment)
     note = h.on_note or (lambda _s: None)
+    phase = h.on_phase or (lambda _p: None)
     bound = check_search_options(o)
     service = check_address(o.data_service) if o.data_service else None
     slots = Slots(o.workers, o.gpus_per_trial, o.cpus_per_trial)
     with spare_pool(path, slots, h.runner, note) as spares:  # runs start warm where safe
+        phase(Phase.DISCOVERY)
         found = discover_training(path, args, o.step_timeout_s, note, spares)
         gpu = gpu_visible() if h.runner is None else h.runner.gpu_visible
         space = build_search_space(script, path, found, gpu, o.space_file, bound, note, service)
@@ -185,12 +191,14 @@ def optimize(
             path, args, found, gpu, h.runner, slots, measure, note, spares, plan.epoch_examples
         )
         look = _Guidance(o.guided and do_profile, o.bounds, o.guided)
+        phase(Phase.SCREEN)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
         plan = step_limited(plan, ceiling)
         space = plan.space
         space = narrow_if_not_the_limit(space, screen, note)
         settings = _settings(o, obj, hint, path, args, started, screen, space)
-        outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)
+        phase(Phase.SEARCH)
+        outcome = _run_study(space, pool, settings, h, note)
     record = _record(script, path, args, o, h.invocation, env_future)
     won = emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
     screened = screen.to_json() if screen is not None else None
@@ -332,8 +340,7 @@ def _run_study(
     space: SearchSpace,
     pool: RunnerPool,
     settings: StudySettings,
-    on_trial: TrialCallback | None,
-    on_start: Callable[[int, int], None] | None,
+    hooks: OptimizeHooks,
     note: Callable[[str], None],
 ) -> StudyOutcome:
     """The study: in this thread with one runner; one worker thread a runner with more."""
@@ -344,14 +351,21 @@ def _run_study(
             space,
             pool.runners,
             settings,
-            on_trial=on_trial,
-            on_start=on_start,
+            on_trial=hooks.on_trial,
+            on_start=hooks.on_start,
             on_note=note,
+            on_phase=hooks.on_phase,
             stop=pool.stop,
             reap=pool.reap,
         )
     return run_study(
-        space, pool.runners[0], settings, on_trial=on_trial, on_start=on_start, on_note=note
+        space,
+        pool.runners[0],
+        settings,
+        on_trial=hooks.on_trial,
+        on_start=hooks.on_start,
+        on_note=note,
+        on_phase=hooks.on_phase,
     )
 
 

@@ -76,7 +76,9 @@ def test_optimize_overrides_replace_fields_of_the_options_given(
     assert list(args) == ["--epochs", "1"]
     assert options == dataclasses.replace(base, trials=4, html_file="r.html")
     assert (options.seed, options.workers) == (3, 2)  # what was not overridden is kept
-    assert hooks.render_html is render_tuning_html and hooks.on_note == notes.append
+    assert hooks.render_html is render_tuning_html
+    hooks.on_note("a note")  # the caller's callback, beside the progress's
+    assert notes == ["a note"]
     tftune.optimize("train.py", options=base)
     assert tuner_calls[-1][2] is base
 

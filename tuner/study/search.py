@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ScriptError
-from tftune.core.vocabulary import TrialState
+from tftune.core.vocabulary import Phase, TrialState
 from tftune.probes.advice.findings import NOT_THE_LIMIT
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.batch_limits import ran_out_batches
@@ -88,10 +88,12 @@ def run_study(
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_phase: Callable[[Phase], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StudyOutcome:
-    """Run (or resume) the study and choose the winner. See the module docstring."""
+    """Run (or resume) the study and choose the winner. See the module docstring.
+    ``on_phase`` is told when the final round begins."""
     import optuna
 
     # Optuna logs every failed trial with a traceback; our status line has the reason.
@@ -112,6 +114,8 @@ def run_study(
     best = choose_winner(recs, aw, settings.objective)
     verdict = FinalVerdict(best, None, (), ())
     if settings.confirm and best.role is not Role.AS_WRITTEN:  # phase 5
+        if on_phase is not None:
+            on_phase(Phase.FINAL_ROUND)
         verdict = run_final_round(recs, aw, best, runner, space, settings, on_note)
         verdict = check_learning(verdict, recs, aw, runner, space, settings, on_note)
         for note in verdict.notes:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.vocabulary import Phase
 from tftune.tuner.study.search import run_study
 
 if TYPE_CHECKING:
@@ -229,6 +230,7 @@ def run_parallel(
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_phase: Callable[[Phase], None] | None = None,
     stop: threading.Event | None = None,
     reap: Sequence[Callable[[], None]] = (),
 ) -> StudyOutcome:
@@ -282,5 +284,5 @@ def run_parallel(
     real = [e for e in errors if not isinstance(e, WorkerStopped)]
     if real:
         raise real[0]
-    final = run_study(space, runners[0], settings, on_note=on_note)
+    final = run_study(space, runners[0], settings, on_note=on_note, on_phase=on_phase)
     return replace(final, ran_this_session=sum(ran), wall_s=time.monotonic() - started)
