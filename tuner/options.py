@@ -8,10 +8,10 @@ help, how its value is typed): the command's click options are made from them
 command printed on Ctrl-C (`resume_command`) is derived from the fields rather than
 spelled again.
 
-The option vocabulary is `tuner.option_defaults`' (the default seed, files, trial count
-and what an option left out means, where ``--help`` says it) and the objectives here;
-the modules that act on them import them from there (`tuner.study` re-exports some).
-This module imports nothing of the tuner at module level, so the command line can
+The objectives are defined here; what an option is when left out (the seed, the files,
+the trial count, the windows and deadlines ``--help`` names) is `tuner.option_defaults`',
+which the modules acting on them import (`tuner.study` re-exports some). At module level
+this module imports only those two leaf modules of the tuner, so the command line can
 import it without the study (Optuna, numpy) or TensorFlow.
 
 Values are checked once, in `OptimizeOptions.__post_init__` (a `ConfigError`, one line
