@@ -14,9 +14,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from html import escape
 
-from tftune.core.vocabulary import CATEGORY_COLORS, category_label, percent
+from tftune.core.vocabulary import CATEGORY_COLORS, NOT_MEASURED, category_label, percent
 
-NOT_MEASURED = "not measured"
 # Colours of categories the vocabulary does not know, picked by a hash of the name.
 _SPARE = ("#6d28d9", "#0369a1", "#4d7c0f", "#9f1239", "#57534e")
 

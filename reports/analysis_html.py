@@ -14,10 +14,9 @@ from typing import Any
 
 from tftune.core.analysis_advice import Bottleneck
 from tftune.core.analysis_trace import StageRow, StepRow, Timeline
-from tftune.core.vocabulary import Band, stage_kind
+from tftune.core.vocabulary import NOT_MEASURED, Band, is_host_to_device, stage_kind
 from tftune.reports import _svg
 from tftune.reports._page import (
-    NOT_MEASURED,
     ElementIds,
     codebox,
     color_of,
@@ -394,7 +393,7 @@ def _event_class(name: str, kind: str, bottleneck_stages: frozenset[str]) -> str
         return "bottleneck" if name in bottleneck_stages else "tf_data"
     if "pyfunc" in lowered or "py_function" in lowered or "numpyfunction" in lowered:
         return "python"
-    if "memcpyh2d" in lowered or "hosttodevice" in lowered or "h2d" in lowered:
+    if is_host_to_device(name):
         return "h2d"
     if kind == "tf_data":
         return "tf_data_work"

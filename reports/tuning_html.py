@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tftune.core.vocabulary import TrialState, knob_value_words, percent
+from tftune.core.vocabulary import NOT_MEASURED, TrialState, knob_value_words, percent
 from tftune.reports import _svg
 from tftune.reports._page import (
-    NOT_MEASURED,
     ElementIds,
     codebox,
     esc,

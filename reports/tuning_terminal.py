@@ -30,7 +30,13 @@ from tftune.core.document_reading import Reader, sizing_caption
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
 from tftune.core.tuning_trials import TrialRow
-from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
+from tftune.core.vocabulary import (
+    NOT_MEASURED,
+    UNDER_ONE_PERCENT,
+    TrialState,
+    input_band,
+    percent,
+)
 from tftune.reports.analysis_terminal import plain_lines, text_console
 from tftune.reports.learning_rows import learning_lines
 from tftune.reports.rewrite_rows import rewrite_lines
@@ -41,7 +47,6 @@ from tftune.reports.words import utilization_label
 # What the terminal renders: the tuning document, or its JSON.
 TuningInput = TuningDocument | Mapping[str, Any]
 
-NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
 CEILING_REACHED = 0.9
 # A failed trial's status line is followed by at most this many of its crash's key lines

@@ -315,7 +315,7 @@ def _settings(
         storage=options.storage,
         study_name=options.study_name or default_study_name(path),
         confirm=options.confirm,
-        learning_check=options.objective != Objective.THROUGHPUT.value,
+        learning_check=options.objective is not Objective.THROUGHPUT,
         target=shlex.join([str(path), *args]),
         hint=hint,
         seeds=tuple(_seeds(space, screen)),

@@ -44,7 +44,7 @@ from tftune.probes.advice.step_fixes import compute_rec, eager_rec, h2d_rec, loo
 from tftune.probes.traces.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
 from tftune.probes.traces.input_work import StageWork, input_split, ms, opens_files
 from tftune.probes.traces.loop_work import LOOP_WORK_MIN_MS, LOOP_WORK_SHARE, LoopWork
-from tftune.probes.traces.stage_events import PY_UDF_OPS
+from tftune.probes.traces.stage_events import PY_UDF_OPS, is_library_file
 from tftune.probes.traces.stages import Stage, StageTree
 
 # Report a category as a bottleneck from this share of step time on.
@@ -113,14 +113,13 @@ def verdict(
 # -- call sites -------------------------------------------------------------------------
 
 _FRAME_RE = re.compile(r"^\$(?P<file>[^:]+\.py):(?P<line>\d+) ")
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/tensorflow/", "/keras/", "<frozen")
 
 
 def call_site(stage: Stage) -> str | None:
     """`file:line` of the user's code the stage runs, when the Python tracer shows it."""
     for frame in stage.python_frames:
         m = _FRAME_RE.match(frame)
-        if m and not any(k in m.group("file") for k in _LIBRARY_MARKERS):
+        if m and not is_library_file(m.group("file")):
             return f"{m.group('file').rsplit('/', 1)[-1]}:{m.group('line')}"
     return None
 

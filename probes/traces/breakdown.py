@@ -39,8 +39,9 @@ import numpy.typing as npt
 
 from tftune.core.analysis_trace import StepRow, Timeline, TimelineEvent, Track
 from tftune.core.units import PS_PER_MS
-from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
+from tftune.core.vocabulary import BREAKDOWN_CATEGORIES, is_host_to_device
 from tftune.probes.traces.intervals import covered_in, merge
+from tftune.probes.traces.stage_events import EXECUTOR_PROCESS
 from tftune.probes.traces.steps import XPROF_MARKER_PREFIXES, Steps
 from tftune.probes.traces.trace import HostTrace, Line, Plane
 
@@ -77,13 +78,12 @@ CONTAINER_PREFIXES = ("EagerExecute", "EagerLocalExecute", "EagerKernelExecute",
 # GPU stream lines as the CUPTI collector names them ("Stream #7(MemcpyH2D)", ...);
 # derived lines such as "XLA Ops" or "Launch Stats" repeat the same kernels.
 STREAM_LINE_PREFIX = "Stream #"
-# Copy names: the CUPTI collector's ("MemcpyH2D") and XProf's parser's ("MemcpyHToD").
-_H2D = re.compile(r"^(memcpyh2d|memcpyhtod|cumemcpyhtod|cudamemcpyhtod)", re.IGNORECASE)
+# Copy names: the CUPTI collector's ("MemcpyD2H") and XProf's parser's ("MemcpyDToH");
+# host-to-device copies are `core.vocabulary.is_host_to_device`.
 _D2H = re.compile(r"^(memcpyd2h|memcpydtoh|cumemcpydtoh|cudamemcpydtoh)", re.IGNORECASE)
 _D2D = re.compile(r"^(memcpyd2d|memcpydtod|memcpyp2p|nccl)", re.IGNORECASE)
 # Host-side CUDA launch API calls (CUPTI callbacks) and TF's executor on a GPU host.
 _LAUNCH = re.compile(r"^(cu|cuda)(LaunchKernel|LaunchCooperativeKernel|GraphLaunch)")
-EXECUTOR_PROCESS = "ExecutorState::Process"
 COMPILE_PREFIXES = ("XlaCompile", "xla::Compile", "CompileToPjRt", "TfrtCompile")
 
 # Timeline extraction limits, so the JSON stays small on long traces.
@@ -154,7 +154,7 @@ def _host_kind(name: str, has_device: bool, marker: str | None) -> str:
         return _NOT_COUNTED
     if name.startswith(XPROF_MARKER_PREFIXES) and "/" not in name:
         return _NOT_COUNTED  # XProf treats these as step markers, never compute
-    if _H2D.match(name):
+    if is_host_to_device(name):
         return HOST_TO_DEVICE
     if name[:15].lower() == "iteratorgetnext":
         return INPUT_WAIT
@@ -167,7 +167,7 @@ def _host_kind(name: str, has_device: bool, marker: str | None) -> str:
 
 def device_kind(name: str) -> str:
     """The category of one GPU stream event, by name (XProf's ClassifyGpuEvent)."""
-    if _H2D.match(name):
+    if is_host_to_device(name):
         return HOST_TO_DEVICE
     if _D2H.match(name):
         return OUTPUT
@@ -245,7 +245,7 @@ def compute_breakdown(host: HostTrace, steps: Steps) -> Breakdown:
         collect(gpu, lines, device_kind)
         for line in lines:
             for idx in np.flatnonzero(
-                np.isin(line.metadata_id, gpu.metadata_ids(lambda nm: bool(_H2D.match(nm))))
+                np.isin(line.metadata_id, gpu.metadata_ids(is_host_to_device))
             ).tolist():
                 start = int(line.start_ps[idx])
                 hit = np.flatnonzero((a <= start) & (start < b))

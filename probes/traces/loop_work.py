@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 from tftune.core.units import PS_PER_MS
 from tftune.probes.traces.intervals import covered_in, merge
-from tftune.probes.traces.stage_events import I64, PY_EVENT_RE
+from tftune.probes.traces.stage_events import I64, PY_EVENT_RE, is_library_file
 from tftune.probes.traces.steps import FUNCTION_CALL_RE, Steps
 from tftune.probes.traces.trace import HostTrace, Line, Plane
 
@@ -63,7 +63,6 @@ _DISTRIBUTED_EVENT_RE = re.compile(r"^(EagerLocalExecute: )?MultiDeviceIterator\
 # A NumPy value turned back into a tensor: the cost of leaving tf.data for NumPy.
 _CONVERSION_RE = re.compile(r"^(tf\.constant|convert_to_tensor|EagerLocalExecute: _EagerConst)$")
 EAGER_OP_RE = re.compile(r"^EagerLocalExecute: (?!__inference_)(\w+)$")
-_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/tensorflow/", "/keras/", "<frozen")
 UNTRACED = "Python without TF events (NumPy, Python loops)"
 
 
@@ -105,7 +104,7 @@ def _what(name: str, distributed: bool = False) -> str | None:
     if m and not ITERATOR_RE.match(name):
         return f"{m.group(1)} (eager op)"
     m = PY_EVENT_RE.match(name)
-    if m and not any(k in m.group("file") for k in _LIBRARY_MARKERS):
+    if m and not is_library_file(m.group("file")):
         return name[1:]
     return None
 

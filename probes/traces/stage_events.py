@@ -36,6 +36,8 @@ _INSTANCE_RE = re.compile(r"\[\d+\]")
 _OP_EVENT_RE = re.compile(r"^[^:\s][^:]*:(_?[A-Za-z][A-Za-z0-9_]*)$")
 # Python tracer events: `$file.py:42 function`.
 PY_EVENT_RE = re.compile(r"^\$(?P<file>[^:]+\.py):(?P<line>\d+) (?P<fn>.+)$")
+# A Python frame in a file whose path holds one of these is a library's, not the user's.
+_LIBRARY_MARKERS = ("site-packages", "dist-packages", "/tensorflow/", "/keras/", "<frozen")
 # Function names TF gives tf.data UDFs when it names them (`__inference_Dataset_map_fn_12`).
 DATASET_FN_RE = re.compile(r"__inference_Dataset_(?:map|filter|flat_map|interleave)_(.+?)_\d+")
 # Python UDF kernels: `tf.py_function` (EagerPyFunc), `tf.numpy_function` / legacy
@@ -182,3 +184,9 @@ def index_plane(plane: Plane) -> PlaneIndex | None:
         stage_of=stage_of,
         max_mid=max_mid,
     )
+
+
+def is_library_file(path: str) -> bool:
+    """Whether a Python tracer frame's file is a library's (TensorFlow, Keras, an installed
+    package, the interpreter's own), not the user's code."""
+    return any(marker in path for marker in _LIBRARY_MARKERS)

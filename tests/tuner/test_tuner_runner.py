@@ -17,9 +17,9 @@ from repo_paths import ROOT
 from tftune.core.errors import ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.measurement import FailureKind
+from tftune.tuner.option_defaults import EXTRA_WINDOWS
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
-from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)

@@ -32,6 +32,7 @@ from tftune.tuner.fixes.rewrites import (
     consider_compute,
     consider_device,
 )
+from tftune.tuner.option_defaults import CACHE_BUDGET_SHARE, FIRST_STEP_S
 from tftune.tuner.options import parse_bytes
 from tftune.tuner.output.rewrite_code import RewriteFacts
 from tftune.tuner.searchspace.bounds import Ceiling
@@ -40,10 +41,6 @@ from tftune.tuner.searchspace.space import Knob, KnobValue, LeftOut, SearchSpace
 from tftune.tuner.study import Role, StudyOutcome
 from tftune.tuner.trial import Discovery
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, child_spec, workdir
-from tftune.tuner.trial.watch import FIRST_STEP_S
-
-# A cache in memory may hold at most this share of the memory available by default.
-CACHE_BUDGET_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tftune.tuner.child.datasets import OP_KNOBS
+from tftune.tuner.option_defaults import DEFAULT_BEST_FILE
 from tftune.tuner.output.rewrite_code import (
     RewriteFacts,
     iterator_snippet,
@@ -40,7 +41,6 @@ from tftune.tuner.output.source_edits import (
 from tftune.tuner.searchspace.config import AUTOTUNE, SITE_KNOBS, Config, SiteConfig
 from tftune.tuner.searchspace.service import CUT_OPS
 
-DEFAULT_BEST_FILE = "tftune-best.json"
 # TensorFlow's positional parameter order (after self), for knobs passed positionally.
 _POSITIONAL: dict[str, dict[str, int]] = {
     "map": {"num_parallel_calls": 1},

@@ -26,12 +26,12 @@ from typing import Any
 
 from tftune.probes.advice.service_sizing import host_cores, sizing_at_best
 from tftune.tuner.child.screen_drain import SCREEN_META_KEY, STOPPED_KEY
+from tftune.tuner.option_defaults import FIRST_STEP_S
 from tftune.tuner.searchspace.bounds import MODEL_BOUND_FACTOR, Ceiling
 from tftune.tuner.searchspace.config import AUTOTUNE, Config
 from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 from tftune.tuner.study.baselines import with_larger_batch
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, child_spec, workdir
-from tftune.tuner.trial.watch import FIRST_STEP_S
 
 SCREEN_SECONDS = 1.0  # drained per candidate, after ...
 SCREEN_WARMUP_S = 0.5  # ... this long for its buffers to fill and functions to trace

@@ -7,8 +7,8 @@ docstring says who calls it and what it must return. A run is measured as ONE ty
 one finished trial, frozen (the progress display and the emitter read it, the latter
 from other threads while workers run); `StudyOutcome` is everything the study measured,
 frozen for the emitter. No Optuna here: it is imported where a study is opened. The
-option vocabulary (`Objective`, `AUTO_TRIALS`, `DEFAULT_SEED`, `Trials`) lives in
-`tuner.options` and is re-exported here.
+option vocabulary (`Objective` of `tuner.options`; `AUTO_TRIALS`, `DEFAULT_SEED`,
+`DEFAULT_TRIALS`, `Trials` of `tuner.option_defaults`) is re-exported here.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 from tftune.core.learning import LearningCheck, LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.options import AUTO_TRIALS as AUTO_TRIALS
-from tftune.tuner.options import DEFAULT_SEED as DEFAULT_SEED
+from tftune.tuner.option_defaults import AUTO_TRIALS as AUTO_TRIALS
+from tftune.tuner.option_defaults import DEFAULT_SEED as DEFAULT_SEED
+from tftune.tuner.option_defaults import DEFAULT_TRIALS as DEFAULT_TRIALS
+from tftune.tuner.option_defaults import Trials as Trials
 from tftune.tuner.options import Objective as Objective
-from tftune.tuner.options import Trials as Trials
 
 if TYPE_CHECKING:
     from tftune.core.tuning_trials import Instability
@@ -33,10 +34,9 @@ if TYPE_CHECKING:
     from tftune.tuner.searchspace.space import KnobValue
     from tftune.tuner.trial.crashes import CrashSummary
 
-# ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS,
-# and the search stops once AUTO_PATIENCE trials in a row gained nothing beyond the
-# noise (`stopping.stop_reason`).
-DEFAULT_TRIALS = 20
+# ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS
+# (`tuner.option_defaults`), and the search stops once AUTO_PATIENCE trials in a row gained
+# nothing beyond the noise (`stopping.stop_reason`).
 AUTO_PATIENCE = 4
 
 
@@ -52,7 +52,7 @@ def trial_budget(trials: Trials) -> tuple[int, int | None]:
 FINAL_CANDIDATES = 2
 # A close call (the final round's best gains at least `gains.MIN_GAIN` but less than the
 # noise demands) is decided by this many more runs of it and of the script as written,
-# alternately (`final.decide_close_call`).
+# alternately (`winner.decide_close_call`).
 DECIDE_PAIRS = 2
 
 

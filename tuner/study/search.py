@@ -11,7 +11,7 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
 4. search: TPE (multivariate, seeded) until the budget or `stopping.auto_stop`;
    clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
    where a new best points past itself (a larger batch, a full pool), a ladder's rung next;
-5. final round: the winner, re-measured beside the baselines (`final`);
+5. final round: the winner, re-measured beside the baselines (`winner`);
 6. outcome: everything frozen into a `StudyOutcome`.
 
 ``--trials N`` is the number of finished trials the *study* should hold, so a resumed or

@@ -24,10 +24,11 @@ from tftune.probes.live.epoch_stall import PipelineStage, chain_from_json
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
 from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.option_defaults import FIRST_STEP_S
 from tftune.tuner.searchspace.config import Config, SiteConfig, config_from_json
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
-from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
+from tftune.tuner.trial.watch import FALLBACK_S, StreamSeen, StreamWatch
 from tftune.tuner.trial.watch import describe_streams as _describe_streams
 
 if TYPE_CHECKING:

@@ -19,11 +19,11 @@ from conftest import requires_tf
 from tftune.core.vocabulary import TrialState
 from tftune.testing import OUT_OF_MEMORY, Failure, FakeRunner, Figures, by_config
 from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.option_defaults import EXTRA_WINDOWS
 from tftune.tuner.searchspace.bounds import bound_mode
 from tftune.tuner.searchspace.config import Config, SiteConfig
 from tftune.tuner.study import Mode, Runner, ScriptRunner
 from tftune.tuner.trial import MeasureSpec
-from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 REPEATS = 2
 # Short windows: the real runner's cases cost the child's TensorFlow import and ~1 s.

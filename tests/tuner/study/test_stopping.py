@@ -13,6 +13,7 @@ from studykit import BATCH, MAP, settings, space
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_model import break_even_sentence
 from tftune.testing import FakeRunner
+from tftune.tuner.option_defaults import DEFAULT_TRIALS
 from tftune.tuner.output.breakeven import BreakEven
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.study import (
@@ -23,7 +24,7 @@ from tftune.tuner.study import (
     trial_budget,
 )
 from tftune.tuner.study.baselines import guided_params
-from tftune.tuner.study.contract import AUTO_PATIENCE, DEFAULT_TRIALS, GuidedHint
+from tftune.tuner.study.contract import AUTO_PATIENCE, GuidedHint
 from tftune.tuner.study.stopping import stop_reason, twin_of
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tftune.core.vocabulary import TrialState
+from tftune.tuner.option_defaults import EXTRA_WINDOWS
 from tftune.tuner.trial import MeasureSpec, run_trial
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 from tftune.tuner.trial.spare import SparePool, spares_safe
-from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 # A raw SGD loop: each step updates a trainable variable, so the loop is training. The
 # script notes whether TensorFlow was imported before its first line ran.

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from tftune.probes.live.clock import StepRecord
 from tftune.probes.live.training_time import PassTimeline
-from tftune.tuner.trial.windows import AGREE_WITHIN, MeasureSpec, Windows
+from tftune.tuner.option_defaults import AGREE_WITHIN
+from tftune.tuner.trial.windows import MeasureSpec, Windows
 
 # 10-step windows of at least 0.1 s of training time (the first: 0.05 s).
 SPEC = MeasureSpec(warmup_steps=3, warmup_s=0.0, window_s=0.1, window_steps=10, repeats=2)
