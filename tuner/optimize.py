@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.trial_notes import FLOAT32_OUTPUT_FIX
 from tftune.core.tuning_parts import ABSENT
 from tftune.core.userfiles import write_output
 from tftune.probes.environment import Environment, collect
@@ -52,7 +53,6 @@ from tftune.tuner.before_study import (
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import Config
 from tftune.tuner.options import OptimizeOptions, default_study_name
-from tftune.tuner.precision import FLOAT32_OUTPUT_FIX
 from tftune.tuner.record import api_call, build_record
 from tftune.tuner.rewrite_check import RewritePlan, step_limited
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
@@ -406,7 +406,7 @@ def _tuning_report(
         wall_s=time.monotonic() - started,
         training=tuning_doc.training_json(found, won.outcome),
         record=record,
-        findings=tuple(won.findings),
+        findings=tuple(f.message() for f in won.findings),
         advice=won.advice,
         requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
         screen=screen,

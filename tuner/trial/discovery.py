@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tftune.probes.clock import ClockEvent
+from tftune.probes.clock_events import event_from_json
 from tftune.probes.epoch_stall import PipelineStage, chain_from_json
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
 from tftune.tuner.child.roles import FALLBACK_HOW
@@ -244,7 +244,8 @@ def parse_discovery(
         if kind == "training" and isinstance(started, int) and isinstance(row.get("at_ns"), int):
             preamble_s = preamble_s or (row["at_ns"] - started) / 1e9
         if kind in ("stream", "training"):
-            watch.event(ClockEvent(str(kind), row))
+            payload = {k: v for k, v in row.items() if k != "kind"}
+            watch.event(event_from_json(str(kind), payload, source="discovery"))
         elif kind == "elements":
             watch.elements = {int(k): int(v) for k, v in dict(row.get("counts", {})).items()}
         elif kind == "site":
