@@ -6,8 +6,9 @@ its line, ``E <kind> <json payload>`` (`probes.clock`). The child constructs the
 and `encode_event` writes them; the parent reads them back with `decode_event` and
 matches on the types, never on the kind's text. Decoding is strict: an unknown kind, a
 missing or mistyped field, or a field the type does not have raises `ClockLineError`
-naming the line; what a reader does with such a line is `probes.clock.ClockReader`'s (it
-skips it and counts it).
+naming the line. A reader skips such a line: `probes.clock.ClockReader` counts it, and
+discovery's reader (the child's other file, whose own events follow the same codec:
+`tuner.child.discovery_events`) leaves it out.
 
 Light to import inside the user's process: no TensorFlow, nothing of the tuner.
 """
@@ -15,8 +16,9 @@ Light to import inside the user's process: no TensorFlow, nothing of the tuner.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, overload
 
 from tftune.core.document_reading import Reader
 from tftune.core.errors import UserError
@@ -347,30 +349,52 @@ EVENT_TYPES: tuple[type[ChildEvent], ...] = (
     ProfileDone,
     ProfileFailed,
 )
-_BY_KIND: dict[str, type[ChildEvent]] = {t.kind: t for t in EVENT_TYPES}
+# The decoder of each kind: the clock file's events (another channel of the child's, the
+# discovery file, adds its own: `tuner.child.discovery_events`).
+CLOCK_EVENTS: Mapping[str, Callable[[Reader], ChildEvent]] = {
+    t.kind: t.from_payload for t in EVENT_TYPES
+}
 
 
-def durable(event: ChildEvent) -> bool:
+class Event(Protocol):
+    """What the codec writes: a type with its ``kind`` and the JSON payload of its fields."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def payload(self) -> dict[str, Any]: ...
+
+
+EventT = TypeVar("EventT", bound=Event)
+
+
+def durable(event: Event) -> bool:
     """Whether the event must be on disk before the child goes on (a measured trial is
     stopped by a signal); frequent figures are written on as the file is."""
     return not isinstance(event, LossSamples)
 
 
-def encode_event(event: ChildEvent) -> str:
+def encode_event(event: Event) -> str:
     """The event's line in the clock file, newline included."""
     return f"{EVENT_MARK} {event.kind} {json.dumps(event.payload(), default=str)}\n"
 
 
-def event_from_json(kind: str, payload: object, *, source: str) -> ChildEvent:
+def event_from_json(
+    kind: str,
+    payload: object,
+    decoders: Mapping[str, Callable[[Reader], EventT]],
+    *,
+    source: str,
+) -> EventT:
     """The event of `kind` with `payload` (a JSON object), strictly: `ClockLineError`
     for an unknown kind, a field missing or mistyped, or a field the type has not."""
-    found = _BY_KIND.get(kind)
-    if found is None:
+    decoder = decoders.get(kind)
+    if decoder is None:
         raise ClockLineError(f"{source}: unknown event kind {kind!r}")
     if not isinstance(payload, dict):
         raise ClockLineError(f"{source}: the {kind} event's payload must be a JSON object")
     try:
-        event = found.from_payload(Reader(payload, source=source))
+        event = decoder(Reader(payload, source=source))
     except UserError as exc:
         raise ClockLineError(str(exc)) from None
     extra = sorted(set(payload) - set(event.payload()))
@@ -379,8 +403,13 @@ def event_from_json(kind: str, payload: object, *, source: str) -> ChildEvent:
     return event
 
 
-def decode_event(line: str) -> ChildEvent:
-    """One event line (``E <kind> <json payload>``, without its newline) as its type."""
+@overload
+def decode_event(line: str) -> ChildEvent: ...
+@overload
+def decode_event(line: str, decoders: Mapping[str, Callable[[Reader], EventT]]) -> EventT: ...
+def decode_event(line: str, decoders: Mapping[str, Callable[[Reader], Any]] | None = None) -> Any:
+    """One event line (``E <kind> <json payload>``, without its newline) as its type:
+    a clock file's event, or one of `decoders`."""
     mark, _, rest = line.partition(" ")
     kind, _, text = rest.partition(" ")
     if mark != EVENT_MARK or not kind:
@@ -389,7 +418,8 @@ def decode_event(line: str) -> ChildEvent:
         payload = json.loads(text) if text else {}
     except ValueError:
         raise ClockLineError(f"the {kind} event's payload is not JSON: {text[:80]!r}") from None
-    return event_from_json(kind, payload, source=f"the child's {kind} event")
+    found = CLOCK_EVENTS if decoders is None else decoders
+    return event_from_json(kind, payload, found, source=f"the child's {kind} event")
 
 
 def _is_int(x: object) -> bool:

@@ -15,6 +15,7 @@ from tftune.core.learning import OptimizerSeen
 from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.probes.clock import ClockReader, ClockWriter, StepRecord, decode_line
 from tftune.probes.clock_events import (
+    CLOCK_EVENTS,
     EVENT_TYPES,
     ChildEvent,
     ChildNotes,
@@ -121,6 +122,6 @@ def test_a_recorded_clock_file_reads_and_writes_back_byte_for_byte() -> None:
 )
 def test_decoding_is_strict(kind: str, payload: object, words: str) -> None:
     with pytest.raises(ClockLineError, match=words):
-        event_from_json(kind, payload, source="test")
+        event_from_json(kind, payload, CLOCK_EVENTS, source="test")
     with pytest.raises(ClockLineError, match=words):
         decode_line(f"E {kind} {json.dumps(payload)}")

@@ -31,7 +31,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from tftune.probes.clock import ClockWriter
@@ -49,6 +48,17 @@ from tftune.probes.clock_events import (
     ScriptStarted,
     StreamFound,
     TrainingFound,
+    encode_event,
+)
+from tftune.tuner.child.discovery_events import (
+    CompileFound,
+    DiscoveryEvent,
+    ElementCounts,
+    FitFound,
+    KerasImported,
+    PipelineIterated,
+    SiteFound,
+    StepFunctionFound,
 )
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.loss_log import LossLog
@@ -109,9 +119,10 @@ def _alive(pid: str) -> bool:
 
 
 class _Discovery:
-    """Appends each call site, each iterated dataset and its stream to a JSON-lines file,
-    and leaves once a stream is training (`roles`): the pipeline that trains is built by
-    then, and counting loops, peeks and `adapt` before it were seen on the way."""
+    """Appends each call site, each iterated dataset and its stream to a file, as typed
+    events (`discovery_events`), and leaves once a stream is training (`roles`): the
+    pipeline that trains is built by then, and counting loops, peeks and `adapt` before
+    it were seen on the way."""
 
     def __init__(self, path: str) -> None:
         self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -120,20 +131,13 @@ class _Discovery:
         self._written = 0.0
 
     def site(self, call: SiteCall) -> None:
-        row: dict[str, Any] = {
-            "kind": "site",
-            "site": call.site,
-            "op": call.op,
-            "function": call.function,
-        }
-        row["as_written"] = call.as_written.to_json()
-        self._write(row)
+        self._write(SiteFound(call))
 
     def iterate(self, info: IterationInfo) -> None:
-        self._write({"kind": "iterate", **asdict(info)})
+        self._write(PipelineIterated(info))
 
     def stream(self, stream: int, site: str | None, place: str | None) -> None:
-        self._write({"kind": "stream", "stream": stream, "site": site, "place": place})
+        self._write(StreamFound(stream, site, place))
 
     def records(self, stream: int, rows: list[tuple[int, int, int]]) -> None:
         """Element counts per stream, written at most once a second (for the message
@@ -143,37 +147,37 @@ class _Discovery:
             if time.monotonic() - self._written < 1.0:
                 return
             self._written = time.monotonic()
-            counts = dict(self._elements)
-        self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
+            counts = tuple(sorted(self._elements.items()))
+        self._write(ElementCounts(counts))
 
     def started(self, at_ns: int) -> None:
-        self._write({"kind": "started", "at_ns": at_ns})
+        self._write(ScriptStarted(at_ns))
 
     def training(self, stream: int, how: str) -> None:
         with self._lock:
-            counts = dict(self._elements)
-        self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
-        row = {"kind": "training", "stream": stream, "how": how, "at_ns": time.time_ns()}
-        self._write(row)
+            counts = tuple(sorted(self._elements.items()))
+        self._write(ElementCounts(counts))
+        self._write(TrainingFound(stream, how, time.time_ns()))
         # Discovery never needs the script to train on: leave at once, without atexit
         # handlers or TF's teardown.
         os._exit(EXIT_DISCOVERY_DONE)
 
     def keras(self, name: str) -> None:
-        self._write({"kind": "keras", "module": name})
+        self._write(KerasImported(name))
 
     def fit(self, call: FitCall) -> None:
-        self._write({"kind": "fit", **call.to_json()})
+        self._write(FitFound(call))
 
     def compile(self, call: CompileCall) -> None:
-        self._write({"kind": "compile", **call.to_json()})
+        self._write(CompileFound(call))
 
     def step_function(self, step: StepFunction) -> None:
-        self._write({"kind": "step_function", **step.to_json()})
+        self._write(StepFunctionFound(step))
 
-    def _write(self, row: dict[str, Any]) -> None:
+    def _write(self, event: DiscoveryEvent) -> None:
+        line = encode_event(event)
         with self._lock:
-            self._fh.write(json.dumps(row) + "\n")
+            self._fh.write(line)
             self._fh.flush()
 
 
