@@ -371,7 +371,7 @@ def main() -> None:
             # The script is done; interpreter and TensorFlow teardown can take seconds,
             # which the parent must not mistake for a stall.
             code = exit_code if isinstance(exit_code, int) or exit_code is None else 1
-            writer.event(ScriptFinished(code or 0))
+            writer.event(ScriptFinished(int(code or 0)))
         if mode == "measure":
             _leave_now(exit_code)
         elif exit_code == 1:  # the script raised: its handlers run, TF's teardown does not
