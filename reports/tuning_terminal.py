@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tftune.core.document_reading import Reader, sizing_caption
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
 from tftune.core.tuning_trials import TrialRow
@@ -249,7 +250,8 @@ def trial_line(record: TrialRow | Mapping[str, Any], best: int | None = None) ->
             body += f" (±{percent(row.spread / 2, compact=True)})"
         # TPE came back to a measured config (`tuner.study.stopping.twin_of`): not run again.
         notes = row.notes if isinstance(row.notes, tuple) else ()
-        body += "".join(f"; {n}" for n in notes if "is reused" in n)
+        reused = (ReusedMeasurement.read(n) for n in notes)
+        body += "".join(f"; {r.text()}" for r in reused if r is not None)
     elif row.state is TrialState.PRUNED:
         so_far = row.examples_per_s
         body = f"pruned: {reason or ''}"

@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.trial_notes import FLOAT32_OUTPUT_FIX
 from tftune.core.tuning_parts import ABSENT
 from tftune.core.userfiles import check_writable, write_output
 from tftune.core.vocabulary import Phase
 from tftune.probes.live.environment import Environment, collect
 from tftune.probes.live.nvml import gpu_visible
-from tftune.tuner.fixes.precision import FLOAT32_OUTPUT_FIX
 from tftune.tuner.fixes.rewrite_check import RewritePlan, step_limited
 from tftune.tuner.options import (
     OptimizeOptions,
@@ -422,7 +422,7 @@ def _tuning_report(
         wall_s=time.monotonic() - started,
         training=assemble.training_json(found, won.outcome),
         record=record,
-        findings=tuple(won.findings),
+        findings=tuple(f.message() for f in won.findings),
         advice=won.advice,
         requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
         screen=screen,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tftune.core.learning import LearningCheck, LossCurve, OptimizerSeen
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.option_defaults import AUTO_TRIALS as AUTO_TRIALS
 from tftune.tuner.option_defaults import DEFAULT_SEED as DEFAULT_SEED
@@ -122,6 +123,7 @@ class TrialRecord:
     wall_s: float = 0.0
     feasible: bool = False
     notes: tuple[str, ...] = ()
+    findings: tuple[OutputPrecisionFinding, ...] = ()  # its 16-bit output layers
     stderr_tail: str = ""  # a failed trial's, bounded (`crashes.bounded_tail`)
     crash: CrashSummary | None = None  # what a failed trial's stderr says
     training: TrainingTime | None = None  # how its training time was told apart

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.batch_limits import ran_out_hit
 from tftune.tuner.study.contract import (
@@ -32,6 +33,7 @@ from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch
 from tftune.tuner.study.records import (
     CRASH_ATTR,
     FAILED_ATTR,
+    FINDINGS_ATTR,
     SEED_ATTR,
     STDERR_TAIL_ATTR,
     TRAINING_ATTR,
@@ -120,9 +122,7 @@ def reuse_twin(trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> float | t
             trial.set_user_attr(key, value)
     trial.set_user_attr(TWIN_ATTR, twin.number)
     trial.set_user_attr("wall_s", 0.0)
-    trial.set_user_attr(
-        "notes", [f"the same config as trial {twin.number}: its measurement is reused"]
-    )
+    trial.set_user_attr("notes", [ReusedMeasurement(twin.number).text()])
     trial.set_constraint("not_below_as_written", float(twin.user_attrs.get("constraint", 1.0)))
     values = twin.values or [0.0]
     return values[0] if len(values) == 1 else (values[0], values[1])
@@ -259,6 +259,7 @@ def store(
         "wall_s": m.wall_s,
         "feasible": feasible,
         "notes": list(m.notes),
+        FINDINGS_ATTR: [f.to_json() for f in m.findings],
         "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
         TRAINING_ATTR: m.training.to_json() if m.training is not None else None,
     }

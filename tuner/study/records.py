@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
 from tftune.probes.live.training_record import TrainingTime
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
@@ -41,6 +42,8 @@ DEAD_AFTER = 2
 STDERR_TAIL_ATTR = "stderr_tail"
 # A trial that reused the measurement of this earlier one (the same config).
 TWIN_ATTR = "twin_of"
+# A trial's output-layer findings (`core.trial_notes.OutputPrecisionFinding`), as JSON.
+FINDINGS_ATTR = "findings"
 # A search trial enqueued from the pipeline screen carries its rank here.
 SEED_ATTR = "screen_seed"
 CRASH_ATTR = "crash"
@@ -68,6 +71,10 @@ def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         wall_s=float(ua.get("wall_s", 0.0)),
         feasible=bool(ua.get("feasible", False)),
         notes=tuple(str(n) for n in ua.get("notes", ())),
+        findings=tuple(
+            OutputPrecisionFinding.from_json(f, source=f"trial {t.number}'s findings")
+            for f in ua.get(FINDINGS_ATTR, ())
+        ),
         stderr_tail=str(ua.get(STDERR_TAIL_ATTR) or ""),
         crash=CrashSummary.from_json(ua.get(CRASH_ATTR)),
         training=TrainingTime.from_json(ua.get(TRAINING_ATTR)),
