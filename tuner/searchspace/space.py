@@ -218,11 +218,19 @@ def _short(name: str) -> str:
     return f"{Path(site).name}/{short_knob}"
 
 
+# The word for a knob left as the script wrote it (``None``: tftune sets nothing).
+AS_WRITTEN_WORD = "as written"
+
+
 def format_value(v: KnobValue) -> str:
+    """A knob's value in the words every output uses: the tuning JSON's space and trials,
+    the one-line descriptions, `tftune status`, and the knob attributes optuna-dashboard
+    shows (`tuner.study.objective.put_knob_words`): ``AUTOTUNE`` spelled out, ``None`` as
+    `AS_WRITTEN_WORD`."""
     if v == AUTOTUNE and not isinstance(v, bool):
         return AUTOTUNE_JSON
     if v is None:
-        return "default"
+        return AS_WRITTEN_WORD
     return str(v)
 
 
