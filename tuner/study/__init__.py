@@ -15,6 +15,8 @@ for itself. Modules, by job (each one imports only those above it):
 - `records`: a stored trial read back as a `TrialRecord`; knob values that keep failing;
 - `baselines`: as written, AUTOTUNE, the heuristic and the guided guess;
 - `final`: the winner, the final round and its close calls;
+- `best`: the best result (winner, figure, speed-up) by one rule for `tftune optimize`
+  and `tftune status`, and the decision stored in the study;
 - `stopping`: when the search is done (``--trials auto``), and trials that need no run;
 - `objective`: one trial as Optuna's objective sees it (skip, prune, store);
 - `search`: `run_study`, as named phases;
