@@ -163,6 +163,12 @@ def stage_short_name(name: str) -> str:
 
 
 # ---- trials -----------------------------------------------------------------------------
+# A knob's value where tftune leaves it as the script wrote it, in every output's words
+# (the tuning JSON's space and trials, `tftune status`, TensorBoard's and optuna-dashboard's
+# knob values: `tftune.tuner.searchspace.space.format_value`).
+AS_WRITTEN_WORD = "as written"
+
+
 class TrialState(str, enum.Enum):
     """How one trial ended: the runner's result, the study's record and the reports say it
     with these words."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.vocabulary import AS_WRITTEN_WORD
 from tftune.tuner.searchspace import service
 from tftune.tuner.searchspace.config import (
     AUTOTUNE,
@@ -218,15 +219,11 @@ def _short(name: str) -> str:
     return f"{Path(site).name}/{short_knob}"
 
 
-# The word for a knob left as the script wrote it (``None``: tftune sets nothing).
-AS_WRITTEN_WORD = "as written"
-
-
 def format_value(v: KnobValue) -> str:
     """A knob's value in the words every output uses: the tuning JSON's space and trials,
     the one-line descriptions, `tftune status`, and the knob attributes optuna-dashboard
-    shows (`tuner.study.objective.put_knob_words`): ``AUTOTUNE`` spelled out, ``None`` as
-    `AS_WRITTEN_WORD`."""
+    shows (`tuner.study.objective.put_knob_words`): ``AUTOTUNE`` spelled out, ``None``
+    (tftune sets nothing) as `core.vocabulary.AS_WRITTEN_WORD`."""
     if v == AUTOTUNE and not isinstance(v, bool):
         return AUTOTUNE_JSON
     if v is None:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import UserError
-from tftune.tuner.searchspace.space import AS_WRITTEN_WORD, KnobValue, format_value
+from tftune.core.vocabulary import AS_WRITTEN_WORD
+from tftune.tuner.searchspace.space import KnobValue, format_value
 
 
 class StudyNotFound(UserError):
