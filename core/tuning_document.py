@@ -114,6 +114,8 @@ class TuningDocument:
     # The winner's learning check, where it changes batch or precision.
     learning: LearningCheck | Absent = ABSENT
     importances: tuple[tuple[str, float], ...] = ()  # in document order
+    # Why `importances` is empty (too few complete trials, no knob varied), where it is.
+    importances_withheld: str | Absent = ABSENT
     study: Mapping[str, Any] | None = None  # name, storage, seed
     command: str | None = None
     diff: str | None = None
@@ -143,6 +145,9 @@ class TuningDocument:
             out["learning"] = self.learning.to_json()
         out.update(
             importances=dict(self.importances),
+        )
+        put_present(out, "importances_withheld", self.importances_withheld)
+        out.update(
             study=self.study,
             command=self.command,
             diff=self.diff,
@@ -188,6 +193,11 @@ class TuningDocument:
             ),
             learning=_learning(r),
             importances=_importances(r.obj("importances")),
+            importances_withheld=(
+                r.required_string("importances_withheld")
+                if present(r, "importances_withheld")
+                else ABSENT
+            ),
             study=free_object(r, "study"),
             command=r.string("command"),
             diff=r.string("diff"),

@@ -47,6 +47,7 @@ from tftune.tuner.searchspace.bounds import Ceiling
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.searchspace.space import SearchSpace, format_value
 from tftune.tuner.study import Role, StudyOutcome, TrialRecord
+from tftune.tuner.study.best import outcome_best, remeasured
 from tftune.tuner.trial.discovery import Discovery
 
 
@@ -95,8 +96,8 @@ def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> BaselineRun | Non
     """A baseline's trial figures, with its final-round figure as ``confirmed``."""
     if r is None:
         return None
-    again = outcome.remeasured(r)
-    return BaselineRun(_rate(r), _rate(again) if again is not None and again is not r else None)
+    again = remeasured(r, outcome.final)
+    return BaselineRun(_rate(r), _rate(again) if again is not r else None)
 
 
 def _round(x: float | None, nd: int = 2) -> float | None:
@@ -115,16 +116,10 @@ def best_config_with_metrics(outcome: StudyOutcome, command: str) -> Config:
         "measured": _metrics(outcome.best),
         "confirmed": _metrics(outcome.confirm),
         "as_written": _metrics(aw),
-        "speedup_vs_as_written": _speedup(tuned_record(outcome), outcome.remeasured(aw)),
+        "speedup_vs_as_written": outcome_best(outcome).speedup,
         "noise": "spread = (max - min) / median of the repeat windows' examples/s",
     }
     return replace(outcome.best_config, meta=meta)
-
-
-def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
-    if r is None or base is None or not r.examples_per_s or not base.examples_per_s:
-        return None
-    return round(r.examples_per_s / base.examples_per_s, 3)
 
 
 def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -201,6 +196,9 @@ def tuning_document(
         instability=outcome.instability,
         learning=outcome.learning if outcome.learning is not None else ABSENT,
         importances=tuple(outcome.importances.items()),
+        importances_withheld=(
+            outcome.importances_withheld if outcome.importances_withheld is not None else ABSENT
+        ),
         study={"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
         command=command,
         diff=diff,
@@ -220,9 +218,7 @@ def _best(outcome: StudyOutcome, config_file: str, requires: str | None) -> Best
         description=outcome.best.description,
         role=outcome.best.role.value,
         confirmed=_rate(outcome.confirm) if outcome.confirm is not None else None,
-        speedup_vs_as_written=_speedup(
-            tuned_record(outcome), outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
-        ),
+        speedup_vs_as_written=outcome_best(outcome).speedup,
         requires=(requires,) if requires is not None else ABSENT,
     )
 
@@ -243,12 +239,12 @@ def _searched(space: SearchSpace) -> SearchedSpace:
 def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: RunFacts) -> WholeRun:
     """What the whole run adds: the break-even at its wall time, why the search stopped,
     what was measured as training, its record and findings."""
-    aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
+    best = outcome_best(outcome)
     kept = outcome.best.role is Role.AS_WRITTEN
     break_even = BreakEven(
         wall_s,
-        aw.examples_per_s if aw is not None else None,
-        None if kept else tuned_record(outcome).examples_per_s,
+        best.as_written.examples_per_s if best.as_written is not None else None,
+        None if kept else best.figure.examples_per_s,
     )
     return WholeRun(
         break_even=break_even.to_json(),
@@ -283,8 +279,3 @@ def training_json(found: Discovery, outcome: StudyOutcome) -> dict[str, Any]:
             else None
         ),
     }
-
-
-def tuned_record(outcome: StudyOutcome) -> TrialRecord:
-    """The winner's honest figure: from the final round where it ran, else its trial's."""
-    return outcome.remeasured(outcome.best) or outcome.best

@@ -35,6 +35,14 @@ if TYPE_CHECKING:
     from tftune.tuner.searchspace.space import KnobValue
     from tftune.tuner.trial.crashes import CrashSummary
 
+# What the study's objective values are, by objective (the values `objective.store`
+# returns, in order), named in the study for optuna-dashboard (`opening.open_study`).
+METRIC_NAMES: Mapping[Objective, tuple[str, ...]] = {
+    Objective.THROUGHPUT: ("examples/s",),
+    Objective.GPU_UTIL: ("utilization",),
+    Objective.BOTH: ("examples/s", "utilization"),
+}
+
 # ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS
 # (`tuner.option_defaults`), and the search stops once AUTO_PATIENCE trials in a row gained
 # nothing beyond the noise (`stopping.stop_reason`).
@@ -202,7 +210,7 @@ class StudyOutcome:
     best_config: Config
     confirm: TrialRecord | None  # the winner's figure from the final round
     pareto: tuple[TrialRecord, ...]
-    importances: Mapping[str, float]
+    importances: Mapping[str, float]  # empty where withheld
     wall_s: float
     ran_this_session: int
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -214,14 +222,8 @@ class StudyOutcome:
     stop_reason: str = ""
     # The winner's learning check (`study.learning_check`), where it changes batch or precision.
     learning: LearningCheck | None = None
-
-    def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
-        """`r`'s figure from the final round where it has one (side by side with the
-        winner's), else `r` itself."""
-        if r is None:
-            return None
-        again = next((f for f in self.final if f.number == r.number), None)
-        return again if again is not None and again.state is TrialState.COMPLETE else r
+    # Why there are no importances (`records.importances`), in words; None where there are.
+    importances_withheld: str | None = None
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in TrialState}
