@@ -124,10 +124,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def trace_case(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """`trace_case(name) -> logdir`: a copy of the case's recorded trace (the set of the
-    installed TensorFlow, tests/fixtures/traces/), made once per session; where that set
-    has no current recording of the case, it is recorded live (tests/tracegen.py), with a
-    warning that says so."""
+    """`trace_case(name) -> logdir`: the case's recorded trace (from the set of the
+    installed TensorFlow, tests/fixtures/traces/), unpacked once per session into its
+    temporary folder; where that set has no current recording of the case, it is recorded
+    live (tests/tracegen.py), with a warning that says so."""
     import recorded_traces
     import tracegen
 
@@ -145,9 +145,9 @@ def trace_case(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
         if found is not None and name not in stale:
             cache[name] = found.unpack(name, out / "logdir")
             return cache[name]
-        if not has_tensorflow():
-            pytest.skip(f"tensorflow is not installed and {why}: cannot record {name}")
         reason = why if found is None else f"{found.path.name} has no current recording of it"
+        if not has_tensorflow():
+            pytest.skip(f"trace {name}: {reason}, and tensorflow is not installed to record it")
         warnings.warn(f"trace {name} recorded live: {reason}", stacklevel=2)
         cache[name] = tracegen.record(cases[name], out)
         return cache[name]
