@@ -4,7 +4,7 @@ The study is the real one (`tuner.study.run_study`: Optuna, its journal, the bas
 the search, pruning, the final round) over `tftune.testing.FakeRunner`, whose
 measurements are a fixed function of the config (tests/studykit.py's latency-bound map,
 with one batch size that runs out of memory); the document is the real writer's
-(`tuner.tuning_doc.tuning_document`, written by `write_json_atomic`). What would vary is
+(`tuner.output.assemble.tuning_document`, written by `write_json_atomic`). What would vary is
 fixed where it enters:
 
 - the clock: `run_study(clock=...)` ticks one second per reading, so the study's wall
@@ -32,11 +32,11 @@ from typing import Any
 from studykit import BATCH, latency_bound, space
 
 from tftune.testing import FakeRunner
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import Config, SiteConfig
-from tftune.tuner.emit import globals_snippet, run_command, source_diff
+from tftune.tuner.output.assemble import RunFacts, tuning_document, write_json_atomic
+from tftune.tuner.output.emit import globals_snippet, run_command, source_diff
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import Config, SiteConfig
 from tftune.tuner.study import StudySettings, run_study
-from tftune.tuner.tuning_doc import RunFacts, tuning_document, write_json_atomic
 
 SCRIPT = "train.py"
 JOURNAL = "tftune-study.journal"

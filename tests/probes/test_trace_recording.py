@@ -14,8 +14,8 @@ import recorded_traces as rt
 import tracegen
 from conftest import requires_tf
 
-from tftune.probes import locate, steps, trace
-from tftune.probes.analysis import Analysis, analyze
+from tftune.probes.advice.analysis import Analysis, analyze
+from tftune.probes.traces import locate, steps, trace
 
 # Recorded live: the plainest pipeline (markers, a py_function map), and Keras' own
 # per-batch markers inside `fit`, which a new Keras or TensorFlow may name differently.
