@@ -64,6 +64,7 @@ def _read_varints(buf: _U8, pos: I64) -> tuple[npt.NDArray[np.uint64], I64, npt.
 
 _U64 = np.uint64
 _MSB = _U64(0x8080808080808080)
+_ONES = _U64(0x0101010101010101)
 
 
 class _Bytes:
@@ -77,23 +78,35 @@ class _Bytes:
 
     def word_at(self, at: I64) -> npt.NDArray[np.uint64]:
         """The 8 bytes from each offset, little-endian; each offset + 16 <= the size."""
-        q = at >> 3
-        shift = (at & 7).astype(np.uint64) << _U64(3)
-        low, high = self.words[q], self.words[q + 1]
-        spliced = (low >> shift) | (high << ((_U64(64) - shift) & _U64(63)))
-        word: npt.NDArray[np.uint64] = np.where(shift == 0, low, spliced)
-        return word
+        shift = (at & 7).astype(np.uint64)
+        shift <<= _U64(3)
+        low: npt.NDArray[np.uint64] = self.words[at >> 3]
+        high: npt.NDArray[np.uint64] = self.words[(at >> 3) + 1]
+        low >>= shift
+        # The high word's share, shifted by 64 - shift in two steps: none where shift is 0.
+        high <<= _U64(1)
+        high <<= _U64(63) - shift
+        low |= high
+        return low
 
 
 def _compact(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """The low 7 bits of each of a word's 8 bytes, packed: 8 varint groups, 56 bits."""
-    x = w & _U64(0x7F7F7F7F7F7F7F7F)
-    x = (x & _U64(0x007F007F007F007F)) | ((x & _U64(0x7F007F007F007F00)) >> _U64(1))
-    x = (x & _U64(0x00003FFF00003FFF)) | ((x & _U64(0x3FFF00003FFF0000)) >> _U64(2))
-    packed: npt.NDArray[np.uint64] = (x & _U64(0x000000000FFFFFFF)) | (
-        (x & _U64(0x0FFFFFFF00000000)) >> _U64(4)
-    )
-    return packed
+    x: npt.NDArray[np.uint64] = w & _U64(0x7F7F7F7F7F7F7F7F)
+    for keep, move, by in _PACK_STEPS:
+        high = x & move
+        high >>= by
+        x &= keep
+        x |= high
+    return x
+
+
+# Each step joins neighbouring groups: 7-bit pairs, then 14-bit pairs, then 28-bit pairs.
+_PACK_STEPS = (
+    (_U64(0x007F007F007F007F), _U64(0x7F007F007F007F00), _U64(1)),
+    (_U64(0x00003FFF00003FFF), _U64(0x3FFF00003FFF0000), _U64(2)),
+    (_U64(0x000000000FFFFFFF), _U64(0x0FFFFFFF00000000), _U64(4)),
+)
 
 
 def _varints_at(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
@@ -105,45 +118,48 @@ def _varints_at(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np
     n = at.shape[0]
     if n and int(at.min()) >= 0 and int(at.max()) <= b.size - 16:
         first = b.buf[at]
-        single = first < 0x80  # most lengths, ids and small values: one byte
-        if single.all():
+        if (first < 0x80).all():  # most lengths, ids and small values: one byte
             return first.astype(np.uint64), np.ones(n, dtype=np.int64)
-        value = first.astype(np.uint64)
-        size = single.astype(np.int64)
-        far = np.flatnonzero(~single)
-    else:
-        value = np.zeros(n, dtype=np.uint64)
-        size = np.zeros(n, dtype=np.int64)
-        near = (at < 0) | (at > b.size - 16)
-        if near.any():
-            inside = near & (at >= 0) & (at < b.size)
-            v, sz, good = _read_varints(b.buf, np.where(inside, at, 0)[near])
-            value[near], size[near] = v, np.where(good & inside[near], sz, 0)
-        far = np.flatnonzero(~near)
-        first = b.buf[at[far]]
-        single = first < 0x80
-        value[far[single]], size[far[single]] = first[single], 1
-        far = far[~single]
-    if not far.size:
-        return value, size
-    a = at[far]
-    w = b.word_at(a)
+        return _word_varints(b, at, values)
+    value = np.zeros(n, dtype=np.uint64)
+    size = np.zeros(n, dtype=np.int64)
+    near = (at < 0) | (at > b.size - 16)
+    if near.any():
+        inside = near & (at >= 0) & (at < b.size)
+        v, sz, good = _read_varints(b.buf, np.where(inside, at, 0)[near])
+        value[near], size[near] = v, np.where(good & inside[near], sz, 0)
+    far = np.flatnonzero(~near)
+    if far.size:
+        value[far], size[far] = _word_varints(b, at[far], values)
+    return value, size
+
+
+def _word_varints(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
+    """`_varints_at` of positions at least 16 bytes before the end: each varint's first
+    8 bytes read as one word, its size from the first byte without a continuation bit."""
+    w = b.word_at(at)
     stops = ~w & _MSB
-    lowest = stops & (~stops + _U64(1))
-    sz = np.frexp(lowest.astype(np.float64))[1].astype(np.int64) // 8  # 1..8, or 0
-    longer = np.flatnonzero(stops == 0)  # no last byte among the first 8
-    b8, b9 = b.buf[a[longer] + 8], b.buf[a[longer] + 9]
-    sz[longer] = np.where(b8 < 0x80, 9, np.where(b9 < 0x80, _MAX_VARINT, 0))
-    size[far] = sz
-    if values:
-        x = _compact(w)
-        short = sz < 8
-        x[short] &= (_U64(1) << (_U64(7) * sz[short].astype(np.uint64))) - _U64(1)
+    low = stops & (~stops + _U64(1))  # the last byte's top bit; 0 when past 8 bytes
+    below = low - _U64(1)  # the bits under it: all of them when past 8 bytes
+    # Bytes before the last one: the continuation bits under it, counted by a multiply.
+    size = (((below & _MSB) >> _U64(7)) * _ONES >> _U64(56)).astype(np.int64)
+    size += 1  # 1..8, or 9 when past 8 bytes
+    longer = np.flatnonzero(low == 0)
+    b8 = b9 = b.buf[:0]
+    if longer.size:
+        a = at[longer]
+        b8, b9 = b.buf[a + 8], b.buf[a + 9]
+        size[longer] = np.where(b8 < 0x80, 9, np.where(b9 < 0x80, _MAX_VARINT, 0))
+    if not values:
+        return np.zeros(at.shape[0], dtype=np.uint64), size
+    below |= low
+    w &= below  # the varint's own bytes (all 8 when past 8 bytes)
+    x = _compact(w)
+    if longer.size:
         x[longer] |= (b8 & 0x7F).astype(np.uint64) << _U64(56)
         # Bits past 64 are dropped, as protobuf drops them.
-        x[longer] |= (b9 & 1).astype(np.uint64) * (sz[longer] == _MAX_VARINT) << _U64(63)
-        value[far] = x
-    return value, size
+        x[longer] |= (b9 & 1).astype(np.uint64) * (size[longer] == _MAX_VARINT) << _U64(63)
+    return x, size
 
 
 def _varints_within(
@@ -162,64 +178,97 @@ def _varints_within(
 
 # Events decoded per numpy batch: bounds the temporaries on million-event lines.
 _DECODE_BATCH = 1 << 16
+# False, True, False, ...: which spans `_gather` keeps (gaps and spans alternate).
+_ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
+
+# A line's columns (metadata id, offset, duration) and its events' stats: the bytes of
+# each event after its first three fields, laid end to end; event i's are
+# stats[bounds[i]:bounds[i + 1]] and parse as an XEvent that has the event's stats.
+Columns = tuple[I64, I64, I64, bytes, I64]
 
 
-def line_columns(data: bytes, n: int, lengths: I64) -> tuple[I64, I64, I64, I64] | None:
-    """Columns (metadata id, offset, duration) and event positions, decoded in bulk.
+def line_columns(data: bytes, lengths: I64) -> Columns | None:
+    """A line's columns and stats (`Columns`), decoded in bulk from its serialized
+    bytes, given each event's length.
 
     Needs the events to be contiguous in the line's bytes (as every protobuf serializer
     writes them); returns None otherwise, and the caller takes the slow path.
     """
     b = _Bytes(data)
     buf = b.buf
+    n = int(lengths.shape[0])
     first = _first_event_offset(data)
     if first is None:
         return None
-    # Each record is: tag byte, length varint, payload. `pos` is each payload's start.
-    pos = 1 + _varint_size(lengths)
-    pos += lengths
-    end_all = first + int(pos.sum())
+    # Each record is: tag byte, length varint, payload. `ends` is each payload's end.
+    ends = 1 + _varint_size(lengths)
+    ends += lengths
+    end_all = first + int(ends.sum())
     if end_all > buf.shape[0] or (end_all < buf.shape[0] and buf[end_all] == _EVENT_TAG):
         return None
-    np.cumsum(pos, out=pos)
-    pos -= lengths
-    pos += first
-    cols = np.zeros((3, n), dtype=np.int64)
+    np.cumsum(ends, out=ends)
+    ends += first
+    cols = tuple(np.zeros(n, dtype=np.int64) for _ in _EVENT_FIELDS)
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    stats: list[npt.NDArray[np.uint8]] = []
     for lo in range(0, n, _DECODE_BATCH):
         hi = min(lo + _DECODE_BATCH, n)
-        if not _decode_fields(b, pos[lo:hi], pos[lo:hi] + lengths[lo:hi], cols[:, lo:hi]):
+        end = ends[lo:hi]
+        cur = _decode_fields(b, end - lengths[lo:hi], end, [c[lo:hi] for c in cols])
+        if cur is None:
             return None
-    return cols[0], cols[1], cols[2], pos
+        stats.append(_gather(buf, cur, end))
+        np.subtract(end, cur, out=bounds[lo + 1 : hi + 1])
+    np.cumsum(bounds, out=bounds)
+    return cols[0], cols[1], cols[2], b"".join([s.data for s in stats]), bounds
 
 
-def _decode_fields(b: _Bytes, start: I64, end: I64, out: I64) -> bool:
-    """Decode the leading varint fields of a batch of events into `out` (3 x n)."""
+def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | None:
+    """Decode the leading varint fields of a batch of events into `out` (one column per
+    field); return where each event's fields end, or None if they are not laid out
+    as the serializers write them."""
     buf = b.buf
     last = buf.shape[0] - 1
     cur = start.copy()
     for tag, col in _EVENT_FIELDS:
-        present = (cur < end) & (buf[np.minimum(cur, last)] == tag)
+        present = buf[np.minimum(cur, last)] == tag
+        present &= cur < end
         if present.all():  # the usual case: every event has the field
             value, size = _varints_at(b, cur + 1)
             if not (size > 0).all():
-                return False
-            out[col] = value.view(np.int64)
-            cur += 1 + size
+                return None
+            out[col][:] = value.view(np.int64)
+            cur += size
+            cur += 1
             continue
         here = np.flatnonzero(present)
         if not here.size:
             continue
         value, size = _varints_at(b, cur[here] + 1)
         if not (size > 0).all():
-            return False
-        out[col, here] = value.view(np.int64)
+            return None
+        out[col][here] = value.view(np.int64)
         cur[here] += 1 + size
     # Anything after the bulk fields must be stats or num_occurrences; otherwise the
     # event's fields are out of the usual order and bulk decoding would misread them.
     if (cur > end).any():
-        return False
-    rest = cur < end
-    return bool(np.isin(buf[np.minimum(cur[rest], last)], (0x22, 0x28)).all())
+        return None
+    after = buf[np.minimum(cur[cur < end], last)]
+    return cur if ((after == 0x22) | (after == 0x28)).all() else None
+
+
+def _gather(buf: _U8, starts: I64, ends: I64) -> _U8:
+    """The spans [starts[i], ends[i]) of `buf`, laid end to end (spans in order, apart)."""
+    n = int(starts.shape[0])
+    if not n:
+        return buf[:0]
+    lengths = np.empty(2 * n, dtype=np.int64)
+    lengths[0] = 0
+    np.subtract(starts[1:], ends[:-1], out=lengths[2::2])
+    np.subtract(ends, starts, out=lengths[1::2])
+    keep = np.repeat(_ALTERNATE[: 2 * n], lengths)
+    spans: _U8 = buf[int(starts[0]) : int(ends[-1])][keep]
+    return spans
 
 
 def _first_event_offset(data: bytes) -> int | None:
@@ -263,8 +312,9 @@ def _varint_at(data: bytes, i: int) -> tuple[int, int]:
     raise ValueError("truncated varint")
 
 
-def slow_columns(data: bytes) -> tuple[I64, I64, I64, I64, npt.NDArray[np.int32]]:
-    """Columns by re-serializing each event: for lines with an unusual field layout."""
+def slow_columns(data: bytes) -> Columns:
+    """Columns by re-parsing each event: for lines with an unusual field layout. The
+    stats are the events themselves, laid end to end."""
     line = xline_events_as_bytes_class().FromString(data)
     xev = xevent_class()
     parts = list(line.events)
@@ -275,12 +325,9 @@ def slow_columns(data: bytes) -> tuple[I64, I64, I64, I64, npt.NDArray[np.int32]
     for k, raw in enumerate(parts):
         ev = xev.FromString(raw)
         mids[k], offs[k], durs[k] = ev.metadata_id, ev.offset_ps, ev.duration_ps
-    # Keep the events as one buffer of their own, laid end to end.
-    lens = np.fromiter(map(len, parts), dtype=np.int64, count=n)
-    pos = np.zeros(n, dtype=np.int64)
-    if n:
-        np.cumsum(lens[:-1], out=pos[1:])
-    return mids, offs, durs, pos, lens.astype(np.int32)
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=n), out=bounds[1:])
+    return mids, offs, durs, b"".join(parts), bounds
 
 
 # `first_stat`'s kinds of the first matching stat's value (XStat's `value` oneof).
@@ -388,21 +435,29 @@ def _read_stats(
 _LINE_TIMESTAMP_TAG = 0x18  # XLine field 3 (timestamp_ns), varint
 
 
-def line_header(data: bytes) -> tuple[bool, int]:
-    """(has events, timestamp_ns) of a serialized line, reading only its first fields."""
-    first = _first_event_offset(data)
-    i, stamp = 0, 0
-    while i < (first if first is not None else len(data)):
-        tag, i = _varint_at(data, i)
-        if tag == _LINE_TIMESTAMP_TAG:
-            value, i = _varint_at(data, i)
-            stamp = value - (1 << 64) if value >= 1 << 63 else value
-            continue
-        skipped = _skip_field(data, i, tag & 7)
-        if skipped is None:
-            break
-        i = skipped
+def line_header(data: bytes, whole: bool = True) -> tuple[bool, int] | None:
+    """(has events, timestamp_ns) of a serialized line, reading only its first fields.
+    `whole=False`: `data` is the line's first bytes only; None where they do not tell."""
+    try:
+        first = _first_event_offset(data)
+        i, stamp = 0, 0
+        while i < (first if first is not None else len(data)):
+            tag, i = _varint_at(data, i)
+            if tag == _LINE_TIMESTAMP_TAG:
+                value, i = _varint_at(data, i)
+                stamp = value - (1 << 64) if value >= 1 << 63 else value
+                continue
+            skipped = _skip_field(data, i, tag & 7)
+            if skipped is None:
+                break
+            i = skipped
+    except ValueError:
+        if whole:
+            raise
+        return None
     if first is None or stamp == 0:
+        if not whole:
+            return None
         # Unusual layout (timestamp after the events, or none): decode the line.
         light = xline_events_as_bytes_class().FromString(data)
         return len(light.events) > 0, int(light.timestamp_ns)

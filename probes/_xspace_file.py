@@ -1,0 +1,129 @@
+"""Where an `.xplane.pb` file's planes and lines lie, found without reading it whole.
+
+`read_layout(f, size)` walks the two top levels of the XSpace message: the space's
+fields, then each plane's. It reads field headers and the small fields only, and skips
+each line's bytes: a plane comes back as its fields other than `lines` (serialized, for
+protobuf to parse) and each line's place in the file, so that `probes.trace` reads one
+line at a time and never holds the file and its decoded columns at once. It returns
+None where the file is not laid out as protobuf writes it (a field number or wire type
+these messages never use, a length past the end); the caller then parses the file whole
+with protobuf, which says what is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import BinaryIO
+
+_PLANES = 1  # XSpace field 1
+_LINES = 3  # XPlane field 3
+_LEN = 2  # wire type of a length-delimited field
+_WINDOW = 1 << 16  # bytes read at a time for field headers and small fields
+_MAX_HEADER = 20  # a tag and a length varint
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneLayout:
+    header: bytes  # the plane's fields other than `lines`, serialized
+    lines: tuple[tuple[int, int], ...]  # each line's (offset, length) in the file
+
+
+@dataclass(frozen=True, slots=True)
+class FileLayout:
+    rest: bytes  # the space's fields other than `planes` (hostnames, errors, ...)
+    planes: tuple[PlaneLayout, ...]
+
+
+class _Reader:
+    """Reads of a file's bytes at any offset, through one window of `_WINDOW` bytes."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f, self.size = f, size
+        self.start, self.data = 0, b""
+
+    def read(self, at: int, n: int) -> bytes:
+        """`n` bytes from `at` (fewer at the end of the file)."""
+        if not (self.start <= at and at + n <= self.start + len(self.data)):
+            self.f.seek(at)
+            self.start, self.data = at, self.f.read(max(n, _WINDOW))
+        return self.data[at - self.start : at - self.start + n]
+
+
+def read_at(f: BinaryIO, at: int, n: int) -> bytes:
+    """`n` bytes of the file from offset `at`."""
+    f.seek(at)
+    return f.read(n)
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int] | None:
+    value, shift = 0, 0
+    while i < len(data) and shift < 64:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
+    return None
+
+
+def _field(r: _Reader, at: int, end: int) -> tuple[int, int, int] | None:
+    """The field at `at`: (field number, where its value starts, where it ends), for
+    a value within `end`; None for a wire type these messages never use."""
+    head = r.read(at, _MAX_HEADER)
+    tag = _varint(head, 0)
+    if tag is None or tag[0] >> 3 == 0:
+        return None
+    (key, i), wire = tag, tag[0] & 7
+    if wire == 0:
+        value = _varint(head, i)
+        stop = value[1] if value is not None else None
+    elif wire == _LEN:
+        length = _varint(head, i)
+        i, stop = (length[1], length[1] + length[0]) if length is not None else (i, None)
+    elif wire in (1, 5):
+        stop = i + (8 if wire == 1 else 4)
+    else:
+        return None
+    if stop is None or at + stop > end:
+        return None
+    return key >> 3 if wire == _LEN else -1, at + i, at + stop
+
+
+def _plane(r: _Reader, start: int, end: int) -> PlaneLayout | None:
+    header = bytearray()
+    lines = []
+    at = start
+    while at < end:
+        found = _field(r, at, end)
+        if found is None:
+            return None
+        key, value, stop = found
+        if key == _LINES:
+            lines.append((value, stop - value))
+        else:
+            header += r.read(at, stop - at)
+        at = stop
+    return PlaneLayout(bytes(header), tuple(lines))
+
+
+def read_layout(f: BinaryIO, size: int) -> FileLayout | None:
+    """The file's planes and lines (`FileLayout`), or None (see the module docstring)."""
+    r = _Reader(f, size)
+    rest = bytearray()
+    planes = []
+    at = 0
+    while at < size:
+        found = _field(r, at, size)
+        if found is None:
+            return None
+        key, value, stop = found
+        if key == _PLANES:
+            plane = _plane(r, value, stop)
+            if plane is None:
+                return None
+            planes.append(plane)
+        else:
+            rest += r.read(at, stop - at)
+        at = stop
+    return FileLayout(bytes(rest), tuple(planes))
