@@ -11,9 +11,10 @@ never 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from tftune.core.document_reading import Reader, share
 
@@ -193,6 +194,84 @@ class StepRow:
             parts=parts,
             host_to_device_bytes=r.integer("host_to_device_bytes"),
         )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StepTable(Sequence[StepRow]):
+    """`per_step` as its producer has it, column by column: each column holds one value
+    per step, and a `StepRow` is made only where one is asked for (`table[i]`), so that
+    tens of thousands of steps cost a tuple per column rather than objects per step. It
+    equals any sequence of the same rows (a document read back holds a tuple of them),
+    and `to_json` writes the rows `StepRow.to_json` would."""
+
+    step: tuple[int, ...]
+    start_ms: tuple[float | None, ...]
+    duration_ms: tuple[float | None, ...]
+    parts: tuple[tuple[str, tuple[float | None, ...]], ...]  # (category, its ms per step)
+    host_to_device_bytes: tuple[int | None, ...]
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @overload
+    def __getitem__(self, index: int) -> StepRow: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[StepRow, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> StepRow | tuple[StepRow, ...]:
+        if isinstance(index, slice):
+            categories = tuple(c for c, _ in self.parts)
+            steps = self.step[index]
+            parts = [ms[index] for _, ms in self.parts]
+            rows = zip(
+                steps,
+                self.start_ms[index],
+                self.duration_ms[index],
+                zip(*parts, strict=True) if parts else [()] * len(steps),
+                self.host_to_device_bytes[index],
+                strict=True,
+            )
+            return tuple(
+                StepRow(s, t, d, tuple(zip(categories, ms, strict=True)), b)
+                for s, t, d, ms, b in rows
+            )
+        return StepRow(
+            self.step[index],
+            self.start_ms[index],
+            self.duration_ms[index],
+            tuple((c, ms[index]) for c, ms in self.parts),
+            self.host_to_device_bytes[index],
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        parts = _part_keys(tuple(c for c, _ in self.parts))
+        keys = ("step", *_STEP_TIMES, *parts, "host_to_device_bytes")
+        parts_ms = (ms for _, ms in self.parts)
+        columns = zip(
+            self.step,
+            self.start_ms,
+            self.duration_ms,
+            *parts_ms,
+            self.host_to_device_bytes,
+            strict=True,
+        )
+        return [dict(zip(keys, row, strict=True)) for row in columns]
+
+
+def steps_json(rows: Sequence[StepRow]) -> list[dict[str, Any]]:
+    """`per_step` as the JSON writes it, from a `StepTable` or any rows."""
+    if isinstance(rows, StepTable):
+        return rows.to_json()
+    return [s.to_json() for s in rows]
 
 
 @dataclass(frozen=True, slots=True)

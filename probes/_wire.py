@@ -25,14 +25,15 @@ _MAX_VARINT = 10
 
 
 def _varint_size(values: I64) -> I64:
+    """The size of each non-negative value's varint: one byte, plus one per 7 bits past
+    the first 7, counted against each threshold up to the largest value."""
     size = np.ones(values.shape, dtype=np.int64)
-    v = values.astype(np.uint64) >> np.uint64(7)
-    while True:
-        more = v > 0
-        if not more.any():
-            return size
-        size += more
-        v >>= np.uint64(7)
+    top = int(values.max()) if values.size else 0
+    bits = 7
+    while top >> bits:
+        size += values >= 1 << bits
+        bits += 7
+    return size
 
 
 def _read_varints(buf: _U8, pos: I64) -> tuple[npt.NDArray[np.uint64], I64, npt.NDArray[np.bool_]]:
@@ -177,7 +178,7 @@ def _varints_within(
 
 
 # Events decoded per numpy batch: bounds the temporaries on million-event lines.
-_DECODE_BATCH = 1 << 16
+_DECODE_BATCH = 1 << 14
 # False, True, False, ...: which spans `_gather` keeps (gaps and spans alternate).
 _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
 

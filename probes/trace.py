@@ -63,7 +63,7 @@ class Line:
     name: str
     display_name: str
     timestamp_ns: int
-    metadata_id: I64
+    metadata_id: npt.NDArray[np.signedinteger[Any]]  # int32 where every id fits
     start_ps: I64
     duration_ps: I64
     # Each event's stats, laid end to end: event i's bytes are
@@ -228,6 +228,8 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
         raise TraceError(f"{path}: not a valid XSpace trace (event times out of range)")
     if base_ps:
         offs += base_ps
+    if n and int(mids.min()) >= -(2**31) and int(mids.max()) < 2**31:
+        mids = mids.astype(np.int32)  # 4 bytes an event saved: ids are small
     return Line(
         id=line_id,
         name=name,
