@@ -17,6 +17,7 @@ from tftune.probes._schema import xevent_class, xline_events_as_bytes_class
 
 I64 = npt.NDArray[np.int64]
 _U8 = npt.NDArray[np.uint8]
+Data = bytes | memoryview  # a serialized line: its bytes, or a view of a buffer read into
 _EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
 # XEvent fields decoded in bulk: (wire tag, column); proto serializers write fields in
 # number order, so these come first, before stats (0x22) and num_occurrences (0x28).
@@ -72,7 +73,7 @@ class _Bytes:
     """A serialized line's bytes, as bytes and as 8-byte words, so that the 8 bytes at
     any offset are read in a few operations on whole columns (`word_at`)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Data) -> None:
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.size = int(self.buf.shape[0])
         self.words: npt.NDArray[np.uint64] = np.frombuffer(data, "<u8", count=self.size // 8)
@@ -188,7 +189,7 @@ _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
 Columns = tuple[I64, I64, I64, bytes, I64]
 
 
-def line_columns(data: bytes, lengths: I64) -> Columns | None:
+def line_columns(data: Data, lengths: I64) -> Columns | None:
     """A line's columns and stats (`Columns`), decoded in bulk from its serialized
     bytes, given each event's length.
 
@@ -272,7 +273,7 @@ def _gather(buf: _U8, starts: I64, ends: I64) -> _U8:
     return spans
 
 
-def _first_event_offset(data: bytes) -> int | None:
+def _first_event_offset(data: Data) -> int | None:
     """Byte offset of the first `events` record in a serialized XLine."""
     i, n = 0, len(data)
     while i < n:
@@ -286,7 +287,7 @@ def _first_event_offset(data: bytes) -> int | None:
     return None
 
 
-def _skip_field(data: bytes, i: int, wire: int) -> int | None:
+def _skip_field(data: Data, i: int, wire: int) -> int | None:
     """The offset past a field's value of wire type `wire` at `i`; None for a type
     (groups) these messages never use."""
     if wire == 0:
@@ -301,7 +302,7 @@ def _skip_field(data: bytes, i: int, wire: int) -> int | None:
     return None
 
 
-def _varint_at(data: bytes, i: int) -> tuple[int, int]:
+def _varint_at(data: Data, i: int) -> tuple[int, int]:
     value, shift = 0, 0
     while i < len(data) and shift < 70:
         b = data[i]
@@ -313,7 +314,7 @@ def _varint_at(data: bytes, i: int) -> tuple[int, int]:
     raise ValueError("truncated varint")
 
 
-def slow_columns(data: bytes) -> Columns:
+def slow_columns(data: Data) -> Columns:
     """Columns by re-parsing each event: for lines with an unusual field layout. The
     stats are the events themselves, laid end to end."""
     line = xline_events_as_bytes_class().FromString(data)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from io import BufferedReader
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -30,7 +31,7 @@ from tftune.probes._schema import (
     xspace_lines_as_bytes_class,
 )
 from tftune.probes._wire import first_stat, line_columns, line_header, slow_columns
-from tftune.probes._xspace_file import FileLayout, read_at, read_layout
+from tftune.probes._xspace_file import FileLayout, LineReader, read_at, read_layout
 
 I64 = npt.NDArray[np.int64]
 
@@ -203,7 +204,7 @@ class HostTrace:
         return (lo or 0, hi or 0)
 
 
-def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -> Line:
+def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane_name: str) -> Line:
     light = xline_events_as_bytes_class().FromString(data)
     n = len(light.events)
     lengths = np.fromiter(map(len, light.events), dtype=np.int64, count=n)
@@ -245,7 +246,7 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
 
 
 # A line to build: its plane's name, its size, and how to get its serialized bytes.
-_LineSource = tuple[str, int, Callable[[], bytes]]
+_LineSource = tuple[str, int, Callable[[], bytes | memoryview]]
 _SpaceNotes = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
@@ -345,7 +346,7 @@ def _split_space(
 _LINE_PREFIX = 4096
 
 
-def _parse_streamed(f: BinaryIO, size: int, path: Path, host: str) -> HostTrace | None:
+def _parse_streamed(f: BufferedReader, size: int, path: Path, host: str) -> HostTrace | None:
     """Read the file a line at a time (`_xspace_file.read_layout`), so that its bytes
     and the lines' columns are never held at once; None where the file is not laid out
     as protobuf writes it, or protobuf rejects a part of it (the caller then parses it
@@ -361,8 +362,9 @@ def _parse_streamed(f: BinaryIO, size: int, path: Path, host: str) -> HostTrace 
         stamps = _line_stamps(f, layout)
     except Exception:  # protobuf's DecodeError, or a line's fields out of the usual order
         return None
+    reader = LineReader(f, max((n for _, spans in headers for _, n in spans), default=0))
     sources: list[tuple[Any, list[_LineSource]]] = [
-        (header, [(header.name, n, partial(read_at, f, at, n)) for at, n in spans])
+        (header, [(header.name, n, partial(reader.read, at, n)) for at, n in spans])
         for header, spans in headers
     ]
     return _host_trace(path, host, size, sources, notes, stamps)
