@@ -11,7 +11,7 @@ never 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple, overload
@@ -217,24 +217,16 @@ class StepTable(Sequence[StepRow]):
     def __getitem__(self, index: int) -> StepRow: ...
 
     @overload
-    def __getitem__(self, index: slice) -> tuple[StepRow, ...]: ...
+    def __getitem__(self, index: slice) -> StepTable: ...
 
-    def __getitem__(self, index: int | slice) -> StepRow | tuple[StepRow, ...]:
+    def __getitem__(self, index: int | slice) -> StepRow | StepTable:
         if isinstance(index, slice):
-            categories = tuple(c for c, _ in self.parts)
-            steps = self.step[index]
-            parts = [ms[index] for _, ms in self.parts]
-            rows = zip(
-                steps,
+            return StepTable(
+                self.step[index],
                 self.start_ms[index],
                 self.duration_ms[index],
-                zip(*parts, strict=True) if parts else [()] * len(steps),
+                tuple((c, ms[index]) for c, ms in self.parts),
                 self.host_to_device_bytes[index],
-                strict=True,
-            )
-            return tuple(
-                StepRow(s, t, d, tuple(zip(categories, ms, strict=True)), b)
-                for s, t, d, ms, b in rows
             )
         return StepRow(
             self.step[index],
@@ -243,6 +235,20 @@ class StepTable(Sequence[StepRow]):
             tuple((c, ms[index]) for c, ms in self.parts),
             self.host_to_device_bytes[index],
         )
+
+    def __iter__(self) -> Iterator[StepRow]:
+        categories = tuple(c for c, _ in self.parts)
+        parts = [ms for _, ms in self.parts]
+        rows = zip(
+            self.step,
+            self.start_ms,
+            self.duration_ms,
+            zip(*parts, strict=True) if parts else [()] * len(self.step),
+            self.host_to_device_bytes,
+            strict=True,
+        )
+        for s, t, d, ms, b in rows:
+            yield StepRow(s, t, d, tuple(zip(categories, ms, strict=True)), b)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
