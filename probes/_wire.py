@@ -1,11 +1,11 @@
 """Protobuf wire-format decoding of serialized XLines, column-wise, without an object per event.
 
 `line_columns` reads every event's metadata id, offset and duration (XEvent fields 1-3,
-varints) with numpy, over all events at once, and where each event's bytes lie in the
-line (so `probes.trace.Line` can decode one event's stats on demand). It needs the
-events laid out as every protobuf serializer writes them (contiguous, fields in number
-order) and returns None otherwise; `slow_columns` then re-parses the events one by one.
-`line_header` reads a line's timestamp and whether it has events, without decoding it.
+varints) with numpy, over all events at once, and keeps each event's stats (the bytes
+after those fields) end to end, so that `probes.trace.Line` can decode one event's
+stats on demand. It needs the events laid out as every protobuf serializer writes them
+(contiguous, fields in number order) and returns None otherwise; `slow_columns` then
+re-parses the events one by one. `first_stat` reads one stat of many events at once.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tftune.probes._schema import xevent_class, xline_events_as_bytes_class
+from tftune.probes._xspace_file import Data, first_event_offset
 
 I64 = npt.NDArray[np.int64]
 _U8 = npt.NDArray[np.uint8]
-Data = bytes | memoryview  # a serialized line: its bytes, or a view of a buffer read into
 _EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
 # XEvent fields decoded in bulk: (wire tag, column); proto serializers write fields in
 # number order, so these come first, before stats (0x22) and num_occurrences (0x28).
@@ -199,7 +199,7 @@ def line_columns(data: Data, lengths: I64) -> Columns | None:
     b = _Bytes(data)
     buf = b.buf
     n = int(lengths.shape[0])
-    first = _first_event_offset(data)
+    first = first_event_offset(data)
     if first is None:
         return None
     # Each record is: tag byte, length varint, payload. `ends` is each payload's end.
@@ -271,47 +271,6 @@ def _gather(buf: _U8, starts: I64, ends: I64) -> _U8:
     keep = np.repeat(_ALTERNATE[: 2 * n], lengths)
     spans: _U8 = buf[int(starts[0]) : int(ends[-1])][keep]
     return spans
-
-
-def _first_event_offset(data: Data) -> int | None:
-    """Byte offset of the first `events` record in a serialized XLine."""
-    i, n = 0, len(data)
-    while i < n:
-        tag, i = _varint_at(data, i)
-        if tag == _EVENT_TAG:
-            return i - 1 if data[i - 1] == _EVENT_TAG else None
-        skipped = _skip_field(data, i, tag & 7)
-        if skipped is None:
-            return None
-        i = skipped
-    return None
-
-
-def _skip_field(data: Data, i: int, wire: int) -> int | None:
-    """The offset past a field's value of wire type `wire` at `i`; None for a type
-    (groups) these messages never use."""
-    if wire == 0:
-        return _varint_at(data, i)[1]
-    if wire == 2:
-        size, i = _varint_at(data, i)
-        return i + size
-    if wire == 1:
-        return i + 8
-    if wire == 5:
-        return i + 4
-    return None
-
-
-def _varint_at(data: Data, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while i < len(data) and shift < 70:
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return value, i
-        shift += 7
-    raise ValueError("truncated varint")
 
 
 def slow_columns(data: Data) -> Columns:
@@ -432,35 +391,3 @@ def _read_stats(
     kind[which[first]] = v_kind[first]
     value[which[first]] = v[first]
     cur[which[ok]] = stop[ok]
-
-
-_LINE_TIMESTAMP_TAG = 0x18  # XLine field 3 (timestamp_ns), varint
-
-
-def line_header(data: bytes, whole: bool = True) -> tuple[bool, int] | None:
-    """(has events, timestamp_ns) of a serialized line, reading only its first fields.
-    `whole=False`: `data` is the line's first bytes only; None where they do not tell."""
-    try:
-        first = _first_event_offset(data)
-        i, stamp = 0, 0
-        while i < (first if first is not None else len(data)):
-            tag, i = _varint_at(data, i)
-            if tag == _LINE_TIMESTAMP_TAG:
-                value, i = _varint_at(data, i)
-                stamp = value - (1 << 64) if value >= 1 << 63 else value
-                continue
-            skipped = _skip_field(data, i, tag & 7)
-            if skipped is None:
-                break
-            i = skipped
-    except ValueError:
-        if whole:
-            raise
-        return None
-    if first is None or stamp == 0:
-        if not whole:
-            return None
-        # Unusual layout (timestamp after the events, or none): decode the line.
-        light = xline_events_as_bytes_class().FromString(data)
-        return len(light.events) > 0, int(light.timestamp_ns)
-    return True, stamp

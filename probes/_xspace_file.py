@@ -7,7 +7,10 @@ protobuf to parse) and each line's place in the file, so that `probes.trace` rea
 line at a time and never holds the file and its decoded columns at once. It returns
 None where the file is not laid out as protobuf writes it (a field number or wire type
 these messages never use, a length past the end); the caller then parses the file whole
-with protobuf, which says what is wrong.
+with protobuf, which says what is wrong. `LineReader` reads the lines into one buffer.
+
+Within a line: `first_event_offset` finds its first event record and `line_header` its
+timestamp, walking only the line's own fields before its events.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 from io import BufferedReader
 from typing import BinaryIO
 
+from tftune.probes._schema import xline_events_as_bytes_class
+
+Data = bytes | memoryview  # a serialized line: its bytes, or a view of a buffer read into
 _PLANES = 1  # XSpace field 1
 _LINES = 3  # XPlane field 3
 _LEN = 2  # wire type of a length-delimited field
@@ -73,37 +79,25 @@ class LineReader:
         return view
 
 
-def _varint(data: bytes, i: int) -> tuple[int, int] | None:
-    value, shift = 0, 0
-    while i < len(data) and shift < 64:
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return value, i
-        shift += 7
-    return None
-
-
 def _field(r: _Reader, at: int, end: int) -> tuple[int, int, int] | None:
     """The field at `at`: (field number, where its value starts, where it ends), for
     a value within `end`; None for a wire type these messages never use."""
     head = r.read(at, _MAX_HEADER)
-    tag = _varint(head, 0)
-    if tag is None or tag[0] >> 3 == 0:
+    try:
+        key, i = _varint_at(head, 0)
+        wire = key & 7
+        if wire == 0:
+            stop = _varint_at(head, i)[1]
+        elif wire == _LEN:
+            length, i = _varint_at(head, i)
+            stop = i + length
+        elif wire in (1, 5):
+            stop = i + (8 if wire == 1 else 4)
+        else:
+            return None
+    except ValueError:  # a varint cut short
         return None
-    (key, i), wire = tag, tag[0] & 7
-    if wire == 0:
-        value = _varint(head, i)
-        stop = value[1] if value is not None else None
-    elif wire == _LEN:
-        length = _varint(head, i)
-        i, stop = (length[1], length[1] + length[0]) if length is not None else (i, None)
-    elif wire in (1, 5):
-        stop = i + (8 if wire == 1 else 4)
-    else:
-        return None
-    if stop is None or at + stop > end:
+    if key >> 3 == 0 or at + stop > end:
         return None
     return key >> 3 if wire == _LEN else -1, at + i, at + stop
 
@@ -145,3 +139,81 @@ def read_layout(f: BinaryIO, size: int) -> FileLayout | None:
             rest += r.read(at, stop - at)
         at = stop
     return FileLayout(bytes(rest), tuple(planes))
+
+
+# -- a line's own fields, before its events ------------------------------------------
+
+_EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
+
+
+def first_event_offset(data: Data) -> int | None:
+    """Byte offset of the first `events` record in a serialized XLine."""
+    i, n = 0, len(data)
+    while i < n:
+        tag, i = _varint_at(data, i)
+        if tag == _EVENT_TAG:
+            return i - 1 if data[i - 1] == _EVENT_TAG else None
+        skipped = _skip_field(data, i, tag & 7)
+        if skipped is None:
+            return None
+        i = skipped
+    return None
+
+
+def _skip_field(data: Data, i: int, wire: int) -> int | None:
+    """The offset past a field's value of wire type `wire` at `i`; None for a type
+    (groups) these messages never use."""
+    if wire == 0:
+        return _varint_at(data, i)[1]
+    if wire == 2:
+        size, i = _varint_at(data, i)
+        return i + size
+    if wire == 1:
+        return i + 8
+    if wire == 5:
+        return i + 4
+    return None
+
+
+def _varint_at(data: Data, i: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while i < len(data) and shift < 70:
+        b = data[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return value, i
+        shift += 7
+    raise ValueError("truncated varint")
+
+
+_LINE_TIMESTAMP_TAG = 0x18  # XLine field 3 (timestamp_ns), varint
+
+
+def line_header(data: Data, whole: bool = True) -> tuple[bool, int] | None:
+    """(has events, timestamp_ns) of a serialized line, reading only its first fields.
+    `whole=False`: `data` is the line's first bytes only; None where they do not tell."""
+    try:
+        first = first_event_offset(data)
+        i, stamp = 0, 0
+        while i < (first if first is not None else len(data)):
+            tag, i = _varint_at(data, i)
+            if tag == _LINE_TIMESTAMP_TAG:
+                value, i = _varint_at(data, i)
+                stamp = value - (1 << 64) if value >= 1 << 63 else value
+                continue
+            skipped = _skip_field(data, i, tag & 7)
+            if skipped is None:
+                break
+            i = skipped
+    except ValueError:
+        if whole:
+            raise
+        return None
+    if first is None or stamp == 0:
+        if not whole:
+            return None
+        # Unusual layout (timestamp after the events, or none): decode the line.
+        light = xline_events_as_bytes_class().FromString(data)
+        return len(light.events) > 0, int(light.timestamp_ns)
+    return True, stamp

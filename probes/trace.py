@@ -30,8 +30,8 @@ from tftune.probes._schema import (
     xplane_lines_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes._wire import first_stat, line_columns, line_header, slow_columns
-from tftune.probes._xspace_file import FileLayout, LineReader, read_at, read_layout
+from tftune.probes._wire import first_stat, line_columns, slow_columns
+from tftune.probes._xspace_file import FileLayout, LineReader, line_header, read_at, read_layout
 
 I64 = npt.NDArray[np.int64]
 
