@@ -342,9 +342,64 @@ def first_stat(
             cur[varint[ok]] = after[ok]
         stat = live[tag_class == 2]
         if stat.size:
+            stat = _read_plain_stats(b, cur, end, stat, keys, kind, value)
+        if stat.size:
             _read_stats(b, cur, end, stat, keys, kind, value, unusual)
         live = live[~unusual[live] & (cur[live] < end[live])]
     return kind, value, unusual
+
+
+def _read_plain_stats(
+    b: _Bytes,
+    cur: I64,
+    end: I64,
+    which: I64,
+    keys: I64,
+    kind: npt.NDArray[np.int8],
+    value: npt.NDArray[np.uint64],
+) -> I64:
+    """`_read_stats` of the stats laid out the usual way (a one-byte length, a metadata
+    id of one or two bytes, then no value, a double, or an integer ending the stat), with
+    a few byte reads and one word each; returns the events whose stat is not such."""
+    fits = cur[which] <= b.size - 32  # nearer the end: `_read_stats`
+    if not fits.any():
+        return which
+    rest = [which[~fits]]
+    which = which[fits]
+    buf = b.buf
+    at = cur[which]
+    length = buf[at + 1].astype(np.int64)
+    b3, b4 = buf[at + 3].astype(np.int64), buf[at + 4].astype(np.int64)
+    short_id = b3 < 0x80
+    sid = np.where(short_id, b3, (b3 & 0x7F) | (b4 << 7))
+    vat = at + np.where(short_id, 4, 5)  # the value's tag
+    n_value = at + 2 + length - vat - 1  # bytes after the tag, to the stat's end
+    vtag = buf[vat]
+    ints = (vtag == _VALUE_U64) | (vtag == _VALUE_I64) | (vtag == _VALUE_REF)
+    ints &= (n_value >= 1) & (n_value <= _MAX_VARINT)
+    plain = (length < 0x80) & (at + 2 + length <= end[which]) & (buf[at + 2] == _STAT_ID_TAG)
+    plain &= short_id | (b4 < 0x80)
+    plain &= (n_value == -1) | ints | ((vtag == _VALUE_DOUBLE) & (n_value == 8))
+    # An integer ends exactly at the stat's end (a 10-byte one within 64 bits).
+    v, size = _word_varints(b, vat + 1)
+    plain &= ~ints | ((size == n_value) & ((size < _MAX_VARINT) | (buf[vat + size] <= 1)))
+    mine = np.flatnonzero(plain)
+    got = mine[(kind[which[mine]] == STAT_NONE) & _among(sid[mine], keys)]
+    kind[which[got]] = np.where(n_value[got] == -1, STAT_OTHER, _VALUE_CLASS[vtag[got]])
+    got = got[ints[got]]
+    value[which[got]] = v[got]
+    cur[which[mine]] = at[mine] + 2 + length[mine]
+    rest.append(which[~plain])
+    left: I64 = np.concatenate(rest)
+    return left
+
+
+def _among(values: I64, keys: I64) -> npt.NDArray[np.bool_]:
+    """Whether each value is one of `keys` (a few: no sort, as np.isin would)."""
+    found = np.zeros(values.shape[0], dtype=bool)
+    for k in keys.tolist():
+        found |= values == k
+    return found
 
 
 def _read_stats(
