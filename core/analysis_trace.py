@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
+from itertools import repeat
 from typing import Any, NamedTuple, overload
 
 from tftune.core.document_reading import Reader, share
@@ -259,18 +260,16 @@ class StepTable(Sequence[StepRow]):
         return hash(tuple(self))
 
     def to_json(self) -> list[dict[str, Any]]:
+        if len(set(map(len, (self.step, self.start_ms, self.duration_ms)))) > 1 or any(
+            len(ms) != len(self.step) for _, ms in (*self.parts, ("", self.host_to_device_bytes))
+        ):
+            raise ValueError("a StepTable's columns must have one value per step")
         parts = _part_keys(tuple(c for c, _ in self.parts))
         keys = ("step", *_STEP_TIMES, *parts, "host_to_device_bytes")
-        parts_ms = (ms for _, ms in self.parts)
-        columns = zip(
-            self.step,
-            self.start_ms,
-            self.duration_ms,
-            *parts_ms,
-            self.host_to_device_bytes,
-            strict=True,
-        )
-        return [dict(zip(keys, row, strict=True)) for row in columns]
+        columns = (self.step, self.start_ms, self.duration_ms, *(ms for _, ms in self.parts))
+        # Lengths checked above: the rows are zipped without a check per row.
+        rows = zip(*columns, self.host_to_device_bytes, strict=False)
+        return list(map(dict, map(zip, repeat(keys), rows)))
 
 
 def steps_json(rows: Sequence[StepRow]) -> list[dict[str, Any]]:
