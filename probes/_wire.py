@@ -231,18 +231,12 @@ def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | Non
     as the serializers write them."""
     buf = b.buf
     last = buf.shape[0] - 1
+    if start.shape[0] and int(end.max()) <= b.size - 16:
+        return _decode_far_fields(b, start.copy(), end, out)
     cur = start.copy()
     for tag, col in _EVENT_FIELDS:
         present = buf[np.minimum(cur, last)] == tag
         present &= cur < end
-        if present.all():  # the usual case: every event has the field
-            value, size = _varints_at(b, cur + 1)
-            if not (size > 0).all():
-                return None
-            out[col][:] = value.view(np.int64)
-            cur += size
-            cur += 1
-            continue
         here = np.flatnonzero(present)
         if not here.size:
             continue
@@ -251,11 +245,41 @@ def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | Non
             return None
         out[col][here] = value.view(np.int64)
         cur[here] += 1 + size
-    # Anything after the bulk fields must be stats or num_occurrences; otherwise the
-    # event's fields are out of the usual order and bulk decoding would misread them.
+    return _fields_end(buf, cur, end)
+
+
+def _decode_far_fields(b: _Bytes, cur: I64, end: I64, out: list[I64]) -> I64 | None:
+    """`_decode_fields` of events that end at least 16 bytes before the line's end: each
+    field read at every event, kept where its tag is there (most events have all)."""
+    buf = b.buf
+    for tag, col in _EVENT_FIELDS:
+        present = buf[cur] == tag
+        present &= cur < end
+        first = buf[cur + 1]
+        if (first < 0x80).all():  # one byte each: ids, small values
+            value, size = first.astype(np.uint64), np.ones(cur.shape[0], dtype=np.int64)
+        else:
+            value, size = _word_varints(b, cur + 1)
+        if present.all():
+            if not (size > 0).all():
+                return None
+            out[col][:] = value.view(np.int64)
+            cur += size
+            cur += 1
+            continue
+        if not (present <= (size > 0)).all():
+            return None
+        out[col][present] = value.view(np.int64)[present]
+        cur += np.where(present, size + 1, 0)
+    return _fields_end(buf, cur, end)
+
+
+def _fields_end(buf: _U8, cur: I64, end: I64) -> I64 | None:
+    """`cur`, where what follows the bulk fields is stats or num_occurrences (else the
+    event's fields are out of the usual order and bulk decoding would misread them)."""
     if (cur > end).any():
         return None
-    after = buf[np.minimum(cur[cur < end], last)]
+    after = buf[np.minimum(cur[cur < end], buf.shape[0] - 1)]
     return cur if ((after == 0x22) | (after == 0x28)).all() else None
 
 
