@@ -10,6 +10,8 @@ re-parses the events one by one. `first_stat` reads one stat of many events at o
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -186,7 +188,7 @@ _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
 # A line's columns (metadata id, offset, duration) and its events' stats: the bytes of
 # each event after its first three fields, laid end to end; event i's are
 # stats[bounds[i]:bounds[i + 1]] and parse as an XEvent that has the event's stats.
-Columns = tuple[I64, I64, I64, bytes, I64]
+Columns = tuple[npt.NDArray[np.signedinteger[Any]], I64, I64, bytes, npt.NDArray[np.integer[Any]]]
 
 
 def line_columns(data: Data, lengths: I64) -> Columns | None:
@@ -210,19 +212,28 @@ def line_columns(data: Data, lengths: I64) -> Columns | None:
         return None
     np.cumsum(ends, out=ends)
     ends += first
-    cols = tuple(np.zeros(n, dtype=np.int64) for _ in _EVENT_FIELDS)
-    bounds = np.zeros(n + 1, dtype=np.int64)
+    # Ids in 4 bytes each while they fit (they are small), offsets and durations in 8;
+    # stats bounds in 4 bytes for a line under 4 GiB.
+    mids: npt.NDArray[np.signedinteger[Any]] = np.zeros(n, dtype=np.int32)
+    offs, durs = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    bounds = np.zeros(n + 1, dtype=np.uint32 if buf.shape[0] < 2**32 else np.int64)
+    batch_mids = np.zeros(min(n, _DECODE_BATCH), dtype=np.int64)
     stats: list[npt.NDArray[np.uint8]] = []
     for lo in range(0, n, _DECODE_BATCH):
         hi = min(lo + _DECODE_BATCH, n)
         end = ends[lo:hi]
-        cur = _decode_fields(b, end - lengths[lo:hi], end, [c[lo:hi] for c in cols])
+        batch = batch_mids[: hi - lo]
+        batch[:] = 0
+        cur = _decode_fields(b, end - lengths[lo:hi], end, [batch, offs[lo:hi], durs[lo:hi]])
         if cur is None:
             return None
+        if mids.dtype != np.int64 and not -(2**31) <= int(batch.min()) <= int(batch.max()) < 2**31:
+            mids = mids.astype(np.int64)
+        mids[lo:hi] = batch
         stats.append(_gather(buf, cur, end))
-        np.subtract(end, cur, out=bounds[lo + 1 : hi + 1])
-    np.cumsum(bounds, out=bounds)
-    return cols[0], cols[1], cols[2], b"".join([s.data for s in stats]), bounds
+        bounds[lo + 1 : hi + 1] = end - cur
+    np.cumsum(bounds, dtype=bounds.dtype, out=bounds)
+    return mids, offs, durs, b"".join([s.data for s in stats]), bounds
 
 
 def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | None:

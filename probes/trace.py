@@ -229,7 +229,7 @@ def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane
         raise TraceError(f"{path}: not a valid XSpace trace (event times out of range)")
     if base_ps:
         offs += base_ps
-    if n and int(mids.min()) >= -(2**31) and int(mids.max()) < 2**31:
+    if n and mids.dtype != np.int32 and -(2**31) <= int(mids.min()) <= int(mids.max()) < 2**31:
         mids = mids.astype(np.int32)  # 4 bytes an event saved: ids are small
     return Line(
         id=line_id,
@@ -241,7 +241,7 @@ def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane
         duration_ps=durs,
         _data=stats,
         # Bounds fit 32 bits for stats under 4 GiB: 4 bytes an event saved.
-        _bounds=bounds.astype(np.uint32) if len(stats) < 2**32 else bounds,
+        _bounds=bounds.astype(np.uint32, copy=False) if len(stats) < 2**32 else bounds,
     )
 
 
