@@ -14,16 +14,15 @@ live in `core.analysis_trace` (files, steps, stages, timeline, XProf's figures) 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tftune.core.analysis_advice import Bottleneck, Fix, NextMove, Verdict
+from tftune.core.analysis_steps import StepRow, StepSummary, steps_json
 from tftune.core.analysis_trace import (
     RunMetadata,
     StageRow,
-    StepRow,
-    StepSummary,
     Timeline,
     ToolInfo,
     TraceSource,
@@ -51,7 +50,7 @@ class AnalysisDocument:
     verdict: Verdict  # `input_bound`, `input_share` and `verdict`
     breakdown: Shares  # every category of step time, in the document's order
     input_categories: Shares  # the input wait by what it waited for
-    per_step: tuple[StepRow, ...]
+    per_step: Sequence[StepRow]  # a `StepTable` as produced, rows as read back
     bottlenecks: tuple[Bottleneck, ...]  # most important first
     recommendations: tuple[Fix, ...]  # ranked by expected gain
     stages: tuple[StageRow, ...]  # parents before children
@@ -78,7 +77,7 @@ class AnalysisDocument:
             **self.verdict.to_json(),
             "breakdown": dict(self.breakdown),
             "input_categories": dict(self.input_categories),
-            "per_step": [s.to_json() for s in self.per_step],
+            "per_step": steps_json(self.per_step),
             "bottlenecks": [b.to_json() for b in self.bottlenecks],
             "recommendations": [r.to_json() for r in self.recommendations],
             "stages": [s.to_json() for s in self.stages],

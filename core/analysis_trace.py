@@ -1,5 +1,5 @@
-"""The analysis document's account of the trace: which files, its steps, its tf.data
-stages, a timeline of representative steps and XProf's cross-check.
+"""The analysis document's account of the trace: which files, its tf.data stages, a
+timeline of representative steps and XProf's cross-check (its steps: `core.analysis_steps`).
 
 Part types of `core.analysis_document.AnalysisDocument`. Each is frozen; `to_json` writes
 its JSON object as docs/json.md describes it (it computes nothing) and `read` reads one
@@ -12,19 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, NamedTuple
 
 from tftune.core.document_reading import Reader, share
-
-_STEP_TIMES = ("start_ms", "duration_ms")
-
-
-@cache
-def _part_keys(categories: tuple[str, ...]) -> tuple[str, ...]:
-    """A step row's keys of its parts: `<category>_ms`."""
-    return tuple(f"{c}_ms" for c in categories)
-
 
 # A stage's depth in the tf.data tree: real pipelines nest a few dozen deep at most.
 MAX_STAGE_DEPTH = 256
@@ -125,73 +115,6 @@ class RunMetadata:
             devices=r.strings("devices"),
             profile_duration_ms=r.number("profile_duration_ms"),
             cores=r.integer("cores"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StepSummary:
-    """How many steps, and their mean, median and p90 time (`steps`); times are `None`
-    without steps."""
-
-    count: int
-    mean_ms: float | None
-    p50_ms: float | None
-    p90_ms: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "count": self.count,
-            "mean_ms": self.mean_ms,
-            "p50_ms": self.p50_ms,
-            "p90_ms": self.p90_ms,
-        }
-
-    @classmethod
-    def read(cls, r: Reader) -> StepSummary:
-        return cls(
-            count=r.integer("count", required=True, nullable=False) or 0,
-            mean_ms=r.number("mean_ms"),
-            p50_ms=r.number("p50_ms"),
-            p90_ms=r.number("p90_ms"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StepRow:
-    """One step of `per_step`: its number, start and duration, and its disjoint parts
-    (category, ms), in the document's order, that sum to the duration."""
-
-    step: int
-    start_ms: float | None
-    duration_ms: float | None
-    parts: tuple[tuple[str, float | None], ...]
-    host_to_device_bytes: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "step": self.step,
-            "start_ms": self.start_ms,
-            "duration_ms": self.duration_ms,
-        }
-        if self.parts:  # tens of thousands of rows: the keys are made once per order
-            categories, ms = zip(*self.parts, strict=True)
-            out.update(zip(_part_keys(categories), ms, strict=True))
-        out["host_to_device_bytes"] = self.host_to_device_bytes
-        return out
-
-    @classmethod
-    def read(cls, r: Reader) -> StepRow:
-        parts = tuple(
-            (key[: -len("_ms")], r.number(key))
-            for key in r.fields()
-            if key.endswith("_ms") and key not in _STEP_TIMES
-        )
-        return cls(
-            step=r.required_integer("step"),
-            start_ms=r.number("start_ms"),
-            duration_ms=r.number("duration_ms"),
-            parts=parts,
-            host_to_device_bytes=r.integer("host_to_device_bytes"),
         )
 
 

@@ -181,7 +181,8 @@ def _json_table(rows: list[Any] | tuple[Any, ...], depth: int, out: list[str]) -
     kind = type(rows[0])
     if kind not in (dict, list) or any(type(r) is not kind or not r for r in rows):
         return False
-    if kind is dict and not all(type(k) is str for r in rows for k in r):
+    # Every key a str, checked on the distinct keys (one set, not a test per cell).
+    if kind is dict and not all(type(k) is str for k in set().union(*rows)):
         return False
     if not _scalars(
         chain.from_iterable(r.values() for r in rows) if kind is dict else chain.from_iterable(rows)

@@ -9,11 +9,12 @@ SVG built in Python (`reports._svg`); the shell is `reports._page`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tftune.core.analysis_advice import Bottleneck
-from tftune.core.analysis_trace import StageRow, StepRow, Timeline
+from tftune.core.analysis_steps import StepRow, StepTable
+from tftune.core.analysis_trace import StageRow, Timeline
 from tftune.core.vocabulary import NOT_MEASURED, Band, is_host_to_device, stage_kind
 from tftune.reports import _svg
 from tftune.reports._page import (
@@ -248,6 +249,13 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
     )
 
 
+def _step_starts(rows: Sequence[StepRow]) -> Iterable[tuple[int, float | None]]:
+    """Each step's number and start, from a table's columns without a row per step."""
+    if isinstance(rows, StepTable):
+        return zip(rows.step, rows.start_ms, strict=True)
+    return ((r.step, r.start_ms) for r in rows)
+
+
 def _sample(rows: Sequence[StepRow], limit: int) -> list[StepRow]:
     if len(rows) <= limit:
         return list(rows)
@@ -424,9 +432,9 @@ def _timeline_section(m: AnalysisReport) -> str:
         label += f" {seen[label]}" if seen[label] > 1 else ""
         lanes.append(_svg.Lane(label, tr.kind, tuple(events), note))
     markers = [
-        (r.start_ms, f"step {r.step}")
-        for r in m.per_step
-        if r.start_ms is not None and t.start_ms <= r.start_ms <= t.end_ms
+        (start, f"step {step}")
+        for step, start in _step_starts(m.per_step)
+        if start is not None and t.start_ms <= start <= t.end_ms
     ]
     chart = _svg.timeline(
         lanes,

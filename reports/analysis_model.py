@@ -12,14 +12,15 @@ Renderers (`reports.analysis_html`) only format this model and the document's ty
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 from tftune.core.analysis_advice import Bottleneck, NextMove, Verdict
 from tftune.core.analysis_document import AnalysisDocument
-from tftune.core.analysis_trace import StageRow, StepRow, StepSummary, Timeline, XProfCheck
+from tftune.core.analysis_steps import StepRow, StepSummary, StepTable
+from tftune.core.analysis_trace import StageRow, Timeline, XProfCheck
 from tftune.core.document_reading import Reader, dump, epoch_stall_of, sizing_caption
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 
@@ -67,7 +68,7 @@ class AnalysisReport:
     input_share: float | None
     verdict: Verdict
     breakdown: tuple[tuple[str, float | None], ...]
-    per_step: tuple[StepRow, ...]
+    per_step: Sequence[StepRow]
     per_step_total: int
     bottlenecks: tuple[Bottleneck, ...]
     stages: tuple[StageRow, ...]
@@ -112,7 +113,7 @@ def build_analysis_model(
         input_share=doc.verdict.input_share,
         verdict=doc.verdict,
         breakdown=_in_order(doc.breakdown),
-        per_step=tuple(_step_in_order(s) for s in doc.per_step[:MAX_STEPS]),
+        per_step=_steps_in_order(doc.per_step[:MAX_STEPS]),
         per_step_total=len(doc.per_step),
         bottlenecks=doc.bottlenecks[:MAX_BOTTLENECKS],
         stages=doc.stages[:MAX_STAGES],
@@ -148,6 +149,19 @@ def _capped(data: Mapping[str, Any], timeline: Timeline | None) -> dict[str, Any
             ],
         }
     return capped
+
+
+def _steps_in_order(rows: Sequence[StepRow]) -> Sequence[StepRow]:
+    """The rows with their parts in `_in_order`'s order: a table's columns reordered
+    once, for all its rows."""
+    if not isinstance(rows, StepTable):
+        return tuple(_step_in_order(s) for s in rows)
+    keys = tuple(c for c, _ in rows.parts)
+    order = _order_of(keys)
+    if order == keys:
+        return rows
+    columns = dict(rows.parts)
+    return replace(rows, parts=tuple((c, columns[c]) for c in order))
 
 
 def _step_in_order(row: StepRow) -> StepRow:

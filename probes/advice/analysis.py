@@ -16,11 +16,11 @@ from typing import Any
 
 from tftune.core.analysis_advice import Bottleneck, Fix, NextMove, jsonable
 from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.analysis_steps import StepSummary
 from tftune.core.analysis_trace import (
     RunMetadata,
     SkippedFile,
     StageRow,
-    StepSummary,
     Timeline,
     ToolInfo,
     TraceFile,
@@ -169,7 +169,7 @@ class Analysis:
             verdict=f.verdict,
             breakdown=tuple(self.breakdown.fractions().items()),
             input_categories=tuple(f.category_shares.items()),
-            per_step=self.breakdown.step_rows(),
+            per_step=self.breakdown.step_table(),
             bottlenecks=tuple(_bottleneck(b, i) for i, b in enumerate(f.bottlenecks, 1)),
             recommendations=tuple(_fix(r, round(r.gain, 4)) for r in self.recommendations),
             stages=tuple(_stage_row(s) for s in self.stages.stages),

@@ -123,10 +123,11 @@ def _add_field(
         field.oneof_index = oneof
 
 
-def _build(package: str, as_bytes: dict[str, str]) -> Any:
-    """A descriptor pool with our messages; `as_bytes` maps message -> a repeated
-    message field to declare as `repeated bytes` instead (same wire format), so the
-    parser hands those sub-messages over undecoded."""
+@cache
+def _build(package: str, as_bytes: tuple[tuple[str, str], ...]) -> Any:
+    """A descriptor pool with our messages (one per arguments); `as_bytes` lists
+    (message, a repeated message field) to declare as `repeated bytes` instead (same
+    wire format), so the parser hands those sub-messages over undecoded."""
     fdp = descriptor_pb2.FileDescriptorProto(
         name=f"{package.replace('.', '/')}.proto", package=package, syntax="proto3"
     )
@@ -135,7 +136,7 @@ def _build(package: str, as_bytes: dict[str, str]) -> Any:
         if msg_name in _ONEOFS:
             msg.oneof_decl.add(name=_ONEOFS[msg_name])
         for spec in fields:
-            if as_bytes.get(msg_name) == spec[0]:
+            if (msg_name, spec[0]) in as_bytes:
                 spec = (spec[0], spec[1], _REP, _BYTES, None, None)
             _add_field(msg, spec, package)
         for entry_name, value_type in _MAP_ENTRIES.get(msg_name, []):
@@ -155,18 +156,25 @@ def _message(pool: Any, package: str, name: str) -> Any:
 @cache
 def xevent_class() -> Any:
     """The full XEvent class, to decode one event's stats on demand."""
-    return _message(_build(_PACKAGE, {}), _PACKAGE, "XEvent")
+    return _message(_build(_PACKAGE, ()), _PACKAGE, "XEvent")
 
 
 @cache
 def xspace_lines_as_bytes_class() -> Any:
     """XSpace whose planes keep each line as its serialized bytes (`XPlane.lines`)."""
     package = f"{_PACKAGE}.bulk"
-    return _message(_build(package, {"XPlane": "lines"}), package, "XSpace")
+    return _message(_build(package, (("XPlane", "lines"),)), package, "XSpace")
+
+
+@cache
+def xplane_lines_as_bytes_class() -> Any:
+    """XPlane with each line kept as its serialized bytes (a plane's fields but lines)."""
+    package = f"{_PACKAGE}.bulk"
+    return _message(_build(package, (("XPlane", "lines"),)), package, "XPlane")
 
 
 @cache
 def xline_events_as_bytes_class() -> Any:
     """XLine whose events stay serialized (`XLine.events` as bytes, one per event)."""
     package = f"{_PACKAGE}.bulk"
-    return _message(_build(package, {"XLine": "events"}), package, "XLine")
+    return _message(_build(package, (("XLine", "events"),)), package, "XLine")

@@ -1,19 +1,22 @@
 """Protobuf wire-format decoding of serialized XLines, column-wise, without an object per event.
 
 `line_columns` reads every event's metadata id, offset and duration (XEvent fields 1-3,
-varints) with numpy, over all events at once, and where each event's bytes lie in the
-line (so `probes.traces.trace.Line` can decode one event's stats on demand). It needs the
-events laid out as every protobuf serializer writes them (contiguous, fields in number
-order) and returns None otherwise; `slow_columns` then re-parses the events one by one.
-`line_header` reads a line's timestamp and whether it has events, without decoding it.
+varints) with numpy, over all events at once, and keeps each event's stats (the bytes
+after those fields) end to end, so that `probes.traces.trace.Line` can decode one event's
+stats on demand. It needs the events laid out as every protobuf serializer writes them
+(contiguous, fields in number order) and returns None otherwise; `slow_columns` then
+re-parses the events one by one. `first_stat` reads one stat of many events at once.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from tftune.probes.traces._schema import xevent_class, xline_events_as_bytes_class
+from tftune.probes.traces._xspace_file import Data, first_event_offset
 
 I64 = npt.NDArray[np.int64]
 _U8 = npt.NDArray[np.uint8]
@@ -25,14 +28,15 @@ _MAX_VARINT = 10
 
 
 def _varint_size(values: I64) -> I64:
+    """The size of each non-negative value's varint: one byte, plus one per 7 bits past
+    the first 7, counted against each threshold up to the largest value."""
     size = np.ones(values.shape, dtype=np.int64)
-    v = values.astype(np.uint64) >> np.uint64(7)
-    while True:
-        more = v > 0
-        if not more.any():
-            return size
-        size += more
-        v >>= np.uint64(7)
+    top = int(values.max()) if values.size else 0
+    bits = 7
+    while top >> bits:
+        size += values >= 1 << bits
+        bits += 7
+    return size
 
 
 def _read_varints(buf: _U8, pos: I64) -> tuple[npt.NDArray[np.uint64], I64, npt.NDArray[np.bool_]]:
@@ -64,36 +68,49 @@ def _read_varints(buf: _U8, pos: I64) -> tuple[npt.NDArray[np.uint64], I64, npt.
 
 _U64 = np.uint64
 _MSB = _U64(0x8080808080808080)
+_ONES = _U64(0x0101010101010101)
 
 
 class _Bytes:
     """A serialized line's bytes, as bytes and as 8-byte words, so that the 8 bytes at
     any offset are read in a few operations on whole columns (`word_at`)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: Data) -> None:
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.size = int(self.buf.shape[0])
         self.words: npt.NDArray[np.uint64] = np.frombuffer(data, "<u8", count=self.size // 8)
 
     def word_at(self, at: I64) -> npt.NDArray[np.uint64]:
         """The 8 bytes from each offset, little-endian; each offset + 16 <= the size."""
-        q = at >> 3
-        shift = (at & 7).astype(np.uint64) << _U64(3)
-        low, high = self.words[q], self.words[q + 1]
-        spliced = (low >> shift) | (high << ((_U64(64) - shift) & _U64(63)))
-        word: npt.NDArray[np.uint64] = np.where(shift == 0, low, spliced)
-        return word
+        shift = (at & 7).astype(np.uint64)
+        shift <<= _U64(3)
+        low: npt.NDArray[np.uint64] = self.words[at >> 3]
+        high: npt.NDArray[np.uint64] = self.words[(at >> 3) + 1]
+        low >>= shift
+        # The high word's share, shifted by 64 - shift in two steps: none where shift is 0.
+        high <<= _U64(1)
+        high <<= _U64(63) - shift
+        low |= high
+        return low
 
 
 def _compact(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """The low 7 bits of each of a word's 8 bytes, packed: 8 varint groups, 56 bits."""
-    x = w & _U64(0x7F7F7F7F7F7F7F7F)
-    x = (x & _U64(0x007F007F007F007F)) | ((x & _U64(0x7F007F007F007F00)) >> _U64(1))
-    x = (x & _U64(0x00003FFF00003FFF)) | ((x & _U64(0x3FFF00003FFF0000)) >> _U64(2))
-    packed: npt.NDArray[np.uint64] = (x & _U64(0x000000000FFFFFFF)) | (
-        (x & _U64(0x0FFFFFFF00000000)) >> _U64(4)
-    )
-    return packed
+    x: npt.NDArray[np.uint64] = w & _U64(0x7F7F7F7F7F7F7F7F)
+    for keep, move, by in _PACK_STEPS:
+        high = x & move
+        high >>= by
+        x &= keep
+        x |= high
+    return x
+
+
+# Each step joins neighbouring groups: 7-bit pairs, then 14-bit pairs, then 28-bit pairs.
+_PACK_STEPS = (
+    (_U64(0x007F007F007F007F), _U64(0x7F007F007F007F00), _U64(1)),
+    (_U64(0x00003FFF00003FFF), _U64(0x3FFF00003FFF0000), _U64(2)),
+    (_U64(0x000000000FFFFFFF), _U64(0x0FFFFFFF00000000), _U64(4)),
+)
 
 
 def _varints_at(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
@@ -105,45 +122,48 @@ def _varints_at(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np
     n = at.shape[0]
     if n and int(at.min()) >= 0 and int(at.max()) <= b.size - 16:
         first = b.buf[at]
-        single = first < 0x80  # most lengths, ids and small values: one byte
-        if single.all():
+        if (first < 0x80).all():  # most lengths, ids and small values: one byte
             return first.astype(np.uint64), np.ones(n, dtype=np.int64)
-        value = first.astype(np.uint64)
-        size = single.astype(np.int64)
-        far = np.flatnonzero(~single)
-    else:
-        value = np.zeros(n, dtype=np.uint64)
-        size = np.zeros(n, dtype=np.int64)
-        near = (at < 0) | (at > b.size - 16)
-        if near.any():
-            inside = near & (at >= 0) & (at < b.size)
-            v, sz, good = _read_varints(b.buf, np.where(inside, at, 0)[near])
-            value[near], size[near] = v, np.where(good & inside[near], sz, 0)
-        far = np.flatnonzero(~near)
-        first = b.buf[at[far]]
-        single = first < 0x80
-        value[far[single]], size[far[single]] = first[single], 1
-        far = far[~single]
-    if not far.size:
-        return value, size
-    a = at[far]
-    w = b.word_at(a)
+        return _word_varints(b, at, values)
+    value = np.zeros(n, dtype=np.uint64)
+    size = np.zeros(n, dtype=np.int64)
+    near = (at < 0) | (at > b.size - 16)
+    if near.any():
+        inside = near & (at >= 0) & (at < b.size)
+        v, sz, good = _read_varints(b.buf, np.where(inside, at, 0)[near])
+        value[near], size[near] = v, np.where(good & inside[near], sz, 0)
+    far = np.flatnonzero(~near)
+    if far.size:
+        value[far], size[far] = _word_varints(b, at[far], values)
+    return value, size
+
+
+def _word_varints(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
+    """`_varints_at` of positions at least 16 bytes before the end: each varint's first
+    8 bytes read as one word, its size from the first byte without a continuation bit."""
+    w = b.word_at(at)
     stops = ~w & _MSB
-    lowest = stops & (~stops + _U64(1))
-    sz = np.frexp(lowest.astype(np.float64))[1].astype(np.int64) // 8  # 1..8, or 0
-    longer = np.flatnonzero(stops == 0)  # no last byte among the first 8
-    b8, b9 = b.buf[a[longer] + 8], b.buf[a[longer] + 9]
-    sz[longer] = np.where(b8 < 0x80, 9, np.where(b9 < 0x80, _MAX_VARINT, 0))
-    size[far] = sz
-    if values:
-        x = _compact(w)
-        short = sz < 8
-        x[short] &= (_U64(1) << (_U64(7) * sz[short].astype(np.uint64))) - _U64(1)
+    low = stops & (~stops + _U64(1))  # the last byte's top bit; 0 when past 8 bytes
+    below = low - _U64(1)  # the bits under it: all of them when past 8 bytes
+    # Bytes before the last one: the continuation bits under it, counted by a multiply.
+    size = (((below & _MSB) >> _U64(7)) * _ONES >> _U64(56)).astype(np.int64)
+    size += 1  # 1..8, or 9 when past 8 bytes
+    longer = np.flatnonzero(low == 0)
+    b8 = b9 = b.buf[:0]
+    if longer.size:
+        a = at[longer]
+        b8, b9 = b.buf[a + 8], b.buf[a + 9]
+        size[longer] = np.where(b8 < 0x80, 9, np.where(b9 < 0x80, _MAX_VARINT, 0))
+    if not values:
+        return np.zeros(at.shape[0], dtype=np.uint64), size
+    below |= low
+    w &= below  # the varint's own bytes (all 8 when past 8 bytes)
+    x = _compact(w)
+    if longer.size:
         x[longer] |= (b8 & 0x7F).astype(np.uint64) << _U64(56)
         # Bits past 64 are dropped, as protobuf drops them.
-        x[longer] |= (b9 & 1).astype(np.uint64) * (sz[longer] == _MAX_VARINT) << _U64(63)
-        value[far] = x
-    return value, size
+        x[longer] |= (b9 & 1).astype(np.uint64) * (size[longer] == _MAX_VARINT) << _U64(63)
+    return x, size
 
 
 def _varints_within(
@@ -161,110 +181,136 @@ def _varints_within(
 
 
 # Events decoded per numpy batch: bounds the temporaries on million-event lines.
-_DECODE_BATCH = 1 << 16
+_DECODE_BATCH = 1 << 14
+# False, True, False, ...: which spans `_gather` keeps (gaps and spans alternate).
+_ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
+
+# A line's columns (metadata id, offset, duration) and its events' stats: the bytes of
+# each event after its first three fields, laid end to end; event i's are
+# stats[bounds[i]:bounds[i + 1]] and parse as an XEvent that has the event's stats.
+Columns = tuple[npt.NDArray[np.signedinteger[Any]], I64, I64, bytes, npt.NDArray[np.integer[Any]]]
 
 
-def line_columns(data: bytes, n: int, lengths: I64) -> tuple[I64, I64, I64, I64] | None:
-    """Columns (metadata id, offset, duration) and event positions, decoded in bulk.
+def line_columns(data: Data, lengths: I64) -> Columns | None:
+    """A line's columns and stats (`Columns`), decoded in bulk from its serialized
+    bytes, given each event's length.
 
     Needs the events to be contiguous in the line's bytes (as every protobuf serializer
     writes them); returns None otherwise, and the caller takes the slow path.
     """
     b = _Bytes(data)
     buf = b.buf
-    first = _first_event_offset(data)
+    n = int(lengths.shape[0])
+    first = first_event_offset(data)
     if first is None:
         return None
-    # Each record is: tag byte, length varint, payload. `pos` is each payload's start.
-    pos = 1 + _varint_size(lengths)
-    pos += lengths
-    end_all = first + int(pos.sum())
+    # Each record is: tag byte, length varint, payload. `ends` is each payload's end.
+    ends = 1 + _varint_size(lengths)
+    ends += lengths
+    end_all = first + int(ends.sum())
     if end_all > buf.shape[0] or (end_all < buf.shape[0] and buf[end_all] == _EVENT_TAG):
         return None
-    np.cumsum(pos, out=pos)
-    pos -= lengths
-    pos += first
-    cols = np.zeros((3, n), dtype=np.int64)
+    np.cumsum(ends, out=ends)
+    ends += first
+    # Ids in 4 bytes each while they fit (they are small), offsets and durations in 8;
+    # stats bounds in 4 bytes for a line under 4 GiB.
+    mids: npt.NDArray[np.signedinteger[Any]] = np.zeros(n, dtype=np.int32)
+    offs, durs = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    bounds = np.zeros(n + 1, dtype=np.uint32 if buf.shape[0] < 2**32 else np.int64)
+    batch_mids = np.zeros(min(n, _DECODE_BATCH), dtype=np.int64)
+    stats: list[npt.NDArray[np.uint8]] = []
     for lo in range(0, n, _DECODE_BATCH):
         hi = min(lo + _DECODE_BATCH, n)
-        if not _decode_fields(b, pos[lo:hi], pos[lo:hi] + lengths[lo:hi], cols[:, lo:hi]):
+        end = ends[lo:hi]
+        batch = batch_mids[: hi - lo]
+        batch[:] = 0
+        cur = _decode_fields(b, end - lengths[lo:hi], end, [batch, offs[lo:hi], durs[lo:hi]])
+        if cur is None:
             return None
-    return cols[0], cols[1], cols[2], pos
+        if mids.dtype != np.int64 and not -(2**31) <= int(batch.min()) <= int(batch.max()) < 2**31:
+            mids = mids.astype(np.int64)
+        mids[lo:hi] = batch
+        stats.append(_gather(buf, cur, end))
+        bounds[lo + 1 : hi + 1] = end - cur
+    np.cumsum(bounds, dtype=bounds.dtype, out=bounds)
+    return mids, offs, durs, b"".join([s.data for s in stats]), bounds
 
 
-def _decode_fields(b: _Bytes, start: I64, end: I64, out: I64) -> bool:
-    """Decode the leading varint fields of a batch of events into `out` (3 x n)."""
+def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | None:
+    """Decode the leading varint fields of a batch of events into `out` (one column per
+    field); return where each event's fields end, or None if they are not laid out
+    as the serializers write them."""
     buf = b.buf
     last = buf.shape[0] - 1
+    if start.shape[0] and int(end.max()) <= b.size - 16:
+        return _decode_far_fields(b, start.copy(), end, out)
     cur = start.copy()
     for tag, col in _EVENT_FIELDS:
-        present = (cur < end) & (buf[np.minimum(cur, last)] == tag)
-        if present.all():  # the usual case: every event has the field
-            value, size = _varints_at(b, cur + 1)
-            if not (size > 0).all():
-                return False
-            out[col] = value.view(np.int64)
-            cur += 1 + size
-            continue
+        present = buf[np.minimum(cur, last)] == tag
+        present &= cur < end
         here = np.flatnonzero(present)
         if not here.size:
             continue
         value, size = _varints_at(b, cur[here] + 1)
         if not (size > 0).all():
-            return False
-        out[col, here] = value.view(np.int64)
-        cur[here] += 1 + size
-    # Anything after the bulk fields must be stats or num_occurrences; otherwise the
-    # event's fields are out of the usual order and bulk decoding would misread them.
-    if (cur > end).any():
-        return False
-    rest = cur < end
-    return bool(np.isin(buf[np.minimum(cur[rest], last)], (0x22, 0x28)).all())
-
-
-def _first_event_offset(data: bytes) -> int | None:
-    """Byte offset of the first `events` record in a serialized XLine."""
-    i, n = 0, len(data)
-    while i < n:
-        tag, i = _varint_at(data, i)
-        if tag == _EVENT_TAG:
-            return i - 1 if data[i - 1] == _EVENT_TAG else None
-        skipped = _skip_field(data, i, tag & 7)
-        if skipped is None:
             return None
-        i = skipped
-    return None
+        out[col][here] = value.view(np.int64)
+        cur[here] += 1 + size
+    return _fields_end(buf, cur, end)
 
 
-def _skip_field(data: bytes, i: int, wire: int) -> int | None:
-    """The offset past a field's value of wire type `wire` at `i`; None for a type
-    (groups) these messages never use."""
-    if wire == 0:
-        return _varint_at(data, i)[1]
-    if wire == 2:
-        size, i = _varint_at(data, i)
-        return i + size
-    if wire == 1:
-        return i + 8
-    if wire == 5:
-        return i + 4
-    return None
+def _decode_far_fields(b: _Bytes, cur: I64, end: I64, out: list[I64]) -> I64 | None:
+    """`_decode_fields` of events that end at least 16 bytes before the line's end: each
+    field read at every event, kept where its tag is there (most events have all)."""
+    buf = b.buf
+    for tag, col in _EVENT_FIELDS:
+        present = buf[cur] == tag
+        present &= cur < end
+        first = buf[cur + 1]
+        if (first < 0x80).all():  # one byte each: ids, small values
+            value, size = first.astype(np.uint64), np.ones(cur.shape[0], dtype=np.int64)
+        else:
+            value, size = _word_varints(b, cur + 1)
+        if present.all():
+            if not (size > 0).all():
+                return None
+            out[col][:] = value.view(np.int64)
+            cur += size
+            cur += 1
+            continue
+        if not (present <= (size > 0)).all():
+            return None
+        out[col][present] = value.view(np.int64)[present]
+        cur += np.where(present, size + 1, 0)
+    return _fields_end(buf, cur, end)
 
 
-def _varint_at(data: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while i < len(data) and shift < 70:
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        i += 1
-        if b < 0x80:
-            return value, i
-        shift += 7
-    raise ValueError("truncated varint")
+def _fields_end(buf: _U8, cur: I64, end: I64) -> I64 | None:
+    """`cur`, where what follows the bulk fields is stats or num_occurrences (else the
+    event's fields are out of the usual order and bulk decoding would misread them)."""
+    if (cur > end).any():
+        return None
+    after = buf[np.minimum(cur[cur < end], buf.shape[0] - 1)]
+    return cur if ((after == 0x22) | (after == 0x28)).all() else None
 
 
-def slow_columns(data: bytes) -> tuple[I64, I64, I64, I64, npt.NDArray[np.int32]]:
-    """Columns by re-serializing each event: for lines with an unusual field layout."""
+def _gather(buf: _U8, starts: I64, ends: I64) -> _U8:
+    """The spans [starts[i], ends[i]) of `buf`, laid end to end (spans in order, apart)."""
+    n = int(starts.shape[0])
+    if not n:
+        return buf[:0]
+    lengths = np.empty(2 * n, dtype=np.int64)
+    lengths[0] = 0
+    np.subtract(starts[1:], ends[:-1], out=lengths[2::2])
+    np.subtract(ends, starts, out=lengths[1::2])
+    keep = np.repeat(_ALTERNATE[: 2 * n], lengths)
+    spans: _U8 = buf[int(starts[0]) : int(ends[-1])][keep]
+    return spans
+
+
+def slow_columns(data: Data) -> Columns:
+    """Columns by re-parsing each event: for lines with an unusual field layout. The
+    stats are the events themselves, laid end to end."""
     line = xline_events_as_bytes_class().FromString(data)
     xev = xevent_class()
     parts = list(line.events)
@@ -275,12 +321,9 @@ def slow_columns(data: bytes) -> tuple[I64, I64, I64, I64, npt.NDArray[np.int32]
     for k, raw in enumerate(parts):
         ev = xev.FromString(raw)
         mids[k], offs[k], durs[k] = ev.metadata_id, ev.offset_ps, ev.duration_ps
-    # Keep the events as one buffer of their own, laid end to end.
-    lens = np.fromiter(map(len, parts), dtype=np.int64, count=n)
-    pos = np.zeros(n, dtype=np.int64)
-    if n:
-        np.cumsum(lens[:-1], out=pos[1:])
-    return mids, offs, durs, pos, lens.astype(np.int32)
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=n), out=bounds[1:])
+    return mids, offs, durs, b"".join(parts), bounds
 
 
 # `first_stat`'s kinds of the first matching stat's value (XStat's `value` oneof).
@@ -334,9 +377,64 @@ def first_stat(
             cur[varint[ok]] = after[ok]
         stat = live[tag_class == 2]
         if stat.size:
+            stat = _read_plain_stats(b, cur, end, stat, keys, kind, value)
+        if stat.size:
             _read_stats(b, cur, end, stat, keys, kind, value, unusual)
         live = live[~unusual[live] & (cur[live] < end[live])]
     return kind, value, unusual
+
+
+def _read_plain_stats(
+    b: _Bytes,
+    cur: I64,
+    end: I64,
+    which: I64,
+    keys: I64,
+    kind: npt.NDArray[np.int8],
+    value: npt.NDArray[np.uint64],
+) -> I64:
+    """`_read_stats` of the stats laid out the usual way (a one-byte length, a metadata
+    id of one or two bytes, then no value, a double, or an integer ending the stat), with
+    a few byte reads and one word each; returns the events whose stat is not such."""
+    fits = cur[which] <= b.size - 32  # nearer the end: `_read_stats`
+    if not fits.any():
+        return which
+    rest = [which[~fits]]
+    which = which[fits]
+    buf = b.buf
+    at = cur[which]
+    length = buf[at + 1].astype(np.int64)
+    b3, b4 = buf[at + 3].astype(np.int64), buf[at + 4].astype(np.int64)
+    short_id = b3 < 0x80
+    sid = np.where(short_id, b3, (b3 & 0x7F) | (b4 << 7))
+    vat = at + np.where(short_id, 4, 5)  # the value's tag
+    n_value = at + 2 + length - vat - 1  # bytes after the tag, to the stat's end
+    vtag = buf[vat]
+    ints = (vtag == _VALUE_U64) | (vtag == _VALUE_I64) | (vtag == _VALUE_REF)
+    ints &= (n_value >= 1) & (n_value <= _MAX_VARINT)
+    plain = (length < 0x80) & (at + 2 + length <= end[which]) & (buf[at + 2] == _STAT_ID_TAG)
+    plain &= short_id | (b4 < 0x80)
+    plain &= (n_value == -1) | ints | ((vtag == _VALUE_DOUBLE) & (n_value == 8))
+    # An integer ends exactly at the stat's end (a 10-byte one within 64 bits).
+    v, size = _word_varints(b, vat + 1)
+    plain &= ~ints | ((size == n_value) & ((size < _MAX_VARINT) | (buf[vat + size] <= 1)))
+    mine = np.flatnonzero(plain)
+    got = mine[(kind[which[mine]] == STAT_NONE) & _among(sid[mine], keys)]
+    kind[which[got]] = np.where(n_value[got] == -1, STAT_OTHER, _VALUE_CLASS[vtag[got]])
+    got = got[ints[got]]
+    value[which[got]] = v[got]
+    cur[which[mine]] = at[mine] + 2 + length[mine]
+    rest.append(which[~plain])
+    left: I64 = np.concatenate(rest)
+    return left
+
+
+def _among(values: I64, keys: I64) -> npt.NDArray[np.bool_]:
+    """Whether each value is one of `keys` (a few: no sort, as np.isin would)."""
+    found = np.zeros(values.shape[0], dtype=bool)
+    for k in keys.tolist():
+        found |= values == k
+    return found
 
 
 def _read_stats(
@@ -383,27 +481,3 @@ def _read_stats(
     kind[which[first]] = v_kind[first]
     value[which[first]] = v[first]
     cur[which[ok]] = stop[ok]
-
-
-_LINE_TIMESTAMP_TAG = 0x18  # XLine field 3 (timestamp_ns), varint
-
-
-def line_header(data: bytes) -> tuple[bool, int]:
-    """(has events, timestamp_ns) of a serialized line, reading only its first fields."""
-    first = _first_event_offset(data)
-    i, stamp = 0, 0
-    while i < (first if first is not None else len(data)):
-        tag, i = _varint_at(data, i)
-        if tag == _LINE_TIMESTAMP_TAG:
-            value, i = _varint_at(data, i)
-            stamp = value - (1 << 64) if value >= 1 << 63 else value
-            continue
-        skipped = _skip_field(data, i, tag & 7)
-        if skipped is None:
-            break
-        i = skipped
-    if first is None or stamp == 0:
-        # Unusual layout (timestamp after the events, or none): decode the line.
-        light = xline_events_as_bytes_class().FromString(data)
-        return len(light.events) > 0, int(light.timestamp_ns)
-    return True, stamp

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tftune.core.analysis_trace import StepRow, Timeline, TimelineEvent, Track
+from tftune.core.analysis_steps import StepTable
+from tftune.core.analysis_trace import Timeline, TimelineEvent, Track
 from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES, is_host_to_device
 from tftune.probes.traces.intervals import covered_in, merge
@@ -128,24 +129,22 @@ class Breakdown:
 
     def per_step(self) -> list[dict[str, Any]]:
         """The analysis JSON's `per_step` rows (milliseconds, trace time base)."""
-        return [row.to_json() for row in self.step_rows()]
+        return self.step_table().to_json()
 
-    def step_rows(self) -> tuple[StepRow, ...]:
+    def step_table(self) -> StepTable:
         """One row per step: its number, start, duration and the part of each category."""
         st = self.steps
 
-        def ms(values: I64) -> list[float]:
-            return np.round(values.astype(np.float64) / PS_PER_MS, 3).tolist()  # type: ignore[no-any-return]
+        def ms(values: I64) -> tuple[float, ...]:
+            return tuple(np.round(values.astype(np.float64) / PS_PER_MS, 3).tolist())
 
-        cats = BREAKDOWN_CATEGORIES
-        by_step = zip(*(ms(self.ps[c]) for c in cats), strict=True)
-        h2d: list[int | None] = self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
-        columns = zip(
-            st.numbers.tolist(), ms(st.start_ps), ms(st.duration_ps), by_step, h2d, strict=True
-        )
-        return tuple(
-            StepRow(step, start, duration, tuple(zip(cats, values, strict=True)), row_h2d)
-            for step, start, duration, values, row_h2d in columns
+        h2d = self.h2d_bytes.tolist() if self.has_device else [None] * len(st)
+        return StepTable(
+            step=tuple(st.numbers.tolist()),
+            start_ms=ms(st.start_ps),
+            duration_ms=ms(st.duration_ps),
+            parts=tuple((c, ms(self.ps[c])) for c in BREAKDOWN_CATEGORIES),
+            host_to_device_bytes=tuple(h2d),
         )
 
 
@@ -191,7 +190,8 @@ def _kinds(plane: Plane, line: Line, classify: Callable[[str], str]) -> npt.NDAr
     for j, mid in enumerate(ids.tolist()):
         kind = classify(plane.event_names.get(mid, ""))
         codes[j] = PRIORITY.index(kind) if kind else -1
-    return codes[inverse.reshape(-1)]
+    kinds: npt.NDArray[np.int8] = codes[inverse.reshape(-1)]
+    return kinds
 
 
 def _memcpy_bytes(plane: Plane, line: Line, index: int) -> int:

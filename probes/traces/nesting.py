@@ -75,15 +75,22 @@ def nest(
 
 
 def _open_before(s: I64, e: I64, itype: type[np.signedinteger[Any]]) -> Idx:
-    """Per event (sorted by start), the latest earlier event still open at its start."""
+    """Per event (sorted by start), the latest earlier event still open at its start.
+
+    A candidate up to which every event has ended (the running maximum of the ends)
+    has nothing open before it either: the answer is none at once. Without this, each
+    top-level event would jump back through every earlier one, log2(n) rounds."""
     cand = np.arange(-1, s.shape[0] - 1, dtype=itype)
+    latest_end = np.maximum.accumulate(e)
     act = np.flatnonzero(cand >= 0)
-    act = act[e[cand[act]] <= s[act]]
     while act.size:
+        act = act[e[cand[act]] <= s[act]]  # the candidate ended: look further back
+        done = latest_end[cand[act]] <= s[act]
+        cand[act[done]] = -1
+        act = act[~done]
         nxt = cand[cand[act]]
         cand[act] = nxt
         act = act[nxt >= 0]
-        act = act[e[cand[act]] <= s[act]]
     return cand
 
 

@@ -26,7 +26,6 @@ import socket
 import tempfile
 import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -224,6 +223,8 @@ def _has_s3_credentials(options: dict[str, Any]) -> bool:
 def _unreachable(endpoint: str) -> str | None:
     """Why `endpoint` accepts no TCP connection within `REACH_TIMEOUT_S`, or None where it
     does. Behind a proxy, the storage's own client judges (None)."""
+    import urllib.request  # here: the analysis of a local logdir does without it
+
     parts = urllib.parse.urlsplit(endpoint)
     host = parts.hostname
     if not host:

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tftune.core.units import PS_PER_MS
-from tftune.probes.traces._wire import STAT_INT64, STAT_NONE, STAT_OTHER, STAT_UINT64
+from tftune.probes.traces._wire import STAT_NONE, STAT_OTHER, STAT_UINT64
 from tftune.probes.traces.trace import HostTrace, Line, Plane
 
 I64 = npt.NDArray[np.int64]
@@ -163,49 +163,49 @@ def _steps_from_markers(plane: Plane) -> Steps | None:
         return _marker_rank(name, any(r for _, _, r in entries), count)
 
     name = min(by_name, key=rank)
-    # One span per step number: the longest, as XProf does when several threads mark it.
-    spans: dict[int, tuple[int, int]] = {}
-    line_name = None
+    # One span per step number: the longest (the first of equals), as XProf does when
+    # several threads mark it; the spans in time order (then by number).
+    nums, starts, ends = [], [], []
     for line, mid, _ in by_name[name]:
         idx = np.flatnonzero(line.metadata_id == mid)
-        line_name = line_name or line.name
-        for i, num in zip(idx.tolist(), _step_nums(plane, line, idx), strict=True):
-            if num is None:
-                continue
-            s, e = int(line.start_ps[i]), int(line.start_ps[i] + line.duration_ps[i])
-            old = spans.get(num)
-            if old is None or e - s > old[1] - old[0]:
-                spans[num] = (s, e)
-    if not spans:
+        num, has = _step_nums(plane, line, idx)
+        nums.append(num[has])
+        starts.append(line.start_ps[idx[has]])
+        ends.append(line.start_ps[idx[has]] + line.duration_ps[idx[has]])
+    num, start, end = (np.concatenate(c) for c in (nums, starts, ends))
+    if not num.size:
         return None
-    order = sorted(spans, key=lambda n: (spans[n][0], n))
+    by_num = np.lexsort((np.arange(num.size), start - end, num))
+    first = np.ones(num.size, dtype=bool)
+    first[1:] = num[by_num[1:]] != num[by_num[:-1]]
+    keep = by_num[first]
+    order = keep[np.lexsort((num[keep], start[keep]))]
     return Steps(
         DETECTION_MARKERS,
-        np.asarray(order, dtype=np.int64),
-        np.asarray([spans[n][0] for n in order], dtype=np.int64),
-        np.asarray([spans[n][1] for n in order], dtype=np.int64),
+        num[order],
+        start[order],
+        end[order],
         source=name,
-        line=line_name,
+        line=next(line.name for line, _, _ in by_name[name]),
     )
 
 
-def _step_nums(plane: Plane, line: Line, events: npt.NDArray[np.intp]) -> list[int | None]:
-    """The `step_num` of each event, read from the line's bytes for all of them at once;
-    where the first `step_num` stat is not an int64 (or a uint64 under 2**63), the event
-    is read as `_step_num` reads it."""
+def _step_nums(
+    plane: Plane, line: Line, events: npt.NDArray[np.intp]
+) -> tuple[I64, npt.NDArray[np.bool_]]:
+    """The `step_num` of each event (and whether it has one), read from the line's bytes
+    for all of them at once; where the first `step_num` stat is not an int64 (or a
+    uint64 under 2**63), the event is read as `_step_num` reads it."""
     keys = np.array([k for k, v in plane.stat_names.items() if v == STEP_NUM_STAT], dtype=np.int64)
     kind, value, unusual = line.first_stat(events, keys)
-    nums: list[int | None] = []
-    for k, v, u, i in zip(
-        kind.tolist(), value.tolist(), unusual.tolist(), events.tolist(), strict=True
-    ):
-        if u or k == STAT_OTHER or (k == STAT_UINT64 and v >= 2**63):
-            nums.append(_step_num(plane, line, i))
-        elif k == STAT_NONE:
-            nums.append(None)
-        else:  # an int64 as its two's complement, or a uint64 under 2**63
-            nums.append(v - 2**64 if k == STAT_INT64 and v >= 2**63 else v)
-    return nums
+    nums = value.view(np.int64).copy()  # an int64 as its two's complement
+    has = kind != STAT_NONE
+    odd = unusual | (kind == STAT_OTHER) | ((kind == STAT_UINT64) & (value >= np.uint64(2**63)))
+    for j in np.flatnonzero(odd).tolist():
+        num = _step_num(plane, line, int(events[j]))
+        has[j] = num is not None
+        nums[j] = num if num is not None else 0
+    return nums, has
 
 
 def _step_num(plane: Plane, line: Line, index: int) -> int | None:

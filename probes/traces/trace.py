@@ -10,11 +10,14 @@ timestamp of the file), so int64 never overflows and all lines of a host share o
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from io import BufferedReader
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +27,17 @@ from tftune.core.units import PS_PER_NS, PS_PER_S
 from tftune.probes.traces._schema import (
     xevent_class,
     xline_events_as_bytes_class,
+    xplane_lines_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes.traces._wire import first_stat, line_columns, line_header, slow_columns
+from tftune.probes.traces._wire import first_stat, line_columns, slow_columns
+from tftune.probes.traces._xspace_file import (
+    FileLayout,
+    LineReader,
+    line_header,
+    read_at,
+    read_layout,
+)
 
 I64 = npt.NDArray[np.int64]
 
@@ -59,14 +70,14 @@ class Line:
     name: str
     display_name: str
     timestamp_ns: int
-    metadata_id: I64
+    metadata_id: npt.NDArray[np.signedinteger[Any]]  # int32 where every id fits
     start_ps: I64
     duration_ps: I64
-    # The line's serialized bytes and, per event, where its XEvent message lies in them:
-    # stats are decoded from there on demand, so no per-event Python object is kept.
+    # Each event's stats, laid end to end: event i's bytes are
+    # _data[_bounds[i]:_bounds[i + 1]] and parse as an XEvent with its stats. They are
+    # decoded on demand, so no per-event Python object is kept.
     _data: bytes = field(repr=False)
-    _event_pos: npt.NDArray[np.integer[Any]] = field(repr=False)  # uint32 when it fits
-    _event_len: npt.NDArray[np.integer[Any]] = field(repr=False)  # uint16 when it fits
+    _bounds: npt.NDArray[np.integer[Any]] = field(repr=False)  # uint32 when it fits
 
     def __len__(self) -> int:
         return int(self.metadata_id.shape[0])
@@ -75,21 +86,17 @@ class Line:
     def end_ps(self) -> I64:
         return self.start_ps + self.duration_ps
 
-    def raw_event(self, index: int) -> Any:
-        """The event as a protobuf XEvent message (decoded now, not cached).
-
-        Loading checked the event's own fields; its stats are only decoded here, so a
-        corrupt stat gives an event without stats rather than an exception downstream.
-        """
-        pos = int(self._event_pos[index])
-        cls = xevent_class()
-        try:
-            return cls.FromString(self._data[pos : pos + int(self._event_len[index])])
-        except Exception:  # protobuf's DecodeError: damaged stats inside a valid event
-            return cls()
-
     def raw_stats(self, index: int) -> Iterable[Any]:
-        return self.raw_event(index).stats  # type: ignore[no-any-return]
+        """The event's stats as protobuf XStat messages (decoded now, not cached).
+
+        Loading checked the event's own fields; its stats are only decoded here, so
+        corrupt stats read as none rather than as an exception downstream.
+        """
+        lo, hi = int(self._bounds[index]), int(self._bounds[index + 1])
+        try:
+            return xevent_class().FromString(self._data[lo:hi]).stats  # type: ignore[no-any-return]
+        except Exception:  # protobuf's DecodeError: damaged stats inside a valid event
+            return ()
 
     def first_stat(
         self, indices: npt.NDArray[np.integer[Any]], stat_ids: I64
@@ -104,8 +111,8 @@ class Line:
         # In batches: the temporaries of a 100,000-event line would add tens of MB.
         for lo in range(0, idx.shape[0], _STAT_BATCH):
             part = idx[lo : lo + _STAT_BATCH]
-            pos = self._event_pos[part].astype(np.int64)
-            found = first_stat(self._data, pos, self._event_len[part].astype(np.int64), stat_ids)
+            pos = self._bounds[part].astype(np.int64)
+            found = first_stat(self._data, pos, self._bounds[part + 1] - pos, stat_ids)
             hi = lo + part.shape[0]
             kind[lo:hi], value[lo:hi], unusual[lo:hi] = found
         return kind, value, unusual
@@ -203,22 +210,19 @@ class HostTrace:
         return (lo or 0, hi or 0)
 
 
-def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -> Line:
+def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane_name: str) -> Line:
     light = xline_events_as_bytes_class().FromString(data)
     n = len(light.events)
     lengths = np.fromiter(map(len, light.events), dtype=np.int64, count=n)
     line_id, name, display_name = light.id, light.name, light.display_name
     timestamp_ns = light.timestamp_ns
     del light  # its per-event copies are not needed for the bulk decode
-    bulk = line_columns(data, n, lengths) if n else None
-    if n and bulk is None:
-        mids, offs, durs, pos, lens32 = slow_columns(data)
-        events_data = b"".join(xline_events_as_bytes_class().FromString(data).events)
-    else:
+    cols = (line_columns(data, lengths) or slow_columns(data)) if n else None
+    del lengths
+    if cols is None:
         z = np.zeros(0, dtype=np.int64)
-        mids, offs, durs, pos = bulk if bulk is not None else (z, z, z, z)
-        lens32 = lengths.astype(np.int32)
-        events_data = data
+        cols = (z, z, z, b"", np.zeros(1, dtype=np.int64))
+    mids, offs, durs, stats, bounds = cols
     base_ps = (timestamp_ns - base_origin_ns) * PS_PER_NS
     if abs(base_ps) > MAX_TIME_PS:
         raise TraceError(
@@ -231,6 +235,8 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
         raise TraceError(f"{path}: not a valid XSpace trace (event times out of range)")
     if base_ps:
         offs += base_ps
+    if n and mids.dtype != np.int32 and -(2**31) <= int(mids.min()) <= int(mids.max()) < 2**31:
+        mids = mids.astype(np.int32)  # 4 bytes an event saved: ids are small
     return Line(
         id=line_id,
         name=name,
@@ -239,12 +245,64 @@ def _build_line(data: bytes, base_origin_ns: int, path: Path, plane_name: str) -
         metadata_id=mids,
         start_ps=offs,
         duration_ps=durs,
-        _data=events_data,
-        # Positions fit 32 bits for lines under 4 GiB: 4 bytes an event saved.
-        _event_pos=pos.astype(np.uint32) if len(events_data) < 2**32 else pos,
-        # Events are tens of bytes: lengths fit 16 bits on most lines, 2 bytes an event saved.
-        _event_len=lens32.astype(np.uint16) if n and int(lens32.max()) < 2**16 else lens32,
+        _data=stats,
+        # Bounds fit 32 bits for stats under 4 GiB: 4 bytes an event saved.
+        _bounds=bounds.astype(np.uint32, copy=False) if len(stats) < 2**32 else bounds,
     )
+
+
+# A line to build: its plane's name, its size, and how to get its serialized bytes.
+_LineSource = tuple[str, int, Callable[[], bytes | memoryview]]
+_SpaceNotes = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def _host_trace(
+    path: Path,
+    host: str,
+    size: int,
+    headers: list[tuple[Any, list[_LineSource]]],
+    notes: _SpaceNotes,
+    stamps: list[int],
+) -> HostTrace:
+    """The loaded host from its planes' headers and lines, built here."""
+    origin_ns = min(stamps) if stamps else 0
+    built = _build_lines([src for _, lines in headers for src in lines], origin_ns, path)
+    planes, k = [], 0
+    for header, lines in headers:
+        planes.append(_plane(header, tuple(built[k : k + len(lines)])))
+        k += len(lines)
+    hostnames, errors, warnings = notes
+    return HostTrace(
+        host=host,
+        path=path,
+        size_bytes=size,
+        origin_ns=origin_ns,
+        planes=tuple(planes),
+        hostnames=hostnames,
+        errors=errors,
+        warnings=warnings,
+    )
+
+
+def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
+    """Parse a file held whole, dropping its bytes as soon as the lines are split out.
+
+    Lines stay serialized (one `bytes` each) until each is decoded column-wise. This is
+    the path of a file `_parse_streamed` cannot read line by line: protobuf's parse of
+    the whole space tells what is wrong with it.
+    """
+    size = len(holder[0])
+    if not size:
+        raise TraceError(f"{path}: file is empty (0 bytes)")
+    raw_planes, notes, stamps = _split_space(holder, path)
+    if not raw_planes:
+        raise TraceError(f"{path}: not an XSpace trace (no planes in {size} bytes)")
+    headers: list[tuple[Any, list[_LineSource]]] = [
+        (header, [(header.name, len(ln), partial(bytes, ln)) for ln in lines])
+        for header, lines in raw_planes
+    ]
+    del raw_planes
+    return _host_trace(path, host, size, headers, notes, stamps)
 
 
 def _split_planes(space: Any) -> list[tuple[Any, list[bytes]]]:
@@ -260,40 +318,6 @@ def _split_planes(space: Any) -> list[tuple[Any, list[bytes]]]:
         header.stats.extend(p.stats)
         out.append((header, list(p.lines)))
     return out
-
-
-def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
-    """Parse, dropping the file's bytes as soon as the lines are split out of them.
-
-    Lines stay serialized (one `bytes` each); events are decoded column-wise from them.
-    Peak memory is about the file size twice plus the columns, instead of one Python
-    protobuf object per event.
-    """
-    size = len(holder[0])
-    if not size:
-        raise TraceError(f"{path}: file is empty (0 bytes)")
-    raw_planes, (hostnames, errors, warnings), stamps = _split_space(holder, path)
-    if not raw_planes:
-        raise TraceError(f"{path}: not an XSpace trace (no planes in {size} bytes)")
-    origin_ns = min(stamps) if stamps else 0
-    built = _build_lines(raw_planes, origin_ns, path)
-    planes = [
-        _plane(header, tuple(built[pi, li] for li in range(len(lines))))
-        for pi, (header, lines) in enumerate(raw_planes)
-    ]
-    return HostTrace(
-        host=host,
-        path=path,
-        size_bytes=size,
-        origin_ns=origin_ns,
-        planes=tuple(planes),
-        hostnames=hostnames,
-        errors=errors,
-        warnings=warnings,
-    )
-
-
-_SpaceNotes = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
 def _split_space(
@@ -312,7 +336,7 @@ def _split_space(
         stamps = []
         for _, lines in raw_planes:
             for ln in lines:
-                has_events, stamp = line_header(ln)
+                has_events, stamp = line_header(ln) or (False, 0)  # never None: whole
                 if has_events:
                     stamps.append(stamp)
     except TraceError:
@@ -324,29 +348,63 @@ def _split_space(
     return raw_planes, notes, stamps
 
 
-def _build_lines(
-    raw_planes: list[tuple[Any, list[bytes]]], origin_ns: int, path: Path
-) -> dict[tuple[int, int], Line]:
-    """Every line decoded, keyed by (plane, line) position."""
+# Bytes read from the start of a line for its timestamp; more when they do not tell.
+_LINE_PREFIX = 4096
+
+
+def _parse_streamed(f: BufferedReader, size: int, path: Path, host: str) -> HostTrace | None:
+    """Read the file a line at a time (`_xspace_file.read_layout`), so that its bytes
+    and the lines' columns are never held at once; None where the file is not laid out
+    as protobuf writes it, or protobuf rejects a part of it (the caller then parses it
+    whole, `_parse_owned`, which names the problem)."""
+    layout = read_layout(f, size)
+    if layout is None or not layout.planes:
+        return None
+    try:
+        space = xspace_lines_as_bytes_class().FromString(layout.rest)
+        notes = (tuple(space.hostnames), tuple(space.errors), tuple(space.warnings))
+        plane_class = xplane_lines_as_bytes_class()
+        headers = [(plane_class.FromString(p.header), p.lines) for p in layout.planes]
+        stamps = _line_stamps(f, layout)
+    except Exception:  # protobuf's DecodeError, or a line's fields out of the usual order
+        return None
+    reader = LineReader(f, max((n for _, spans in headers for _, n in spans), default=0))
+    sources: list[tuple[Any, list[_LineSource]]] = [
+        (header, [(header.name, n, partial(reader.read, at, n)) for at, n in spans])
+        for header, spans in headers
+    ]
+    return _host_trace(path, host, size, sources, notes, stamps)
+
+
+def _line_stamps(f: BinaryIO, layout: FileLayout) -> list[int]:
+    """The timestamps of the lines with events, each read from the line's first bytes."""
+    stamps = []
+    for plane in layout.planes:
+        for at, n in plane.lines:
+            head = line_header(read_at(f, at, min(n, _LINE_PREFIX)), whole=n <= _LINE_PREFIX)
+            has_events, stamp = head or line_header(read_at(f, at, n)) or (False, 0)
+            if has_events:
+                stamps.append(stamp)
+    return stamps
+
+
+def _build_lines(sources: list[_LineSource], origin_ns: int, path: Path) -> list[Line]:
+    """Every line decoded, in the order of `sources`."""
     # Decode the largest lines first: their temporaries then coincide with the fewest
     # finished columns, which keeps the peak memory near the final size.
-    order = sorted(
-        ((pi, li) for pi, (_, lines) in enumerate(raw_planes) for li in range(len(lines))),
-        key=lambda t: -len(raw_planes[t[0]][1][t[1]]),
-    )
-    built: dict[tuple[int, int], Line] = {}
-    for pi, li in order:
-        header, lines = raw_planes[pi]
+    order = sorted(range(len(sources)), key=lambda k: -sources[k][1])
+    built: dict[int, Line] = {}
+    for k in order:
+        plane_name, _, read = sources[k]
         try:
-            built[pi, li] = _build_line(lines[li], origin_ns, path, header.name)
+            built[k] = _build_line(read(), origin_ns, path, plane_name)
         except TraceError:
             raise
         except Exception as exc:
             raise TraceError(
-                f"{path}: not a readable XSpace trace (corrupt line in plane "
-                f"'{header.name}': {exc})"
+                f"{path}: not a readable XSpace trace (corrupt line in plane '{plane_name}': {exc})"
             ) from None
-    return built
+    return [built[k] for k in range(len(sources))]
 
 
 def _plane(header: Any, lines: tuple[Line, ...]) -> Plane:
@@ -367,8 +425,17 @@ def _plane(header: Any, lines: tuple[Line, ...]) -> Plane:
 
 def load_host(path: Path, host: str | None = None) -> HostTrace:
     """Read and parse one `.xplane.pb` file."""
+    name = host or host_name_of(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not size:
+                raise TraceError(f"{path}: file is empty (0 bytes)")
+            loaded = _parse_streamed(f, size, path, name)
+            if loaded is not None:
+                return loaded
+            f.seek(0)
+            holder = [f.read()]
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -377,9 +444,7 @@ def load_host(path: Path, host: str | None = None) -> HostTrace:
         raise TraceError(f"{path}: cannot be read (permission denied)") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    holder = [data]
-    del data  # the holder owns the bytes, so the parser can free them early
-    return _parse_owned(holder, path, host or host_name_of(path))
+    return _parse_owned(holder, path, name)
 
 
 def host_name_of(path: Path) -> str:
