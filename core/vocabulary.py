@@ -172,6 +172,11 @@ class TrialState(str, enum.Enum):
     FAILED = "failed"
 
 
+# How a stream was declared training where nothing updated weights (a pipeline benchmark):
+# the busiest dataset loop stands in (`tftune.tuner.child.roles`).
+FALLBACK_HOW = "no optimizer update seen: the busiest dataset loop"
+
+
 # Optuna's own state names, as a study's trial history (the tuning JSON's `history`) holds
 # them, and what tftune calls each.
 OPTUNA_STATES = {

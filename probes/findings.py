@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.analysis_advice import Verdict
+from tftune.core.sizing import NotSized, Unsized
 from tftune.core.vocabulary import (
     EAGER_STEP,
     INPUT_CATEGORIES,
@@ -37,7 +38,7 @@ from tftune.probes.recommendations import (
     in_place,
     runs_python,
 )
-from tftune.probes.service_sizing import NotSized, Unsized
+from tftune.probes.service_sizing import not_sized
 from tftune.probes.stage_events import PY_UDF_OPS
 from tftune.probes.stages import Stage, StageTree
 from tftune.probes.step_fixes import compute_rec, eager_rec, h2d_rec, loop_rec, marker_rec
@@ -252,7 +253,7 @@ def unsized(tree: StageTree, works: Sequence[StageWork], cores: int | None) -> N
     if not api:
         return None
     waits = any(w.latency_bound for w in works)
-    return NotSized(
+    return not_sized(
         "steps", Unsized.WAITING if waits else Unsized.PYTHON, None, cores, tuple(sorted(api))
     )
 

@@ -46,10 +46,11 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tftune.core.training import EpochCost, TrainingTime
 from tftune.core.units import NS_PER_S
 from tftune.probes.clock import ClockEvent, StepRecord, percentile
 from tftune.probes.epoch_stall import PipelineStage, chain_from_json, recurs
-from tftune.probes.training_record import EpochCost, TrainingTime
+from tftune.probes.training_record import training_time_of
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
 # least this long for it, and at least DRY_SHARE of a typical step. A buffered element
@@ -156,7 +157,7 @@ class PassTimeline:
         preamble = None
         if self._started_ns is not None and records:
             preamble = (records[0].request_ns - self._started_ns) / NS_PER_S
-        return TrainingTime.of(
+        return training_time_of(
             self.epoch_cost(stream, records),
             typical_step_s,
             excluded_s,

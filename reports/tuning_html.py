@@ -11,9 +11,6 @@ shell is `reports._page`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from tftune.core.vocabulary import TrialState, percent
 from tftune.reports import _svg
 from tftune.reports._page import (
@@ -32,24 +29,16 @@ from tftune.reports._page import (
     or_nm,
     page,
     stat,
-    timestamp_now,
 )
 from tftune.reports.learning_rows import learning_section
 from tftune.reports.rewrite_rows import rewrites_section
-from tftune.reports.tuning_model import Trial, TuningReport, build_tuning_model
+from tftune.reports.tuning_model import Trial, TuningReport
 from tftune.reports.words import device_label
 
 
-def render_tuning_html(
-    model: TuningReport | Mapping[str, Any], *, generated_at: str | None = None
-) -> str:
-    """The tuning report as one self-contained HTML page.
-
-    Given the tuning JSON itself (a mapping) rather than a model, it builds the model
-    first, stamped `generated_at` (default: now, or $SOURCE_DATE_EPOCH).
-    """
-    if not isinstance(model, TuningReport):
-        model = build_tuning_model(model, generated_at=generated_at or timestamp_now())
+def render_tuning_html(model: TuningReport) -> str:
+    """The tuning report as one self-contained HTML page (`build_tuning_model` makes its
+    model from the document)."""
     ids = ElementIds()
     body = [
         _tuning_hero(model),

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from gputrace import MS, US, GpuStepSpec, XSpaceBuilder, gpu_trace
 
+from tftune.core.training import TrainingTime
 from tftune.probes.callsites import RecordedSite
 from tftune.probes.epoch_stall import PipelineStage, diagnose
-from tftune.probes.training_record import TrainingTime
 
 ROOT = "Iterator::Root"
 PREFETCH = f"{ROOT}::Prefetch"

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tftune.core.errors import UserError
+    from tftune.core.run_record import Environment
     from tftune.probes.analysis import Analysis
-    from tftune.probes.environment import Environment
     from tftune.tuner.config import Config
     from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, TrialCallback
     from tftune.tuner.options import OptimizeOptions
@@ -141,12 +141,10 @@ def optimize(
     from tftune.tuner.options import with_overrides
 
     chosen = with_overrides(options, overrides, "tftune.optimize")
-    render_html: HtmlRenderer | None = None
-    if chosen.html_file is not None:  # the tuner draws no page: it never imports reports
-        from tftune.reports.tuning_html import render_tuning_html
+    from tftune._notebook import inline, tuning_page
 
-        render_html = render_tuning_html
-    from tftune._notebook import inline
+    # The tuner draws no page (it never imports reports): it is handed the renderer.
+    render_html: HtmlRenderer | None = tuning_page if chosen.html_file is not None else None
 
     hooks = OptimizeHooks(
         inline=inline,
@@ -171,7 +169,7 @@ def optimize(
     if chosen.tensorboard is not None:
         from tftune.reports.hparams import write_hparams
 
-        write_hparams(result.report, chosen.tensorboard)
+        write_hparams(result.document, chosen.tensorboard)
     return result
 
 

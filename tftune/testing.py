@@ -49,12 +49,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from tftune.core.failures import FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import percentile
 from tftune.tuner.bounds import with_bound_mode
 from tftune.tuner.config import Config
-from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.study.contract import Mode, RepeatCallback, Runner
 
 __all__ = [

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.core.run_record import Record
 from tftune.tuner import emit, tuning_doc
 from tftune.tuner.config import save_config
 from tftune.tuner.precision import output_findings, recommendation
@@ -42,7 +43,7 @@ def emit_winner(
     found: Discovery,
     outcome: StudyOutcome,
     best_file: str | os.PathLike[str],
-    record: dict[str, Any],
+    record: Record,
     note: Callable[[str], None],
     plan: RewritePlan,
 ) -> WinnerFiles:
@@ -57,7 +58,7 @@ def emit_winner(
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
     best = tuning_doc.best_config_with_metrics(outcome, command)
-    extra: dict[str, Any] = {"record": record, "findings": findings}
+    extra: dict[str, Any] = {"record": record.to_json(), "findings": findings}
     if advice is not None:
         extra["notes"] = [advice]
     save_config(replace(best, meta={**best.meta, **extra}), best_path)

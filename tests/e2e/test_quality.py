@@ -66,6 +66,75 @@ def test_shape_limits() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+UNTYPED_DOCUMENT = """\
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tftune.core.document_reading import JsonValue
+
+Free = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    evidence: Mapping[str, JsonValue]  # typed: JSON values
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Document:
+    training: Mapping[str, Any] | None
+    sizing: "dict[str, Any]"
+    record: Free | None = None
+    part: Part | None = None
+
+
+@dataclasses.dataclass
+class Loose:
+    extra: dict[str, Any]
+
+
+class NotADataclass:
+    anything: Mapping[str, Any]
+"""
+
+
+def test_shape_check_refuses_a_free_json_object_in_a_core_document(tmp_path: Path) -> None:
+    """A dataclass field in core/ annotated ``Mapping[str, Any]`` or ``dict[str, Any]``
+    (in a union, a string, or an alias of its module) fails the check, naming it; the
+    same outside core/, or a mapping of typed JSON values, does not."""
+    for folder in ("core", "probes"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "core" / "document.py").write_text(UNTYPED_DOCUMENT)
+    (tmp_path / "probes" / "figures.py").write_text(
+        UNTYPED_DOCUMENT.replace("class ", "class Probe")
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "shape_report.py"),
+            "--check",
+            "--root",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    flagged = sorted(line.split(" is ")[0] for line in out.stdout.splitlines())
+    assert flagged == [
+        "tftune.core.document:Document.record",
+        "tftune.core.document:Document.sizing",
+        "tftune.core.document:Document.training",
+        "tftune.core.document:Loose.extra",
+    ], out.stdout
+    assert "a document's field is a typed value" in out.stdout
+
+
 def _mapped_modules(text: str) -> set[str]:
     """The modules docs/ARCHITECTURE.md's map lists: `name.py` rows under each
     `### folder/` heading, as folder/name.py."""

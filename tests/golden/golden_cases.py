@@ -29,10 +29,13 @@ from pathlib import Path
 import golden_traces
 from gputrace import XSpaceBuilder
 
+from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.training import TrainingTime
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.userfiles import json_text
 from tftune.probes.analysis import Analysis, analyze
 from tftune.probes.callsites import RecordedSite, write_sites
-from tftune.probes.training_record import TrainingTime, write_clock_file
+from tftune.probes.training_record import write_clock_file
 from tftune.reports import analysis_terminal, render_report_json, tuning_terminal
 
 GOLDEN = Path(__file__).resolve().parent
@@ -140,14 +143,18 @@ def render(case: AnalysisCase | TuningCase) -> dict[str, str]:
         data = json.loads(text)  # the saved JSON, as `tftune report` reads it back
         return {
             "analysis.json": text,
-            "terminal.txt": analysis_terminal.render(data, width=WIDTH, color=False),
+            "terminal.txt": analysis_terminal.render(
+                AnalysisDocument.from_json(data), width=WIDTH, color=False
+            ),
             "report.html": render_report_json(
                 data, generated_at=GENERATED_AT, source="analysis.json"
             ),
         }
     data = json.loads(case.source.read_text(encoding="utf-8"))
     return {
-        "terminal.txt": tuning_terminal.render(data, width=WIDTH, color=False),
+        "terminal.txt": tuning_terminal.render(
+            TuningDocument.from_json(data), width=WIDTH, color=False
+        ),
         "report.html": render_report_json(data, generated_at=GENERATED_AT, source=case.source.name),
     }
 

@@ -19,10 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.bounds import Ceiling
 from tftune.tuner.config import AUTOTUNE, SiteConfig
-from tftune.tuner.crashes import CrashKind, CrashSummary
+from tftune.tuner.crashes import crash_summary
 from tftune.tuner.emit import globals_snippet, source_diff
 from tftune.tuner.space import config_from_values
 from tftune.tuner.space_build import build_space
@@ -48,8 +49,8 @@ SITES = [
     CallSite(PREFETCH, "prefetch", ("buffer_size",), SiteConfig(buffer_size=1), None, 1),
 ]
 SPACE = build_space(SITES, cores=16, gpu_visible=True, uses_keras=True)
-CRASH = CrashSummary(
-    CrashKind.NATIVE,
+CRASH = crash_summary(
+    FailureKind.NATIVE,
     signal="SIGABRT",
     returncode=-6,
     fatal_error="Fatal Python error: Aborted",

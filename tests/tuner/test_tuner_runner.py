@@ -15,9 +15,9 @@ from conftest import requires_tf
 from repo_paths import ROOT
 
 from tftune.core.errors import ScriptError
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
-from tftune.tuner.measurement import FailureKind
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
 from tftune.tuner.trial.windows import EXTRA_WINDOWS
 

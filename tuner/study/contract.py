@@ -26,10 +26,10 @@ from tftune.tuner.options import Objective as Objective
 from tftune.tuner.options import Trials as Trials
 
 if TYPE_CHECKING:
+    from tftune.core.failures import CrashSummary
+    from tftune.core.training import TrainingTime
     from tftune.core.tuning_trials import Instability
-    from tftune.probes.training_record import TrainingTime
     from tftune.tuner.config import Config
-    from tftune.tuner.crashes import CrashSummary
     from tftune.tuner.measurement import Measurement
     from tftune.tuner.space import KnobValue
 

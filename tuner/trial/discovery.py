@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tftune.core.training import StreamSeen
 from tftune.probes.clock import ClockEvent
 from tftune.probes.epoch_stall import PipelineStage, chain_from_json
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
-from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.config import Config, SiteConfig, config_from_json
 from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
-from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamSeen, StreamWatch
+from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamWatch
 from tftune.tuner.trial.watch import describe_streams as _describe_streams
 
 
@@ -114,7 +114,7 @@ class Discovery:
     @property
     def busiest_loop(self) -> bool:
         """Nothing was updated: the busiest loop stands in for training (`child.roles`)."""
-        return self.training is not None and self.training.how == FALLBACK_HOW
+        return self.training is not None and self.training.busiest
 
     def no_training(self) -> str:
         """Why no training was found, in one paragraph: for the user."""

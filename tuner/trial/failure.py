@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from tftune.tuner.measurement import FailureKind
+from tftune.core.failures import FailureKind
 
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})

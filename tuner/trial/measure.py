@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from tftune.core.document_reading import Reader
+from tftune.core.failures import FailureKind
 from tftune.core.learning import OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.probes.clock import ClockEvent, StepRecord, percentile, spread
@@ -30,7 +31,7 @@ from tftune.probes.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.service_sizing import CpuUsage
 from tftune.probes.training_time import PassTimeline, first_window_drained, pooled_rates
 from tftune.tuner.config import Config
-from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.precision import SIXTEEN_BIT_POLICIES
 from tftune.tuner.trial.failure import classify_exit
 from tftune.tuner.trial.launch import (

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tftune.core.training import StreamSeen, TrainingTime
 from tftune.probes.callsites import newest_run_dir
 from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.training_record import TrainingTime, write_clock_file
+from tftune.probes.training_record import write_clock_file
 from tftune.probes.training_time import PassTimeline
 from tftune.tuner.config import Config
 from tftune.tuner.trial.launch import (
@@ -34,7 +35,7 @@ from tftune.tuner.trial.launch import (
     workdir,
 )
 from tftune.tuner.trial.script_text import fallback_s as script_fallback_s
-from tftune.tuner.trial.watch import StreamSeen, StreamWatch, describe_streams
+from tftune.tuner.trial.watch import StreamWatch, describe_streams
 
 # After the trace, a run that has seen one epoch start goes on to the second, where the
 # rest of the first epoch takes at most this long: its stall prices an epoch start.

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from conftest import requires_tf
 
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.testing import OUT_OF_MEMORY, Failure, FakeRunner, Figures, by_config
 from tftune.tuner.bounds import bound_mode
 from tftune.tuner.config import Config, SiteConfig
-from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.study import Mode, Runner, ScriptRunner
 from tftune.tuner.trial import MeasureSpec
 from tftune.tuner.trial.windows import EXTRA_WINDOWS
