@@ -74,7 +74,7 @@ OURS = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from tftune.probes import breakdown, steps, trace
+    from tftune.probes.traces import breakdown, steps, trace
     host = trace.load_host(Path(sys.argv[1]))
     st = steps.detect_steps(host)
     bd = breakdown.compute_breakdown(host, st)

@@ -5,7 +5,7 @@ bench/cases/cpu_heavy_map.py), as `tftune optimize` does: the pipeline alone (it
 measures its process CPU time against the elements it delivers: the per-core rate) and
 the model alone. Then profiles a few steps of the script as written and sizes it from
 the trace (tf.data threads' busy time against the step time). Prints both sizings, as
-`probes/service_sizing.py` computes them, and the figures they come from, as JSON.
+`probes/advice/service_sizing.py` computes them, and the figures they come from, as JSON.
 
     python bench/bench_data_service.py [--case bench/cases/cpu_heavy_map.py] [-- ARGS]
 """
@@ -18,10 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.analysis import analyze
-from tftune.probes.service_sizing import host_cores
-from tftune.tuner import bounds
-from tftune.tuner.config import Config
+from tftune.probes.advice.analysis import analyze
+from tftune.probes.advice.service_sizing import host_cores
+from tftune.tuner.searchspace import bounds
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial import MeasureSpec, profile_script, run_trial
 
 HERE = Path(__file__).resolve().parent

@@ -53,7 +53,7 @@ COARSE_POOL = (None, 16, 64)
 
 def coarse(space: Any) -> Any:
     """The space restricted to the grid's value set (the same for tftune and the grid)."""
-    from tftune.tuner.space import Knob, SearchSpace
+    from tftune.tuner.searchspace.space import Knob, SearchSpace
 
     interleave_sites = {k.site for k in space.knobs if k.field == "cycle_length"}
     knobs = []
@@ -79,8 +79,8 @@ def coarse(space: Any) -> Any:
 
 def run_case(name: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
     from tftune.core.vocabulary import TrialState
-    from tftune.tuner.platform import cpu_flags, mentions_keras
-    from tftune.tuner.space_build import build_space
+    from tftune.tuner.searchspace.platform import cpu_flags, mentions_keras
+    from tftune.tuner.searchspace.space_build import build_space
     from tftune.tuner.study import (
         Role,
         ScriptRunner,

@@ -125,7 +125,7 @@ def clock_cost_us(rounds: int, calls: int) -> dict[str, tuple[float, float]]:
 
     from tftune.tuner.child.patcher import Patcher
     from tftune.tuner.child.state import Hooks
-    from tftune.tuner.config import Config
+    from tftune.tuner.searchspace.config import Config
 
     written: list[int] = []
     patcher = Patcher(Config(), ".", Hooks(on_records=lambda _s, rows: written.append(len(rows))))
@@ -310,7 +310,7 @@ def paired_overhead(
 
     from tftune.tuner.child.patcher import Patcher
     from tftune.tuner.child.state import Hooks
-    from tftune.tuner.config import Config
+    from tftune.tuner.searchspace.config import Config
 
     delivered: list[int] = []
     losses: list[int] = []

@@ -111,7 +111,7 @@ def focused_grid(space: Any) -> list[dict[str, Any]]:
 
     On 2 cores, for a script that writes no parallelism: 1 + 11 points, plus up to 3 for
     precision and batch (the fourth, as written with AUTOTUNE, is point 2's AUTOTUNE)."""
-    from tftune.tuner.config import AUTOTUNE
+    from tftune.tuner.searchspace.config import AUTOTUNE
 
     cores = space.cores
     fields = {k.field for k in space.knobs}
@@ -207,7 +207,7 @@ def guided_config(space: Any, data: dict[str, Any]) -> tuple[Any, str | None]:
     """The after run's guided trial (``trials_detail``, role "guided") as a `Config` of
     `space`, and its description; (None, why) when there is none or a value does not map
     back onto a choice of `space`."""
-    from tftune.tuner.space import format_value
+    from tftune.tuner.searchspace.space import format_value
 
     row = next((t for t in data.get("trials_detail") or [] if t.get("role") == "guided"), None)
     if row is None:
@@ -240,9 +240,10 @@ def below(samples: dict[str, list[float]], a: str, b: str, factor: float = 1.0) 
 
 
 def setup(case: Path, args: list[str] = FOREVER) -> tuple[Any, Any, Any]:
-    """Discovery, the space as `tftune optimize` builds it (`before_study.build_search_space`:
+    """Discovery, the space as `tftune optimize` builds it (`space_build.build_search_space`:
     platform flags, Keras, batch) and the runner with the spec its trials use."""
-    from tftune.tuner.before_study import build_search_space, gpu_visible
+    from tftune.probes.live.nvml import gpu_visible
+    from tftune.tuner.searchspace.space_build import build_search_space
     from tftune.tuner.study import ScriptRunner
     from tftune.tuner.trial import MeasureSpec, discover
 
@@ -260,7 +261,7 @@ def setup(case: Path, args: list[str] = FOREVER) -> tuple[Any, Any, Any]:
 
 
 def run_case(name: str, before_cmd: list[str], index: int, args: argparse.Namespace) -> Any:
-    from tftune.tuner.config import Config, config_from_json
+    from tftune.tuner.searchspace.config import Config, config_from_json
     from tftune.tuner.study import Role, baseline_params
 
     print(f"\n== {name}", flush=True)

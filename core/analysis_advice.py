@@ -110,7 +110,7 @@ class Fix:
     evidence: Evidence = field(default_factory=dict)
     expected_gain: float | None = None
     # What `tftune optimize` measures of it, in words (None: a change of code it cannot
-    # try; `probes.ideas.OPTIMIZE_MEASURES`).
+    # try; `probes.advice.ideas.OPTIMIZE_MEASURES`).
     optimize: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The analysis document: the analysis JSON (docs/json.md, schema 1) as one tree of
 frozen types.
 
-`probes.analysis` builds an `AnalysisDocument` from what it computed and writes it with
+`probes.advice.analysis` builds an `AnalysisDocument` from what it computed and writes it with
 `to_json`, which only serializes; the reports read a saved one with `from_json`, which
 validates it strictly and path-aware: a malformed document is one `UserError` naming the
 file and the field. Reading is tolerant of what an older or a hand-written document may

@@ -3,7 +3,7 @@
 
 The trial runner classifies a failed run (`tftune.tuner.trial.failure`: an exception, an
 exit, out of memory, a stall, a NaN, no steps, a timeout); the end of its stderr says how
-the script ended (`tftune.tuner.crashes.summarize_crash`: in native code, with a Python
+the script ended (`tftune.tuner.trial.crashes.summarize_crash`: in native code, with a Python
 exception, or killed from outside). Both are kinds of one failure, so they are one enum,
 and a `CrashSummary` names one of its `CRASH_KINDS`. The summary travels from the runner
 to the study's storage (Optuna user attributes), the tuning JSON (``trials_detail[].crash``)
@@ -43,7 +43,7 @@ class CrashSummary:
     """The lines of a failed run's stderr that say why it ended. None is "not in the
     tail"; `stack` is the crashing thread's frames, most recent call first, as
     ``path:line in function``. `headline` (the line that says the most) and `key_lines`
-    (the short form every display shows) are the producer's (`tftune.tuner.crashes`)."""
+    (the short form every display shows) are the producer's (`tftune.tuner.trial.crashes`)."""
 
     kind: FailureKind  # one of `CRASH_KINDS`
     headline: str

@@ -1,11 +1,11 @@
 """The reproducibility record of a tuning run: how it was run (`Record`), on what machine
 and Python (`Environment`, its GPUs `Gpu`), and when.
 
-`tftune.tuner.record.build_record` makes it (the environment is
-`tftune.probes.environment.collect`'s); it is written into the tuning JSON (``record``)
+`tftune.tuner.output.repro.build_record` makes it (the environment is
+`tftune.probes.live.environment.collect`'s); it is written into the tuning JSON (``record``)
 and the winner's config file (``meta.record``). `to_json` only serializes; `from_reader`
 reads the tuning JSON's strictly (a config file's ``meta`` stays free-form: `tftune run
---config` reads the machine it names leniently, `tftune.probes.environment.differences`).
+--config` reads the machine it names leniently, `tftune.probes.live.environment.differences`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """When one host is not enough: the tf.data service sizing as both documents hold it
 (the analysis JSON's ``service_sizing``, the tuning JSON's ``ceiling.service_sizing``).
 
-`tftune.probes.service_sizing` computes it (how many more hosts like this one the pipeline
+`tftune.probes.advice.service_sizing` computes it (how many more hosts like this one the pipeline
 needs, `ServiceSizing`, or why it is not sized, `NotSized`), rounds its figures as the
 JSON writes them and words its sentence; `to_json` only serializes and `sizing_from_reader`
 reads either back strictly (``"sized"`` tells them apart).

@@ -1,9 +1,9 @@
 """What was measured as training, as the documents hold it.
 
 - `EpochCost`: what an epoch's start costs the training stream over a run (the step
-  clock's measure, `tftune.probes.training_time`; the trial's windows spread it);
+  clock's measure, `tftune.probes.live.training_time`; the trial's windows spread it);
 - `EpochStall`: an epoch-start stall named with its cause and fix
-  (`tftune.probes.epoch_stall.diagnose`);
+  (`tftune.probes.live.epoch_stall.diagnose`);
 - `TrainingTime`: how one run's training time was told apart from the rest: a trial's
   record (the study's storage, ``trials_detail[].training``), the clock file beside a
   `tftune profile` trace and the analysis JSON's ``training``;
@@ -67,12 +67,12 @@ class EpochCost:
 @dataclass(frozen=True, slots=True)
 class EpochStall:
     """A named epoch-start stall: its cost, cause and fix, and the sentence reports print
-    (`tftune.probes.epoch_stall`: its causes and their words)."""
+    (`tftune.probes.live.epoch_stall`: its causes and their words)."""
 
     stall_s: float  # extra time of each epoch's first step
     steps_per_epoch: int
     share: float  # of an epoch's training time
-    cause: str  # one of `tftune.probes.epoch_stall`'s causes
+    cause: str  # one of `tftune.probes.live.epoch_stall`'s causes
     summary: str
     code: str | None
     sentence: str  # the stall, its cost and its fix in one line

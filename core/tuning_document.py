@@ -1,6 +1,6 @@
 """The tuning JSON (docs/json.md) as one tree of frozen types: `TuningDocument`.
 
-`tftune.tuner.tuning_doc` builds it (every derived figure, such as the winner's speed-up,
+`tftune.tuner.output.assemble` builds it (every derived figure, such as the winner's speed-up,
 computed there) and writes `TuningDocument.to_json()`; the reports read a saved one with
 `TuningDocument.from_json` and render from its types. `to_json` only serializes: a figure
 is written as the producer stored it. Its parts, each with its JSON both ways, are in

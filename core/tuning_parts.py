@@ -187,7 +187,7 @@ def _settings(r: Reader) -> Settings:
 
 @dataclass(frozen=True, slots=True)
 class ConfigSettings:
-    """A config as its file writes it (`tftune.tuner.config.Config`, whose JSON this
+    """A config as its file writes it (`tftune.tuner.searchspace.config.Config`, whose JSON this
     writes), less the file's free-form ``meta``: each call site's knobs, then the file's
     other fields in its order, each a global knob's value or an object of settings (the
     tf.data service's). A value is as the file has it: ``"AUTOTUNE"``; null is the

@@ -33,7 +33,7 @@ WHOLE_RUN_KEYS = (
 
 @dataclass(frozen=True, slots=True)
 class BreakEven:
-    """When tuning pays for itself (`tftune.tuner.breakeven`): the tuning run's time, the
+    """When tuning pays for itself (`tftune.tuner.output.breakeven`): the tuning run's time, the
     rates as written and tuned, what the winner saves per hour of training and after
     how much training it has paid the tuning back (None: no gain, it never does)."""
 
@@ -96,7 +96,7 @@ class PlatformInfo:
 
 @dataclass(frozen=True, slots=True)
 class ScreenCandidate:
-    """One config the pipeline screen drained (`tftune.tuner.screen`)."""
+    """One config the pipeline screen drained (`tftune.tuner.searchspace.screen`)."""
 
     description: str
     examples_per_s: float | None  # None: not measured (`error` says why)

@@ -114,7 +114,7 @@ def _part(r: Reader, key: str, read: Callable[[Reader], T]) -> T | Absent | None
 class Instability:
     """The script crashes whatever the config: `crashed` of `runs` runs ended in a native
     crash, `as_written` of them the script as written, or one crash showed in configs that
-    share no knob value (`unrelated`); `sentence` says so (`tftune.tuner.crashes`)."""
+    share no knob value (`unrelated`); `sentence` says so (`tftune.tuner.trial.crashes`)."""
 
     sentence: str
     trials: tuple[int, ...]  # the trials that crashed

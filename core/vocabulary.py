@@ -1,7 +1,9 @@
-"""The words tftune speaks, defined once: categories, input-bound bands, stage names and
-trial states. The analysis, the reports and the tuner import them from here, so a user
-never reads two words for one thing (`tftune analyze` and `tftune optimize` once called
-one 7% input wait "moderately input-bound" and "not the input pipeline").
+"""The words tftune speaks, defined once: categories (and which trace events are
+host-to-device copies), shares and "not measured" in words, input-bound bands, stage names,
+trial states, a tuning run's phases and knob values. The analysis, the reports and the
+tuner import them from here, so a user never reads two words for one thing (`tftune
+analyze` and `tftune optimize` once called one 7% input wait "moderately input-bound" and
+"not the input pipeline").
 
 Pure Python: no TensorFlow, no NumPy.
 """
@@ -9,6 +11,7 @@ Pure Python: no TensorFlow, no NumPy.
 from __future__ import annotations
 
 import enum
+import re
 
 # ---- categories -------------------------------------------------------------------------
 # Where step time goes (the analysis JSON's `breakdown`), in the order a reader expects:
@@ -86,10 +89,23 @@ def category_label(category: str) -> str:
     return CATEGORY_LABELS.get(category, category.replace("_", " ").capitalize())
 
 
+# A copy from the host to a device, by its event's name: the CUPTI collector's
+# ("MemcpyH2D"), XProf's parser's ("MemcpyHToD") and the CUDA API's ("cuMemcpyHtoDAsync").
+# The breakdown counts these as `host_to_device`; the timeline colours them so.
+_HOST_TO_DEVICE = re.compile(r"^(memcpyh2d|memcpyhtod|cumemcpyhtod|cudamemcpyhtod)", re.I)
+
+
+def is_host_to_device(name: str) -> bool:
+    """Whether a trace event named `name` copies from the host to a device."""
+    return _HOST_TO_DEVICE.match(name) is not None
+
+
 # ---- shares in words ---------------------------------------------------------------------
 # A share of step time (0..1) as every report prints it: whole percent, except that a
 # share above zero but under 1% reads "under 1%" (never "0%" for time that was spent).
 UNDER_ONE_PERCENT = "under 1%"
+# What every report prints for a figure that was not measured (never 0).
+NOT_MEASURED = "not measured"
 
 
 def percent(share: float, compact: bool = False) -> str:
@@ -177,6 +193,15 @@ class TrialState(str, enum.Enum):
 FALLBACK_HOW = "no optimizer update seen: the busiest dataset loop"
 
 
+class Phase(str, enum.Enum):
+    """Where a tuning run is, as its progress shows it (`tftune.optimize`'s ``on_phase``)."""
+
+    DISCOVERY = "discovery"  # the training loop, the call sites, the rewrites' checks
+    SCREEN = "screen"  # the bounds, the pipeline screen, the guided profile
+    SEARCH = "search"  # the study's trials
+    FINAL_ROUND = "final round"  # the winner again beside the baselines; the learning check
+
+
 # Optuna's own state names, as a study's trial history (the tuning JSON's `history`) holds
 # them, and what tftune calls each.
 OPTUNA_STATES = {
@@ -190,3 +215,14 @@ OPTUNA_STATES = {
 # What the consumer's input wait was spent on (the analysis JSON's `input_categories`), in
 # the order the analysis ranks them; `other` is stage overhead outside functions.
 INPUT_CATEGORIES = ("io", "tokenization", "python", "preprocessing", "other")
+
+
+# A knob's value in the tuning JSON (`params`, the space's choices): "AUTOTUNE", a
+# number, a flag, or this word for the script's own value.
+KNOB_AS_WRITTEN_JSON = "default"
+_KNOB_VALUE_WORDS = {KNOB_AS_WRITTEN_JSON: "as written", "True": "on", "False": "off"}
+
+
+def knob_value_words(value: str) -> str:
+    """A knob's JSON value as the reports say it: "default" → "as written"."""
+    return _KNOB_VALUE_WORDS.get(value, value)

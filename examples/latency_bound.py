@@ -22,7 +22,9 @@ args = parser.parse_args()
 def slow_read(index: tf.Tensor) -> tf.Tensor:
     def _read(i: tf.Tensor) -> tf.Tensor:
         time.sleep(args.latency_ms / 1000.0)
-        return tf.cast(i, tf.float32)
+        # A value in [0, 1): the raw index grows without bound, and a fast pipeline
+        # reached indices whose squares made SGD diverge (the weights became NaN).
+        return tf.cast(i % 1000, tf.float32) / 1000.0
 
     value = tf.py_function(_read, [index], tf.float32)
     value.set_shape([])

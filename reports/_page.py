@@ -14,9 +14,8 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from html import escape
 
-from tftune.core.vocabulary import CATEGORY_COLORS, category_label, percent
+from tftune.core.vocabulary import CATEGORY_COLORS, NOT_MEASURED, category_label, percent
 
-NOT_MEASURED = "not measured"
 # Colours of categories the vocabulary does not know, picked by a hash of the name.
 _SPARE = ("#6d28d9", "#0369a1", "#4d7c0f", "#9f1239", "#57534e")
 
@@ -177,7 +176,7 @@ def fmt_pct(v: float | None) -> str:
 def fmt_rate(v: float | None) -> str:
     if v is None:
         return NOT_MEASURED
-    return f"{v:,.0f} el/s" if v >= 100 else f"{v:,.1f} el/s"
+    return f"{v:,.0f} ex/s" if v >= 100 else f"{v:,.1f} ex/s"
 
 
 def fmt_x(v: float | None) -> str:

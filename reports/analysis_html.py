@@ -9,15 +9,13 @@ SVG built in Python (`reports._svg`); the shell is `reports._page`.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tftune.core.analysis_advice import Bottleneck
 from tftune.core.analysis_trace import StageRow, StepRow, Timeline
-from tftune.core.vocabulary import Band, stage_kind
+from tftune.core.vocabulary import NOT_MEASURED, Band, is_host_to_device, stage_kind
 from tftune.reports import _svg
 from tftune.reports._page import (
-    NOT_MEASURED,
     ElementIds,
     codebox,
     color_of,
@@ -35,7 +33,13 @@ from tftune.reports._page import (
     stat,
 )
 from tftune.reports.analysis_model import AnalysisReport
-from tftune.reports.words import device_label, evidence_label, lane_label
+from tftune.reports.words import (
+    device_label,
+    evidence_label,
+    evidence_value,
+    lane_label,
+    op_label,
+)
 
 MAX_STEP_COLUMNS = 240  # beyond this the per-step chart shows evenly spaced steps
 # Timeline event classes: what a reader needs to tell apart at a glance.
@@ -66,7 +70,7 @@ def render_analysis_html(model: AnalysisReport) -> str:
         _timeline_section(model),
         _run_section(model),
     ]
-    if model.service_sizing:  # when one host is not enough (probes/service_sizing.py)
+    if model.service_sizing:  # when one host is not enough (probes/advice/service_sizing.py)
         body.append(
             '<section id="service-sizing"><h2>When one host is not enough</h2>'
             f"<p>{esc(model.service_sizing)}</p></section>"
@@ -195,7 +199,7 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
     if b.call_site:
         where.append(f"at <code>{esc(b.call_site)}</code>")
     if b.stage:
-        where.append(f"stage <code>{esc(b.stage)}</code>")
+        where.append(f'stage <code title="{esc(b.stage)}">{esc(stage_kind(b.stage))}</code>')
     if b.functions:
         where.append("runs " + ", ".join(f"<code>{esc(f)}</code>" for f in b.functions))
     if not where:
@@ -212,7 +216,7 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
     if b.evidence:
         rows = "".join(
             f'<dt title="{esc(k)}">{esc(evidence_label(k))}</dt>'
-            f"<dd>{nm() if v is None else esc(_value(v))}</dd>"
+            f"<dd>{nm() if v is None else esc(evidence_value(k, v))}</dd>"
             for k, v in b.evidence.items()
         )
         opened = " open" if b.rank == 1 else ""
@@ -233,17 +237,6 @@ def _bottleneck_card(b: Bottleneck, ids: ElementIds) -> str:
         f'<span class="share">{share}</span></div>'
         f'<div class="where">{" · ".join(where)}</div>{fix}{evidence}</div>'
     )
-
-
-def _value(v: object) -> str:
-    """An evidence value in words: a list or an object as its compact JSON."""
-    if not isinstance(v, (str, int, float, bool)):
-        return json.dumps(v, sort_keys=True, separators=(", ", ": "))
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-    return str(v)
 
 
 def _sample(rows: Sequence[StepRow], limit: int) -> list[StepRow]:
@@ -329,6 +322,15 @@ def _knobs_cell(s: StageRow) -> str:
     return "".join(chips) + nm
 
 
+def _stage_detail(s: StageRow, sites: Mapping[str, str]) -> str:
+    """Under a stage's name: the user's call site where a finding named it, then its op
+    in words (the op's own name and graph ids on hover)."""
+    said = [f"<code>{esc(sites[s.name])}</code>"] if s.name in sites else []
+    if s.op:
+        said.append(esc(op_label(s.op)))
+    return " · ".join(said)
+
+
 def _stages_section(m: AnalysisReport) -> str:
     if not m.stages:
         return (
@@ -336,6 +338,7 @@ def _stages_section(m: AnalysisReport) -> str:
             f"Stage tree {NOT_MEASURED}: the trace has no tf.data iterator events.</p></section>"
         )
     high = max([s.self_ms or 0.0 for s in m.stages] + [1e-9])
+    sites = {b.stage: b.call_site for b in m.bottlenecks if b.stage and b.call_site}
     rows = []
     for s in m.stages:
         indent = "&nbsp;&nbsp;" * s.depth + ("└ " if s.depth else "")
@@ -352,7 +355,8 @@ def _stages_section(m: AnalysisReport) -> str:
         rows.append(
             f'<tr class="{"hot" if s.bottleneck else ""}" data-stage="{esc(s.name)}">'
             f'<td><span class="tree" title="{esc(s.name)}">{indent}{esc(stage_kind(s.name))}</span>'
-            f'{badges}<div class="op">{indent}{esc(s.op or "")}</div></td>'
+            f'{badges}<div class="op" title="{esc(s.op or "")}">{indent}'
+            f"{_stage_detail(s, sites)}</div></td>"
             f'<td class="num">{bar}{or_nm(fmt_ms(s.self_ms), unknown=s.self_ms is None)}</td>'
             f'<td class="num">{num_cell(fmt_ms(s.self_per_call_ms), s.self_per_call_ms)}</td>'
             f'<td class="num">{num_cell(f"{s.calls or 0:,}", s.calls)}</td>'
@@ -380,7 +384,7 @@ def _event_class(name: str, kind: str, bottleneck_stages: frozenset[str]) -> str
         return "bottleneck" if name in bottleneck_stages else "tf_data"
     if "pyfunc" in lowered or "py_function" in lowered or "numpyfunction" in lowered:
         return "python"
-    if "memcpyh2d" in lowered or "hosttodevice" in lowered or "h2d" in lowered:
+    if is_host_to_device(name):
         return "h2d"
     if kind == "tf_data":
         return "tf_data_work"
@@ -397,6 +401,7 @@ def _timeline_section(m: AnalysisReport) -> str:
     hot = frozenset(s.name for s in m.stages if s.bottleneck)
     kinds_order = {"host": 0, "tf_data": 1, "device": 2}
     lanes = []
+    seen: dict[str, int] = {}
     used: set[str] = set()
     for tr in sorted(t.tracks, key=lambda tr: kinds_order.get(tr.kind, 3)):
         events = []
@@ -405,7 +410,10 @@ def _timeline_section(m: AnalysisReport) -> str:
             used.add(cls)
             events.append((ev.start_ms, ev.duration_ms, ev.name, _EVENT_CLASSES[cls][0]))
         note = f"{tr.dropped:,} short events not shown" if tr.dropped else ""
-        lanes.append(_svg.Lane(lane_label(tr.name), tr.kind, tuple(events), note))
+        label = lane_label(tr.name)
+        seen[label] = seen.get(label, 0) + 1  # one name a lane: "TensorFlow op thread 2"
+        label += f" {seen[label]}" if seen[label] > 1 else ""
+        lanes.append(_svg.Lane(label, tr.kind, tuple(events), note))
     markers = [
         (r.start_ms, f"step {r.step}")
         for r in m.per_step
@@ -437,11 +445,15 @@ def _timeline_section(m: AnalysisReport) -> str:
     )
 
 
+# A trace does not say which TensorFlow took it; tftune's own profiles record it beside.
+UNRECORDED_TF = "not in the trace (tftune profile and tftune.keras.Profile record it)"
+
+
 def _run_section(m: AnalysisReport) -> str:
     r = m.run
     row = meta_row
     items = [
-        row("TensorFlow", r.tf_version),
+        row("TensorFlow", r.tf_version or UNRECORDED_TF),
         row("hosts", ", ".join(r.hosts) if r.hosts else None),
         row("devices", ", ".join(r.devices) if r.devices else None),
         row("device kind", device_label(r.device)),

@@ -22,7 +22,14 @@ from tftune.core.analysis_advice import Bottleneck
 from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.analysis_trace import XProfCheck
 from tftune.core.sizing import caption
-from tftune.core.vocabulary import Band, category_label, percent, stage_kind, stage_short_name
+from tftune.core.vocabulary import (
+    NOT_MEASURED,
+    Band,
+    category_label,
+    percent,
+    stage_kind,
+    stage_short_name,
+)
 from tftune.reports.words import device_label
 
 _LEVEL_STYLE = {Band.HIGH: "bold red", Band.MODERATE: "bold yellow", Band.LOW: "bold green"}
@@ -68,7 +75,7 @@ def _breakdown(d: AnalysisDocument) -> Text:
         for k, v in sorted(d.breakdown, key=lambda kv: -(kv[1] or 0))
         if v is not None and v >= 0.005
     ]
-    t = Text("step time: " + (" · ".join(parts) if parts else "not measured"))
+    t = Text("step time: " + (" · ".join(parts) if parts else NOT_MEASURED))
     if d.input_categories:
         inner = " · ".join(
             f"{k} {_pct(v)}"
@@ -94,7 +101,7 @@ def _xprof(d: AnalysisDocument) -> Text | None:
         return None
 
     def figures(step_ms: float | None, share: float | None) -> str:
-        step = f"{_ms(step_ms)} ms" if step_ms is not None else "not measured"
+        step = f"{_ms(step_ms)} ms" if step_ms is not None else NOT_MEASURED
         return f"step {step}, input {_pct(share) if share is not None else 'not measured'}"
 
     t = Text(

@@ -33,6 +33,11 @@ class ComparisonRow:
     label: str
     measurement: MeasuredRate | None  # None: not measured in this run
     speedup: float | None  # examples/s relative to the script as written
+    note: str | None = None  # the tuned row's, where a baseline is the same config
+
+
+# The tuned row's note where the analysis-guided guess won: one config, one row.
+GUIDED_WON = "the analysis-guided guess"
 
 
 def _confirmed(run: BaselineRun | BestRun) -> MeasuredRate | None:
@@ -66,6 +71,10 @@ def comparison(doc: TuningDocument) -> tuple[ComparisonRow, ...]:
             if run is not None and run.measured.trial == trial:
                 measured["tuned"] = measured[key]
                 break
+    guided = doc.baselines.get("guided")
+    same = guided is not None and trial is not None and guided.measured.trial == trial
+    if same:  # the guess is the winner: a note on the tuned row, not a second row
+        measured["guided"] = None
     base = measured["as_written"]
     base_rate = base.examples_per_s if base is not None else None
     rows = []
@@ -75,5 +84,6 @@ def comparison(doc: TuningDocument) -> tuple[ComparisonRow, ...]:
             continue
         rate = m.examples_per_s if m is not None and m.complete else None
         speedup = rate / base_rate if rate is not None and base_rate else None
-        rows.append(ComparisonRow(key, ROW_LABELS[key], m, speedup))
+        note = GUIDED_WON if key == "tuned" and same else None
+        rows.append(ComparisonRow(key, ROW_LABELS[key], m, speedup, note))
     return tuple(rows)

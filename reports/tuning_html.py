@@ -11,10 +11,9 @@ shell is `reports._page`.
 
 from __future__ import annotations
 
-from tftune.core.vocabulary import TrialState, percent
+from tftune.core.vocabulary import NOT_MEASURED, TrialState, knob_value_words, percent
 from tftune.reports import _svg
 from tftune.reports._page import (
-    NOT_MEASURED,
     ElementIds,
     codebox,
     esc,
@@ -33,7 +32,7 @@ from tftune.reports._page import (
 from tftune.reports.learning_rows import learning_section
 from tftune.reports.rewrite_rows import rewrites_section
 from tftune.reports.tuning_model import Trial, TuningReport
-from tftune.reports.words import device_label
+from tftune.reports.words import device_label, utilization_label
 
 
 def render_tuning_html(model: TuningReport) -> str:
@@ -186,21 +185,22 @@ def _comparison_section(m: TuningReport) -> str:
             else ""
         )
         spread = fmt_pct(meas.spread) if meas.spread is not None else None
+        said = f' <span class="where">({esc(r.note)})</span>' if r.note else ""
         rows.append(
-            f'<tr class="{"best" if r.key == "tuned" else ""}"><td>{esc(r.label)}</td>'
+            f'<tr class="{"best" if r.key == "tuned" else ""}"><td>{esc(r.label)}{said}</td>'
             f'<td class="num">{bar}{or_nm(fmt_rate(rate), unknown=rate is None)}</td>'
             f'<td class="num">{num_cell(fmt_pct(meas.utilization), meas.utilization)}</td>'
             f'<td class="num">{or_nm(spread or "", unknown=spread is None)}</td>'
             f'<td class="num">{or_nm(fmt_x(r.speedup), unknown=r.speedup is None)}</td></tr>'
         )
-    kind = f" ({m.utilization_kind})" if m.utilization_kind else ""
     return (
         '<section id="comparison"><h2>As written, AUTOTUNE, tuned</h2>'
         '<p class="sub">Each measured in this run, on this machine. Spread is '
         "(max − min) / median over the repeats: speed-ups smaller than it are noise.</p>"
         '<table><caption class="sr">Each configuration measured, and its speed-up</caption>'
         f'<thead><tr><th>configuration</th><th class="num">examples/s</th>'
-        f'<th class="num">utilization{esc(kind)}</th><th class="num">spread</th>'
+        f'<th class="num">{esc(utilization_label(m.utilization_kind))}</th>'
+        '<th class="num">spread</th>'
         f'<th class="num">speed-up vs as written</th></tr></thead><tbody>{"".join(rows)}'
         "</tbody></table></section>"
     )
@@ -254,7 +254,8 @@ def _space_section(m: TuningReport) -> str:
     ]
     if m.knobs:
         rows = "".join(
-            f"<tr><td><code>{esc(k.name)}</code></td><td>{esc(', '.join(k.choices))}</td>"
+            f"<tr><td><code>{esc(k.name)}</code></td>"
+            f"<td>{esc(', '.join(knob_value_words(c) for c in k.choices))}</td>"
             f"<td>{esc(k.why or '')}</td></tr>"
             for k in m.knobs
         )
@@ -264,7 +265,10 @@ def _space_section(m: TuningReport) -> str:
             f"<tbody>{rows}</tbody></table>"
         )
     if m.fixed:
-        chips = "".join(f'<span class="chip">{esc(k)} <b>{esc(v)}</b></span>' for k, v in m.fixed)
+        chips = "".join(
+            f'<span class="chip">{esc(k)} <b>{esc(knob_value_words(v))}</b></span>'
+            for k, v in m.fixed
+        )
         out.append(f"<h3>Fixed</h3><p>{chips}</p>")
     if m.left_out:
         items = "".join(f"<li><code>{esc(k)}</code>: {esc(why)}</li>" for k, why in m.left_out)
@@ -308,7 +312,7 @@ def _history_section(m: TuningReport) -> str:
         if t.crash and t.crash[0] not in (t.reason or ""):
             title += f"\n{t.crash[0]}"
         if t.params:
-            title += "\n" + "\n".join(f"{k} = {v}" for k, v in t.params)
+            title += "\n" + "\n".join(f"{k} = {knob_value_words(v)}" for k, v in t.params)
         points.append(
             _svg.Point(float(t.number), value if kind == "complete" else None, kind, title)
         )
@@ -321,7 +325,8 @@ def _history_section(m: TuningReport) -> str:
         if auto is not None:
             refs.append((auto, f"AUTOTUNE {_svg.tick_label(auto)}", "#7c3aed"))
         if m.ceiling is not None:
-            refs.append((m.ceiling, f"ceiling {_svg.tick_label(m.ceiling)}", "#15803d"))
+            half = f"{m.ceiling_limited_by} alone" if m.ceiling_limited_by else "ceiling"
+            refs.append((m.ceiling, f"{half} {_svg.tick_label(m.ceiling)}", "#15803d"))
     chart = _svg.history(points, references=refs, unit=unit, label="Optimization history")
     swatches = legend(
         [
@@ -370,7 +375,7 @@ def _importance_section(m: TuningReport) -> str:
 
 def _params_text(t: Trial) -> str:
     if t.params:
-        return ", ".join(f"{k}={v}" for k, v in t.params)
+        return ", ".join(f"{k} {knob_value_words(v)}" for k, v in t.params)
     return t.description or ""
 
 
@@ -440,7 +445,7 @@ def _tuning_run_section(m: TuningReport) -> str:
     items = [
         row("script", m.script),
         row("objective", m.objective),
-        row("utilization from", m.utilization_kind),
+        row("utilization from", utilization_label(m.utilization_kind)),
         row("device", device_label(m.device)),
         row(
             "pipeline alone",

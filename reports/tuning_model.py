@@ -218,7 +218,7 @@ def _minutes(seconds: float) -> str:
 
 
 def break_even_sentence(be: BreakEven | None) -> str | None:
-    """The tuning document's ``break_even`` (`tftune.tuner.breakeven`) in words: what
+    """The tuning document's ``break_even`` (`tftune.tuner.output.breakeven`) in words: what
     tuning cost, what the winner saves per hour of training, and when it has paid for
     itself."""
     if be is None:

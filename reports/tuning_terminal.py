@@ -29,14 +29,20 @@ from tftune.core.sizing import caption
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
 from tftune.core.tuning_trials import TrialRow
-from tftune.core.vocabulary import UNDER_ONE_PERCENT, TrialState, input_band, percent
+from tftune.core.vocabulary import (
+    NOT_MEASURED,
+    UNDER_ONE_PERCENT,
+    TrialState,
+    input_band,
+    percent,
+)
 from tftune.reports.analysis_terminal import plain_lines, text_console
 from tftune.reports.learning_rows import learning_lines
 from tftune.reports.rewrite_rows import rewrite_lines
 from tftune.reports.tuning_comparison import comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences
+from tftune.reports.words import utilization_label
 
-NOT_MEASURED = "not measured"
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
 CEILING_REACHED = 0.9
 # A failed trial's status line is followed by at most this many of its crash's key lines
@@ -101,10 +107,10 @@ def table_rows(doc: TuningDocument) -> list[tuple[str, str, str, str, str]]:
 def render_table(doc: TuningDocument) -> Table | Group:
     """A rich Table (rendered by the CLI's console); when the script crashes on its own
     (the document's ``instability``), a Group of the table and that warning below it."""
-    util = "GPU util" if doc.utilization_kind == "nvml" else "duty cycle"
+    util = utilization_label(doc.utilization_kind)
     t = Table(title="tftune optimize: measured in this run", title_justify="left")
     t.add_column("", justify="left")
-    for col in ("examples/s", util, "noise", "speed-up"):
+    for col in ("examples/s", util, "spread", "speed-up"):
         t.add_column(col, justify="right")
     for row in table_rows(doc):
         t.add_row(*row)

@@ -99,7 +99,7 @@ echo "gpu_check: XProf input_pipeline_analyzer for comparison"
 "$PY" - "$XPLANE" "$OUT/xprof_input_pipeline.json" <<'PYEOF' || echo "gpu_check: xprof not available"
 import json, sys
 from pathlib import Path
-from tftune.probes.xprof_check import xprof_input_pipeline
+from tftune.probes.traces.xprof_check import xprof_input_pipeline
 xp = xprof_input_pipeline([Path(sys.argv[1])])
 out = {"hardware_type": xp.hardware_type, "steps": len(xp.steps),
        "mean_step_ms": xp.mean_step_ms, "input_share": xp.input_share,

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.nvml import NotMeasured, NvmlSampler
-from tftune.tuner.config import Config
+from tftune.probes.live.nvml import NotMeasured, NvmlSampler
 from tftune.tuner.measurement import Measurement
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial import MeasureSpec, run_trial
 
 ROOT = Path(__file__).resolve().parent.parent

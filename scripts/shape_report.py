@@ -3,12 +3,15 @@
     python scripts/shape_report.py            # a Markdown table of the package's shape
     python scripts/shape_report.py --check    # exit 1 if a limit is broken (tests do this)
 
-Limits (GUIDE.md): a module at most 500 lines, a function at most 80 (data tables are
-not functions), no import cycle between the package's modules; one name per thing: no
-two modules share a file name, no two share a top-level class name; every field of a
-dataclass in core/ (the documents' types) is a typed value: none is annotated
-``Mapping[str, Any]`` or ``dict[str, Any]``, directly or through an alias of its module.
-Reads the source with `ast`; imports nothing of the package.
+Limits (docs/ARCHITECTURE.md, "The layering rule"): a module at most 500 lines, a
+function at most 80 (data tables are not functions), no import cycle between the
+package's modules, dependencies that point one way; one name per thing: no two modules
+share a file name, no two share a top-level class name; no default spelled in the click
+options of tftune/cli.py (a default is the options' own: tuner/options.py and
+tuner/option_defaults.py); every field of a dataclass in core/ (the documents' types) is
+a typed value: none is annotated ``Mapping[str, Any]`` or ``dict[str, Any]``, directly
+or through an alias of its module. Reads the source with `ast`; imports nothing of the
+package.
 """
 
 from __future__ import annotations
@@ -130,7 +133,8 @@ def _package_parents(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     return {m: {t for t in ts if not m.startswith(f"{t}.")} for m, ts in edges.items()}
 
 
-# Which layer may import which (GUIDE.md): dependencies point one way.
+# Which layer may import which (docs/ARCHITECTURE.md, "The layering rule"): dependencies
+# point one way.
 LAYERS = {
     "tftune.core": set(),
     "tftune.probes": {"tftune.core"},
@@ -258,6 +262,38 @@ def untyped_fields(path: Path, module: str) -> list[str]:
     return problems
 
 
+# The command-line modules whose click options take their defaults from elsewhere.
+NO_LITERAL_DEFAULTS = ("tftune/cli.py", "tftune/_optimize_flags.py")
+
+
+def literal_defaults(source: str, where: str) -> list[str]:
+    """Each ``default=`` of a click option (``click.option(...)``, ``option(...)``) in
+    `source` that is a value written there (a number, a string, a tuple of them) rather
+    than a name; None (no default) is allowed."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name != "option":
+            continue
+        for kw in node.keywords:
+            if kw.arg != "default":
+                continue
+            try:
+                value = ast.literal_eval(kw.value)
+            except ValueError:
+                continue  # a name or a call: the default comes from where it is defined
+            if value is not None:
+                flag = next((a.value for a in node.args if isinstance(a, ast.Constant)), "?")
+                problems.append(
+                    f"{where}:{kw.value.lineno}: {flag}'s default {value!r} is spelled here; "
+                    "take it from the options (tuner/options.py, tuner/option_defaults.py)"
+                )
+    return problems
+
+
 def report() -> tuple[str, list[str]]:
     rows, problems = [], []
     longest: list[tuple[int, str]] = []
@@ -278,6 +314,8 @@ def report() -> tuple[str, list[str]]:
     problems += [f"import cycle: {' <-> '.join(c)}" for c in found]
     problems += layer_problems(edges)
     problems += name_problems()
+    for rel in NO_LITERAL_DEFAULTS:
+        problems += literal_defaults((ROOT / rel).read_text(encoding="utf-8"), rel)
     rows.sort(reverse=True)
     longest.sort(reverse=True)
     out = ["| module | lines |", "|---|---|"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from gputrace import MS, US, GpuStepSpec, XSpaceBuilder, gpu_trace
 
 from tftune.core.training import TrainingTime
-from tftune.probes.callsites import RecordedSite
-from tftune.probes.epoch_stall import PipelineStage, diagnose
+from tftune.probes.live.epoch_stall import PipelineStage, diagnose
+from tftune.probes.traces.callsites import RecordedSite
 
 ROOT = "Iterator::Root"
 PREFETCH = f"{ROOT}::Prefetch"
@@ -147,7 +147,7 @@ def cpu_epoch_stall(steps: int = 10) -> XSpaceBuilder:
 
 
 # The step clock of that profiled run: each epoch's first step waits 14 s while the
-# shuffle buffer behind the map refills through it (`probes.epoch_stall.diagnose`).
+# shuffle buffer behind the map refills through it (`probes.live.epoch_stall.diagnose`).
 EPOCH_CHAIN = (
     PipelineStage("source"),
     PipelineStage("map", "train.py:10"),

@@ -25,7 +25,7 @@ from typing import Any
 
 from google.protobuf import message_factory
 
-from tftune.probes._schema import xevent_class
+from tftune.probes.traces._schema import xevent_class
 
 
 @cache

@@ -13,13 +13,13 @@ from rich.table import Table
 
 from tftune.core.tuning_document import TuningDocument
 from tftune.reports import tuning_terminal
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import build_space
+from tftune.tuner.output.assemble import RunFacts, trial_row, tuning_document
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import RunFacts, trial_row, tuning_document
 
 MAP = "train.py:10"
 BATCH = "train.py:11"

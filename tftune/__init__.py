@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tftune.core.errors import UserError
     from tftune.core.run_record import Environment
-    from tftune.probes.analysis import Analysis
-    from tftune.tuner.config import Config
-    from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, TrialCallback
+    from tftune.probes.advice.analysis import Analysis
+    from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, PhaseCallback, TrialCallback
     from tftune.tuner.options import OptimizeOptions
+    from tftune.tuner.searchspace.config import Config
     from tftune.tuner.study import Runner
 
 try:
@@ -41,6 +41,7 @@ __all__ = [
     "apply",
     "keras",
     "optimize",
+    "profile",
     "report",
 ]
 
@@ -70,12 +71,65 @@ def analyze(
     from dataclasses import replace
 
     from tftune._notebook import inline
-    from tftune.probes.analysis import analyze as _analyze
-    from tftune.probes.remote import is_url
+    from tftune.probes.advice.analysis import analyze as _analyze
+    from tftune.probes.traces.remote import is_url
 
     where = path if is_url(path) else Path(path)
     found = _analyze(where, run=run, host=host, tool_version=__version__, xprof=xprof)
     return replace(found, inline=inline)
+
+
+def profile(
+    script: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    steps: tuple[int, int] = (20, 40),
+    logdir: str | os.PathLike[str] = "tftune-profile",
+    config: str | os.PathLike[str] | Config | None = None,
+    timeout_s: float | None = None,
+    step_timeout_s: float | None = None,
+    progress: bool | None = None,
+) -> Analysis:
+    """Profile training steps ``steps[0]`` to ``steps[1] - 1`` of an unmodified script
+    into `logdir` and analyze them: ``tftune profile`` then ``tftune analyze``, in one
+    call. ``config``: a tuned config (a path or a `Config`) applied while profiling;
+    ``progress``: as `optimize`'s (the steps taken and the phase). Raises `UserError`
+    (one line) on bad steps, and a `ScriptError` with the reason where no profile was
+    captured. TensorFlow is imported only in the script's process."""
+    from tftune._notebook_progress import shown
+    from tftune.core.errors import ConfigError, ScriptError
+    from tftune.tuner.searchspace.config import Config, load_config
+    from tftune.tuner.trial import profile_script
+
+    start, stop = steps
+    if not 0 <= start < stop:
+        raise ConfigError(f"steps={steps!r}: expected (START, STOP) with 0 <= START < STOP")
+    chosen = config if isinstance(config, Config) or config is None else load_config(config)
+    tracing = f"trace steps {start}-{stop - 1}"
+    with shown(f"tftune profile {script}", "steps", progress) as view:
+
+        def step(done: int) -> None:  # `done` steps taken: step `done` is next
+            view.step(done)
+            if done >= start and view.state.phase != tracing:
+                view.phase(tracing)
+
+        view.start(0, stop)
+        view.phase(f"run to step {start}")
+        found = profile_script(
+            script,
+            args,
+            start,
+            stop,
+            logdir,
+            config=chosen,
+            timeout_s=timeout_s,
+            step_timeout_s=step_timeout_s,
+            on_step=step,
+        )
+        if not found.captured:
+            raise ScriptError(f"{script}: no profile captured: {found.reason}")
+        view.phase("analysis")
+        return analyze(found.logdir)
 
 
 def report(obj: object, path: str | os.PathLike[str] | None = None) -> str | Path:
@@ -97,13 +151,13 @@ def apply(config: str | os.PathLike[str] | Config) -> None:
     (``sys.argv[0]``). It does what ``tftune run --config`` does, in-process.
     """
     from tftune.tuner.child.patcher import activate
-    from tftune.tuner.config import Config, load_config
+    from tftune.tuner.searchspace.config import Config, load_config
 
     loaded = config if isinstance(config, Config) else load_config(config)
     if not isinstance(config, Config):
         import warnings
 
-        from tftune.tuner.record import environment_differences, mismatch_warning
+        from tftune.tuner.output.repro import environment_differences, mismatch_warning
 
         diffs = environment_differences(loaded.meta)
         if diffs:
@@ -121,6 +175,8 @@ def optimize(
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_phase: PhaseCallback | None = None,
+    progress: bool | None = None,
     invocation: Sequence[str] | None = None,
     runner: Runner | None = None,
     environment: Callable[[], Environment] | None = None,
@@ -133,29 +189,19 @@ def optimize(
     are the options of ``tftune optimize --help``): ``options``, or the defaults, with
     ``overrides`` applied by field name, e.g. ``tftune.optimize("train.py", trials=5)``.
     An unknown name is a `TypeError` naming it; a bad value a `UserError` naming the
-    option. ``html_file``: the HTML report. ``on_*``: progress; ``invocation``: the
-    command line for the record; ``runner``, ``environment``: test doubles. TensorFlow
-    is imported only in the child processes."""
+    option. ``html_file``: the HTML report. ``on_*``: progress callbacks; ``progress``:
+    show it (None: where IPython runs; live in a Jupyter cell, plain lines elsewhere);
+    ``invocation``: the command line for the record; ``runner``, ``environment``: test
+    doubles. TensorFlow is imported only in the child processes."""
+    from tftune._notebook import inline, tuning_page
+    from tftune._notebook_progress import both, shown
     from tftune.tuner.optimize import OptimizeHooks
     from tftune.tuner.optimize import optimize as _optimize
     from tftune.tuner.options import with_overrides
 
     chosen = with_overrides(options, overrides, "tftune.optimize")
-    from tftune._notebook import inline, tuning_page
-
     # The tuner draws no page (it never imports reports): it is handed the renderer.
     render_html: HtmlRenderer | None = tuning_page if chosen.html_file is not None else None
-
-    hooks = OptimizeHooks(
-        inline=inline,
-        on_trial=on_trial,
-        on_start=on_start,
-        on_note=on_note,
-        render_html=render_html,
-        invocation=invocation,
-        runner=runner,
-        environment=environment,
-    )
     if chosen.tensorboard is not None:  # fail now, not after the study
         import importlib.util
 
@@ -165,7 +211,19 @@ def optimize(
             raise ConfigError(
                 f"--tensorboard {chosen.tensorboard}: needs TensorBoard: pip install tensorboard"
             )
-    result = _optimize(script, args, chosen, hooks)
+    with shown(f"tftune optimize {script}", "trials", progress) as view:
+        hooks = OptimizeHooks(
+            inline=inline,
+            on_trial=both(on_trial, view.trial),
+            on_start=both(on_start, view.start),
+            on_note=both(on_note, view.note),
+            on_phase=both(on_phase, view.phase),
+            render_html=render_html,
+            invocation=invocation,
+            runner=runner,
+            environment=environment,
+        )
+        result = _optimize(script, args, chosen, hooks)
     if chosen.tensorboard is not None:
         from tftune.reports.hparams import write_hparams
 
@@ -173,10 +231,17 @@ def optimize(
     return result
 
 
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext tftune`` in IPython: the ``%%tftune`` cell magic (`tftune._magic`)."""
+    from tftune._magic import register
+
+    register(ipython)
+
+
 def __getattr__(name: str) -> object:
     # The exported types, imported on first use: `import tftune` stays light.
     if name == "Analysis":
-        from tftune.probes.analysis import Analysis
+        from tftune.probes.advice.analysis import Analysis
 
         return Analysis
     if name == "OptimizeResult":
@@ -188,7 +253,7 @@ def __getattr__(name: str) -> object:
 
         return OptimizeOptions
     if name == "Config":
-        from tftune.tuner.config import Config
+        from tftune.tuner.searchspace.config import Config
 
         return Config
     if name == "keras":  # tftune.keras.Profile: imports Keras, so only when asked for

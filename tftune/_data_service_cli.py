@@ -7,7 +7,7 @@ fault tolerant when given ``--work-dir`` (its journal survives a restart), and
 dispatcher started here or with ``--dispatcher-address``. Once every server runs it
 prints one line per server and `READY`; SIGTERM or SIGINT (Slurm's cancel, Ctrl-C) stops
 them and exits 0. Trainers read from it with ``tftune optimize --data-service`` or a
-config's ``data_service`` (tftune.tuner.service).
+config's ``data_service`` (tftune.tuner.searchspace.service).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _start(opts: dict[str, Any], say: Callable[[str], None]) -> list[Any]:
     """The servers, started, each announced on one line (`say`)."""
     import tensorflow as tf
 
-    from tftune.tuner.service import check_address
+    from tftune.tuner.searchspace.service import check_address
 
     svc = tf.data.experimental.service
     servers: list[Any] = []

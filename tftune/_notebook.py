@@ -33,7 +33,7 @@ def document_of(obj: object) -> tuple[Document, Mapping[str, Any] | None, str]:
     and the name its report shows: an `Analysis`, an `OptimizeResult`, a JSON mapping,
     or the path of a saved analysis or tuning JSON."""
     from tftune.core.userfiles import read_json
-    from tftune.probes.analysis import Analysis
+    from tftune.probes.advice.analysis import Analysis
     from tftune.reports import read_report_json
     from tftune.tuner.optimize import OptimizeResult
 

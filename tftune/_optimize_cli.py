@@ -46,15 +46,10 @@ class ProgressView:
         self.progress.start()
 
     def trial(self, r: TrialRecord, best: TrialRecord | None) -> None:
-        from tftune.reports.tuning_terminal import trial_line
-        from tftune.tuner.tuning_doc import trial_row
+        from tftune._notebook_progress import best_words, trial_words
 
-        line = trial_line(trial_row(r), best.number if best is not None else None)
-        self.progress.console.print(line, highlight=False, markup=False)
-        desc = "best: -"
-        if best is not None and best.examples_per_s is not None:
-            desc = f"best: {best.examples_per_s:,.1f} ex/s (trial {best.number})"
-        self.progress.update(self.task, advance=1, description=desc)
+        self.progress.console.print(trial_words(r, best), highlight=False, markup=False)
+        self.progress.update(self.task, advance=1, description=f"best: {best_words(best)}")
 
     def note(self, text: str) -> None:
         self.progress.console.print(f"[dim]{text}[/dim]", highlight=False)

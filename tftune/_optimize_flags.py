@@ -1,6 +1,10 @@
-"""The command line of ``tftune optimize``: its options, in the order ``--help`` lists
-them. Each option's destination is an `OptimizeOptions` field (tuner/options.py): the
-command builds one from them."""
+"""The command line of ``tftune optimize``, made from `OptimizeOptions`' fields.
+
+Each field's `Flag` (tuner/option_flags.py) gives its option's name, help text and how
+its value is typed; its default is the field's (or the flag's `command_default`); its
+destination is the field's name, so the command builds the options with
+``OptimizeOptions(**opts)``. Nothing here spells a default or a help text again.
+"""
 
 from __future__ import annotations
 
@@ -9,156 +13,78 @@ from typing import Any, TypeVar
 
 import click
 
+from tftune.tuner.option_flags import Flag, Typed, parse_trials
+from tftune.tuner.options import command_line
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-STEP_TIMEOUT_HELP = (
-    "Seconds to wait for the first training step and for each one after it "
-    "[first: 300; then 20x the slowest step, at least 60]."
+# The order ``tftune optimize --help`` lists the options in (the fields' own order is the
+# resume command's).
+HELP_ORDER = (
+    "trials",
+    "timeout_s",
+    "objective",
+    "storage",
+    "study_name",
+    "seed",
+    "guided",
+    "rewrites",
+    "cache_budget",
+    "cache_dir",
+    "space_file",
+    "batch_size",
+    "best_file",
+    "json_file",
+    "html_file",
+    "window_s",
+    "repeats",
+    "step_timeout_s",
+    "bounds",
+    "workers",
+    "gpus_per_trial",
+    "cpus_per_trial",
+    "data_service",
+    "tensorboard",
 )
 
-
-def trials(value: str | int) -> str | int:
-    """``--trials``: a positive number, or ``auto`` (click reports a ValueError as an
-    invalid value of the option)."""
-    if isinstance(value, int) or value == "auto":
-        return value
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a number or 'auto'") from None
-    if n < 1:
-        raise ValueError(f"{n} must be at least 1 (or 'auto')")
-    return n
+_TYPES: dict[Typed, Any] = {
+    Typed.TEXT: None,
+    Typed.SWITCH: None,
+    Typed.NUMBER: float,
+    Typed.ABOVE_ZERO: click.FloatRange(min=0, min_open=True),
+    Typed.WHOLE: int,
+    Typed.COUNT: click.IntRange(min=1),
+    Typed.FILE: click.Path(dir_okay=False),
+    Typed.FOLDER: click.Path(file_okay=False),
+    Typed.TRIALS: parse_trials,
+}
 
 
-_OPTIONS = (
-    click.option(
-        "--trials",
-        default="auto",
-        show_default=True,
-        type=trials,
-        metavar="N|auto",
-        help=(
-            "Finished trials the study holds, or auto: stop once trials stop gaining (at most 20)."
-        ),
-    ),
-    click.option(
-        "--timeout", "timeout_s", type=float, help="Stop searching after this many seconds."
-    ),
-    click.option(
-        "--objective",
-        type=click.Choice(["gpu-util", "throughput", "both"]),
-        help="Default: gpu-util when a GPU is visible, else throughput.",
-    ),
-    click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal]."),
-    click.option("--study-name", help="Resume this study [tftune-<script>]."),
-    click.option("--seed", default=0, show_default=True, help="TPE sampler seed."),
-    click.option(
-        "--guided/--no-guided",
-        default=True,
-        show_default=True,
-        help="Enqueue a guess derived from the as-written trial.",
-    ),
-    click.option(
-        "--rewrites/--no-rewrites",
-        default=True,
-        show_default=True,
-        help=(
-            "Also search the pipeline rewrites that pass their equivalence check (cache(), "
-            "a shuffle moved above its map, one iterator across epochs)."
-        ),
-    ),
-    click.option(
-        "--cache-budget",
-        metavar="SIZE",
-        help="The most a cache() rewrite may hold in memory [a quarter of what is available].",
-    ),
-    click.option(
-        "--cache-dir",
-        type=click.Path(file_okay=False),
-        help="A folder for a cache() rewrite's file where it does not fit in memory.",
-    ),
-    click.option(
-        "--space",
-        "space_file",
-        type=click.Path(dir_okay=False),
-        help="JSON file that narrows or extends the search space.",
-    ),
-    click.option("--batch-size", help="N fixes the batch size; MIN:MAX bounds it."),
-    click.option(
-        "--best",
-        "best_file",
-        default="tftune-best.json",
-        show_default=True,
-        type=click.Path(dir_okay=False),
-        help="Where to write the winning config.",
-    ),
-    click.option(
-        "--json",
-        "json_file",
-        type=click.Path(dir_okay=False),
-        help="Tuning JSON (- for standard output).",
-    ),
-    click.option(
-        "-o",
-        "--output",
-        "html_file",
-        default="tftune-tuning.html",
-        show_default=True,
-        type=click.Path(dir_okay=False),
-        help="HTML tuning report.",
-    ),
-    click.option(
-        "--window",
-        "window_s",
-        type=float,
-        help="Seconds per measured window [3; the first of several half that].",
-    ),
-    click.option(
-        "--repeats",
-        type=int,
-        help="Measured windows per trial [2]; up to 2 more where they disagree by over 10%.",
-    ),
-    click.option(
-        "--step-timeout",
-        "step_timeout_s",
-        type=click.FloatRange(min=0, min_open=True),
-        help=STEP_TIMEOUT_HELP,
-    ),
-    click.option(
-        "--bounds/--no-bounds",
-        default=True,
-        show_default=True,
-        help="Measure the pipeline alone and the model alone first.",
-    ),
-    click.option(
-        "--workers",
-        default=1,
-        show_default=True,
-        type=click.IntRange(min=1),
-        help="Trials run at a time on this machine (one shared study).",
-    ),
-    click.option(
-        "--gpus-per-trial",
-        type=click.IntRange(min=1),
-        help="Give each concurrent trial its own K GPUs (CUDA_VISIBLE_DEVICES).",
-    ),
-    click.option(
-        "--cpus-per-trial",
-        type=click.IntRange(min=1),
-        help="Pin each concurrent trial to its own K CPUs.",
-    ),
-    click.option("--data-service", help="Also search a tf.data service cut (grpc://HOST:PORT)."),
-    click.option(
-        "--tensorboard",
-        metavar="LOGDIR",
-        help="Also write every trial to TensorBoard's HParams dashboard under LOGDIR.",
-    ),
-)
+def _click_type(flag: Flag) -> Any:
+    if flag.typed is Typed.CHOICE:
+        return click.Choice(flag.choices)
+    return _TYPES[flag.typed]
+
+
+def field_option(name: str) -> Callable[[F], F]:
+    """The click option of the `OptimizeOptions` field `name`, its destination the field's
+    name: ``tftune optimize`` has one per field, and another command that takes the same
+    option (``profile --step-timeout``, ``status --storage``) uses it too."""
+    flag, default = command_line()[name]
+    assert flag.name is not None  # command_line() holds the fields that have a flag
+    decls = [flag.name, *flag.aliases]
+    if flag.typed is Typed.SWITCH:
+        decls = [f"{flag.name}/--no-{flag.name.removeprefix('--')}"]
+    extra: dict[str, Any] = {}
+    if default is not None:
+        extra.update(default=default, show_default=True)
+    if flag.metavar is not None:
+        extra["metavar"] = flag.metavar
+    return click.option(*decls, name, type=_click_type(flag), help=flag.help, **extra)
 
 
 def optimize_options(command: F) -> F:
-    """`command` with the options of ``tftune optimize``."""
-    for option in reversed(_OPTIONS):
-        command = option(command)
+    """`command` with the options of ``tftune optimize``, in `HELP_ORDER`."""
+    for name in reversed(HELP_ORDER):
+        command = field_option(name)(command)
     return command

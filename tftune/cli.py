@@ -18,9 +18,10 @@ import click
 from tftune import __version__
 from tftune._data_service_cli import data_service
 from tftune._debug_log import VERBOSE, capture
-from tftune._optimize_flags import STEP_TIMEOUT_HELP, optimize_options
+from tftune._optimize_flags import field_option, optimize_options
 from tftune.core.errors import Terminated, UserError
-from tftune.core.userfiles import STDOUT, check_writable, json_text, write_output
+from tftune.core.userfiles import STDOUT, check_writable, json_text, read_json, write_output
+from tftune.tuner.option_defaults import PROFILE_LOGDIR, PROFILE_STEPS
 
 
 class _Group(click.Group):
@@ -91,8 +92,8 @@ def run(config_path: str | None, quiet: bool, script: str, script_args: tuple[st
     Arguments after `--` go to the script. Same as `tftune.apply(FILE)` in the script.
     Without --config the script runs as written under tftune's hooks.
     """
-    from tftune.tuner.config import Config, load_config
-    from tftune.tuner.record import environment_differences, mismatch_warning
+    from tftune.tuner.output.repro import environment_differences, mismatch_warning
+    from tftune.tuner.searchspace.config import Config, load_config
     from tftune.tuner.trial import check_script, run_script
 
     config = load_config(config_path) if config_path else Config()
@@ -106,7 +107,9 @@ def run(config_path: str | None, quiet: bool, script: str, script_args: tuple[st
 def _step_range(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, int]:
     start, sep, stop = value.partition(":")
     if not (sep and start.isdigit() and stop.isdigit() and int(start) < int(stop)):
-        raise click.BadParameter(f"{value!r} is not START:STOP with START < STOP, e.g. 20:40")
+        raise click.BadParameter(
+            f"{value!r} is not START:STOP with START < STOP, e.g. {PROFILE_STEPS}"
+        )
     return int(start), int(stop)
 
 
@@ -114,14 +117,14 @@ def _step_range(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.argument("script")
 @click.option(
     "--steps",
-    default="20:40",
+    default=PROFILE_STEPS,
     show_default=True,
     callback=_step_range,
     help="Profile steps START (inclusive) to STOP (exclusive).",
 )
 @click.option(
     "--logdir",
-    default="tftune-profile",
+    default=PROFILE_LOGDIR,
     show_default=True,
     metavar="DIR",
     help="TensorBoard log directory to write the trace to.",
@@ -131,12 +134,11 @@ def _step_range(ctx: click.Context, param: click.Parameter, value: str) -> tuple
 @click.option(
     "--config",
     "config_path",
-    default=None,
     metavar="FILE",
     help="Apply this config while profiling.",
 )
-@click.option("--timeout", type=float, default=None, metavar="S", help="Give up after S seconds.")
-@click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), help=STEP_TIMEOUT_HELP)
+@click.option("--timeout", type=float, metavar="S", help="Give up after S seconds.")
+@field_option("step_timeout_s")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 def profile(
     script: str,
@@ -146,7 +148,7 @@ def profile(
     quiet: bool,
     config_path: str | None,
     timeout: float | None,
-    step_timeout: float | None,
+    step_timeout_s: float | None,
     script_args: tuple[str, ...],
 ) -> None:
     """Capture a TensorBoard profile of SCRIPT, unmodified, with step markers.
@@ -156,7 +158,7 @@ def profile(
     then: tftune analyze logdir/
     """
     from tftune.core.errors import ScriptError
-    from tftune.tuner.config import load_config
+    from tftune.tuner.searchspace.config import load_config
     from tftune.tuner.trial import profile_script
 
     if old_logdir is not None:  # -o is a file everywhere else
@@ -173,7 +175,7 @@ def profile(
         logdir,
         config=config,
         timeout_s=timeout,
-        step_timeout_s=step_timeout,
+        step_timeout_s=step_timeout_s,
     )
     if not result.captured:
         raise ScriptError(f"{script}: no profile captured: {result.reason}")
@@ -220,7 +222,7 @@ main.add_command(data_service)
 
 
 @main.command("status")
-@click.option("--storage", help="Optuna storage URL or journal file [./tftune-study.journal].")
+@field_option("storage")
 @click.option("--study-name", help="The study [the storage's only study].")
 @click.option(
     "--json",
@@ -241,7 +243,7 @@ def status(storage: str | None, study_name: str | None, json_out: str | None, qu
     """
     import json
 
-    from tftune.tuner.status import render_status, study_status
+    from tftune.tuner.study.status import render_status, study_status
 
     if json_out is not None:
         check_writable(json_out, "--json")
@@ -249,26 +251,6 @@ def status(storage: str | None, study_name: str | None, json_out: str | None, qu
     if json_out is not None:
         write_output(json_out, json.dumps(s.to_json(), indent=2) + "\n")
     say(human_stream(quiet, json_out), render_status(s))
-
-
-# ----------------------------------------------------------------------------- files
-
-
-def generated_at() -> str:
-    """The report timestamp: now in UTC, or SOURCE_DATE_EPOCH for reproducible output."""
-    from tftune.reports import timestamp_now
-
-    return timestamp_now()
-
-
-def read_json_file(path: Path) -> Any:
-    """Parse a JSON file, or fail with one line naming it."""
-    from tftune.core.userfiles import read_json
-
-    return read_json(path)
-
-
-# --------------------------------------------------------------------------- commands
 
 
 @main.command("report")
@@ -287,8 +269,8 @@ def report(source: str, output: Path | None, quiet: bool) -> None:
 
     Needs neither the trace nor TensorFlow. The kind of report is read from the JSON.
     """
-    from tftune.probes.remote import is_url, read_json_url
-    from tftune.reports import render_report_json
+    from tftune.probes.traces.remote import is_url, read_json_url
+    from tftune.reports import render_report_json, timestamp_now
 
     remote = is_url(source)
     json_file = Path(source.rsplit("/", 1)[-1] if remote else source)
@@ -304,8 +286,8 @@ def report(source: str, output: Path | None, quiet: bool) -> None:
             f"{source}: a profiler trace, not a saved JSON: run tftune analyze "
             f"{source} -o report.html (tftune report renders an analysis or tuning JSON)"
         )
-    data = read_json_url(source) if remote else read_json_file(json_file)
-    html = render_report_json(data, generated_at=generated_at(), source=json_file.name)
+    data = read_json_url(source) if remote else read_json(json_file)
+    html = render_report_json(data, generated_at=timestamp_now(), source=json_file.name)
     write_output(target, html)
     if str(target) != STDOUT:
         say(human_stream(quiet), str(target))
@@ -350,7 +332,7 @@ def analyze(
     import shutil
 
     from tftune import analyze as run_analysis
-    from tftune.probes.locate import list_runs as find_runs
+    from tftune.probes.traces.locate import list_runs as find_runs
     from tftune.reports.analysis_terminal import render
 
     if json_out is not None and output is not None and str(json_out) == str(output) == STDOUT:
@@ -359,8 +341,8 @@ def analyze(
         if path is not None:  # fail now, not after the analysis
             check_writable(path, flag)
     if list_runs:
-        from tftune.probes.remote import is_url, url_of
-        from tftune.probes.remote import list_runs as remote_runs
+        from tftune.probes.traces.remote import is_url, url_of
+        from tftune.probes.traces.remote import list_runs as remote_runs
 
         remote = is_url(logdir)
         for info in remote_runs(logdir)[1] if remote else find_runs(Path(logdir)):
@@ -381,11 +363,12 @@ def analyze(
         if str(json_out) != STDOUT:
             say(words, f"analysis JSON: {json_out}")
     if output is not None:
+        from tftune.reports import timestamp_now
         from tftune.reports.analysis_html import render_analysis_html
         from tftune.reports.analysis_model import build_analysis_model
 
         model = build_analysis_model(
-            document, generated_at=generated_at(), source=str(logdir), data=data
+            document, generated_at=timestamp_now(), source=str(logdir), data=data
         )
         html = render_analysis_html(model)
         write_output(output, html)

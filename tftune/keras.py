@@ -23,6 +23,7 @@ stages but not the lines that built them.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from pathlib import Path
@@ -111,8 +112,19 @@ class Profile(keras.callbacks.Callback):  # type: ignore[misc]
 
         self._running = False
         tf.profiler.experimental.stop()
+        self._record_version(tf.__version__)
         self._worker = threading.Thread(target=self._analyze, name="tftune-analyze", daemon=True)
         self._worker.start()
+
+    def _record_version(self, version: str) -> None:
+        """The TensorFlow version beside the trace (the trace does not say it), for the
+        analysis to show. Best effort: the trace stands alone."""
+        from tftune.probes.traces.callsites import newest_run_dir, write_sites
+
+        run_dir = newest_run_dir(self.logdir)
+        if run_dir is not None:
+            with contextlib.suppress(OSError):
+                write_sites(run_dir, sys.argv[0] or "keras", (), tf_version=version)
 
     def _analyze(self) -> None:
         import tftune

@@ -14,7 +14,8 @@ deterministic::
         par = (site.num_parallel_calls if site else None) or 1
         return 250.0 * min(max(par, 1), 8)  # examples/s
 
-    runner = FakeRunner(script, repeats=2)  # space: `tftune.tuner.space_build.build_space`
+    # space: `tftune.tuner.searchspace.space_build.build_space`
+    runner = FakeRunner(script, repeats=2)
     outcome = run_study(space, runner, StudySettings(storage="s.journal", n_trials=8))
     assert runner.configs[0].is_as_written()  # what ran, in order: `runner.runs`
 
@@ -29,7 +30,7 @@ The function returns, for one config, one of:
 It may also raise (``KeyboardInterrupt`` stands for Ctrl-C in the middle of a trial).
 `by_config` builds the function from a table of configs. For `Mode.PIPELINE_ONLY` and
 `Mode.MODEL_ONLY` the function sees the config marked as the real runner marks it
-(`tftune.tuner.bounds.bound_mode` names the half measured).
+(`tftune.tuner.searchspace.bounds.bound_mode` names the half measured).
 
 Each run measures `repeats` windows at the run's figure; after each, ``on_repeat(index,
 examples/s so far)``, and False stops the run: PRUNED, with the windows so far and the
@@ -52,10 +53,10 @@ from dataclasses import dataclass, replace
 from tftune.core.failures import FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
-from tftune.probes.clock import percentile
-from tftune.tuner.bounds import with_bound_mode
-from tftune.tuner.config import Config
+from tftune.probes.live.clock import percentile
 from tftune.tuner.measurement import Measurement
+from tftune.tuner.searchspace.bounds import with_bound_mode
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.study.contract import Mode, RepeatCallback, Runner
 
 __all__ = [

@@ -1,5 +1,7 @@
 """tftune.tuner: everything that searches.
 
-Call-site discovery, the search space, config application (the child bootstrap), the
-trial runner, the Optuna study and emitting the winner.
+`optimize` orchestrates one tuning run from its `options`; `searchspace` is what is
+searched (and what shapes it before the study), `fixes` the structural rewrites and their
+checks, `child` the code inside the user's process, `trial` one run of the script,
+`study` the Optuna study, and `output` what the user gets.
 """

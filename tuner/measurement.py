@@ -15,10 +15,10 @@ from tftune.core.failures import CrashSummary, FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.training import StreamSeen, TrainingTime
 from tftune.core.vocabulary import TrialState
-from tftune.probes.service_sizing import CpuUsage
+from tftune.probes.advice.service_sizing import CpuUsage
 
 if TYPE_CHECKING:
-    from tftune.tuner.config import Config
+    from tftune.tuner.searchspace.config import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class Measurement:
     streams: tuple[StreamSeen, ...] = ()  # the datasets it iterated, and their roles
     config: Config | None = None  # what the runner applied
     # How training time was told apart: the preamble, other passes taken out, the epoch
-    # stall spread over the epoch (`probes.training_time`).
+    # stall spread over the epoch (`probes.live.training_time`).
     training: TrainingTime | None = None
     # A pipeline drained alone (the bound analysis): the CPU it used, for the sizing.
     cpu: CpuUsage | None = None
@@ -75,7 +75,7 @@ class Measurement:
 
     def crash(self) -> tuple[str, CrashSummary | None]:
         """(the end of stderr to keep, what it says) for a failed run; ("", None) else."""
-        from tftune.tuner.crashes import bounded_tail, summarize_crash
+        from tftune.tuner.trial.crashes import bounded_tail, summarize_crash
 
         if self.state is not TrialState.FAILED and self.examples_per_s is not None:
             return "", None

@@ -1,17 +1,18 @@
 """`tftune optimize`: discovery → space → bound analysis → guided profile → study → winner.
 
-The orchestration of one tuning run, as `probes.analysis` is that of `tftune analyze`.
+The orchestration of one tuning run, as `probes.advice.analysis` is that of `tftune analyze`.
 `optimize(script, args, options, hooks)` takes the run's one `OptimizeOptions` (built by
 the front door, `tuner.options`) and the caller's `OptimizeHooks` (progress, the HTML
 renderer, test doubles), and runs named phases: check the inputs and output paths
 (before any trial runs), discover the training loop and build the space, make the
 runners (one per worker slot), measure the bounds and take the guided profile, run the
 study, then emit the winner (config file, diff, snippet, tuning JSON, HTML page). It
-returns a frozen `OptimizeResult`. The steps before the study live in `tuner.before_study`
-and are re-exported here.
+returns a frozen `OptimizeResult`. The steps before the study live where their job does
+(options' checks, `trial.discovery`, `searchspace.space_build`, `searchspace.guided`) and
+are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
-`tftune.reports.tuning_html.render_tuning_html`): the tuner never imports the reports.
+`tftune._notebook.tuning_page`): the tuner never imports the reports.
 The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only builds the
 options, shows progress and prints what this returns.
 """
@@ -33,35 +34,37 @@ from tftune.core.run_record import Environment, Record
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import ABSENT
 from tftune.core.tuning_run import ScreenRanking
-from tftune.core.userfiles import write_output
-from tftune.probes.environment import collect
-from tftune.tuner.before_study import (
+from tftune.core.userfiles import check_writable, write_output
+from tftune.core.vocabulary import Phase
+from tftune.probes.live.environment import collect
+from tftune.probes.live.nvml import gpu_visible
+from tftune.tuner.fixes.precision import FLOAT32_OUTPUT_FIX
+from tftune.tuner.fixes.rewrite_check import RewritePlan, step_limited
+from tftune.tuner.options import (
+    OptimizeOptions,
+    default_study_name,
+    pick_objective,
+)
+from tftune.tuner.output.repro import api_call, build_record
+from tftune.tuner.output.winner_files import WinnerFiles, emit_winner
+from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import Config
+from tftune.tuner.searchspace.guided import (
     GUIDE_PROFILE_STEPS,
     GUIDE_PROFILE_TIMEOUT_S,
-    build_search_space,
-    check_inputs,
-    check_search_options,
-    discover_training,
-    gpu_visible,
     guided_hint,
     measure_ceiling,
     measure_model,
     narrow_if_not_the_limit,
-    pick_objective,
     profile_hint,
     screen_pipeline,
     with_bounds,
 )
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import Config
-from tftune.tuner.options import OptimizeOptions, default_study_name
-from tftune.tuner.precision import FLOAT32_OUTPUT_FIX
-from tftune.tuner.record import api_call, build_record
-from tftune.tuner.rewrite_check import RewritePlan, step_limited
-from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
-from tftune.tuner.screen import Screen, search_seeds
-from tftune.tuner.service import check_address
-from tftune.tuner.space import SearchSpace
+from tftune.tuner.searchspace.screen import Screen, search_seeds
+from tftune.tuner.searchspace.service import check_address
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import BatchBound, build_search_space
 from tftune.tuner.study import (
     GuidedHint,
     Objective,
@@ -72,8 +75,8 @@ from tftune.tuner.study import (
     trial_budget,
 )
 from tftune.tuner.trial import Discovery
+from tftune.tuner.trial.discovery import discover_training
 from tftune.tuner.trial.spare import SparePool
-from tftune.tuner.winner_files import WinnerFiles, emit_winner
 
 __all__ = [
     "GUIDE_PROFILE_STEPS",
@@ -82,6 +85,7 @@ __all__ = [
     "OptimizeHooks",
     "OptimizeOptions",
     "OptimizeResult",
+    "PhaseCallback",
     "TrialCallback",
     "default_study_name",
     "discover_training",
@@ -92,6 +96,7 @@ __all__ = [
 ]
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
+PhaseCallback = Callable[[Phase], None]
 HtmlRenderer = Callable[[TuningDocument], str]  # the tuning document → one HTML page
 
 
@@ -143,15 +148,16 @@ class OptimizeResult:
 @dataclass(frozen=True, slots=True)
 class OptimizeHooks:
     """What the caller plugs into a run beside its options; none of it changes what is
-    searched. ``on_trial``, ``on_start``, ``on_note``: progress. ``render_html``: draws
-    ``html_file`` (the tuning document → the page; no page without it). ``invocation``: the
-    command line as typed, for the reproducibility record (None: the API call is
-    recorded). ``runner`` replaces the script's trials and ``environment``
-    `probes.environment.collect` (tests, the API)."""
+    searched. ``on_trial``, ``on_start``, ``on_note``, ``on_phase`` (as each `Phase`
+    begins): progress. ``render_html``: draws ``html_file`` (the tuning document → the page;
+    no page without it). ``invocation``: the command line as typed, for the
+    reproducibility record (None: the API call is recorded). ``runner`` replaces the
+    script's trials and ``environment`` `probes.live.environment.collect` (tests, the API)."""
 
     on_trial: TrialCallback | None = None
     on_start: Callable[[int, int], None] | None = None
     on_note: Callable[[str], None] | None = None
+    on_phase: PhaseCallback | None = None
     render_html: HtmlRenderer | None = None
     inline: Callable[[TuningDocument], str] | None = None  # `OptimizeResult.inline`
     invocation: Sequence[str] | None = None
@@ -173,10 +179,12 @@ def optimize(
     path = check_inputs(script, o)
     env_future = _read_environment(h.environment)
     note = h.on_note or (lambda _s: None)
+    phase = h.on_phase or (lambda _p: None)
     bound = check_search_options(o)
     service = check_address(o.data_service) if o.data_service else None
     slots = Slots(o.workers, o.gpus_per_trial, o.cpus_per_trial)
     with spare_pool(path, slots, h.runner, note) as spares:  # runs start warm where safe
+        phase(Phase.DISCOVERY)
         found = discover_training(path, args, o.step_timeout_s, note, spares)
         gpu = gpu_visible() if h.runner is None else h.runner.gpu_visible
         space = build_search_space(script, path, found, gpu, o.space_file, bound, note, service)
@@ -191,12 +199,14 @@ def optimize(
             path, args, found, gpu, h.runner, slots, measure, note, spares, plan.epoch_examples
         )
         look = _Guidance(o.guided and do_profile, o.bounds, o.guided)
+        phase(Phase.SCREEN)
         screen, ceiling, hint = look.measure(path, args, found, space, pool, note)
         plan = step_limited(plan, ceiling)
         space = plan.space
         space = narrow_if_not_the_limit(space, screen, note)
         settings = _settings(o, obj, hint, path, args, started, screen, space)
-        outcome = _run_study(space, pool, settings, h.on_trial, h.on_start, note)
+        phase(Phase.SEARCH)
+        outcome = _run_study(space, pool, settings, h, note)
     record = _record(script, path, args, o, h.invocation, env_future)
     won = emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
     screened = screen.ranking() if screen is not None else None
@@ -232,10 +242,10 @@ def _plan_rewrites(
     spares: SparePool | None,
 ) -> RewritePlan:
     """The rewrites the training pipeline allows, checked and added to the space
-    (`tuner.rewrite_check`; with ``--no-rewrites`` only the count of an epoch whose
+    (`tuner.fixes.rewrite_check`; with ``--no-rewrites`` only the count of an epoch whose
     length tf.data does not know), none where the trials do not run the real script
     (`real`: an injected runner)."""
-    from tftune.tuner.rewrite_check import RewriteOptions, plan_rewrites
+    from tftune.tuner.fixes.rewrite_check import RewriteOptions, plan_rewrites
     from tftune.tuner.trial.launch import RunnerDeps
 
     if not real:
@@ -313,7 +323,7 @@ def _settings(
         storage=options.storage,
         study_name=options.study_name or default_study_name(path),
         confirm=options.confirm,
-        learning_check=options.objective != Objective.THROUGHPUT.value,
+        learning_check=options.objective is not Objective.THROUGHPUT,
         target=shlex.join([str(path), *args]),
         hint=hint,
         seeds=tuple(_seeds(space, screen)),
@@ -327,7 +337,7 @@ def _seeds(space: SearchSpace, screen: Screen | None) -> list[dict[str, Any]]:
     screen's next best. The rewrites come before the screen's runners-up: ``--trials
     auto`` stops after a run of trials without a gain, and what each rewrite gains alone
     is in the report."""
-    from tftune.tuner.rewrite_check import rewrite_seeds
+    from tftune.tuner.fixes.rewrite_check import rewrite_seeds
 
     screened = search_seeds(space, screen)
     alone, together = rewrite_seeds(space, screened)
@@ -338,8 +348,7 @@ def _run_study(
     space: SearchSpace,
     pool: RunnerPool,
     settings: StudySettings,
-    on_trial: TrialCallback | None,
-    on_start: Callable[[int, int], None] | None,
+    hooks: OptimizeHooks,
     note: Callable[[str], None],
 ) -> StudyOutcome:
     """The study: in this thread with one runner; one worker thread a runner with more."""
@@ -350,14 +359,21 @@ def _run_study(
             space,
             pool.runners,
             settings,
-            on_trial=on_trial,
-            on_start=on_start,
+            on_trial=hooks.on_trial,
+            on_start=hooks.on_start,
             on_note=note,
+            on_phase=hooks.on_phase,
             stop=pool.stop,
             reap=pool.reap,
         )
     return run_study(
-        space, pool.runners[0], settings, on_trial=on_trial, on_start=on_start, on_note=note
+        space,
+        pool.runners[0],
+        settings,
+        on_trial=hooks.on_trial,
+        on_start=hooks.on_start,
+        on_note=note,
+        on_phase=hooks.on_phase,
     )
 
 
@@ -408,11 +424,11 @@ def _tuning_report(
 ) -> TuningDocument:
     """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
     record, the precision findings and the pipeline screen's ranking."""
-    from tftune.tuner import tuning_doc
+    from tftune.tuner.output import assemble
 
-    run = tuning_doc.RunFacts(
+    run = assemble.RunFacts(
         wall_s=time.monotonic() - started,
-        training=tuning_doc.run_training(found, won.outcome),
+        training=assemble.run_training(found, won.outcome),
         record=record,
         findings=tuple(won.findings),
         advice=won.advice,
@@ -420,7 +436,7 @@ def _tuning_report(
         screen=screen,
         rewrites=plan.rows if plan.considered else ABSENT,
     )
-    return tuning_doc.tuning_document(
+    return assemble.tuning_document(
         script=str(script),
         outcome=won.outcome,
         space=space,
@@ -436,11 +452,11 @@ def _tuning_report(
 
 
 def _write_json(document: TuningDocument, json_file: str | os.PathLike[str] | None) -> Path | None:
-    from tftune.tuner import tuning_doc
+    from tftune.tuner.output import assemble
 
     if json_file is None:
         return None
-    return tuning_doc.write_json_atomic(document.to_json(), json_file)
+    return assemble.write_json_atomic(document.to_json(), json_file)
 
 
 def _write_html(
@@ -453,3 +469,30 @@ def _write_html(
         return None
     write_output(html_file, str(render_html(document)), ConfigError)
     return Path(html_file)
+
+
+def check_inputs(script: str | os.PathLike[str], options: OptimizeOptions) -> Path:
+    """The script's path; `UserError` for a missing script, an unreachable storage or
+    an output file that cannot be written: all before any trial runs. (The option
+    values were checked when `options` was built.)"""
+    from tftune.tuner.study import open_storage
+    from tftune.tuner.trial import check_script
+
+    path = check_script(script)
+    open_storage(options.storage)  # fail fast on an unreachable URL, before any trial runs
+    for out_path, flag in options.outputs():
+        if out_path is not None:  # fail now, not after the whole study
+            check_writable(out_path, flag, ConfigError)
+    return path
+
+
+def check_search_options(options: OptimizeOptions) -> BatchBound | None:
+    """``--batch-size`` parsed; a malformed ``--space`` file fails now, not after
+    discovery."""
+    from tftune.tuner.searchspace.space_build import build_space
+    from tftune.tuner.searchspace.space_file import apply_space_file
+
+    bound = BatchBound.parse(options.batch_size) if options.batch_size else None
+    if options.space_file is not None:
+        apply_space_file(build_space([], cores=1), options.space_file, known_sites=None)
+    return bound

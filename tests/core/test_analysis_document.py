@@ -24,9 +24,9 @@ from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.errors import UserError
 from tftune.core.userfiles import json_text
 from tftune.core.vocabulary import Band
-from tftune.probes.analysis import analyze
-from tftune.probes.callsites import write_sites
-from tftune.probes.training_record import write_clock_file
+from tftune.probes.advice.analysis import analyze
+from tftune.probes.live.training_record import write_clock_file
+from tftune.probes.traces.callsites import write_sites
 
 GOLDEN = sorted((TESTS / "golden").glob("*/analysis.json"))
 OLDER = sorted(FIXTURES.glob("analysis_*.json"))

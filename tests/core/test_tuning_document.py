@@ -25,11 +25,11 @@ from tftune.core.tuning_parts import ABSENT, ConfigSettings, MeasuredRate
 from tftune.core.tuning_run import ScreenCandidate, ScreenRanking
 from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import TrialState
-from tftune.probes.service_sizing import size_service
+from tftune.probes.advice.service_sizing import size_service
 from tftune.reports import read_report_json
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.crashes import Run, crash_summary, find_instability
-from tftune.tuner.tuning_doc import RunFacts, tuning_document
+from tftune.tuner.output.assemble import RunFacts, tuning_document
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.trial.crashes import Run, crash_summary, find_instability
 
 TUNING_FIXTURES = sorted(FIXTURES.glob("tuning_*.json"))
 

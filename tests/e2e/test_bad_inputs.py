@@ -166,8 +166,8 @@ def test_optimize_output_that_cannot_be_written_fails_before_any_trial(
 
 def test_best_file_write_failure_is_one_line_and_atomic(tmp_path: Path) -> None:
     from tftune.core.errors import ConfigError
-    from tftune.tuner.config import Config, save_config
-    from tftune.tuner.tuning_doc import write_json_atomic
+    from tftune.tuner.output.assemble import write_json_atomic
+    from tftune.tuner.searchspace.config import Config, save_config
 
     (tmp_path / "d").mkdir()
     with pytest.raises(ConfigError, match="cannot write"):

@@ -121,6 +121,9 @@ def test_profile_callback_in_fit(mode: str, verbose: int, tmp_path: Path) -> Non
     report = Path(result["report"])
     assert report.is_file() and report.parent.parent.name == "profile"
     assert report.read_text().startswith("<!DOCTYPE html>")
+    import tensorflow as tf  # the version the callback recorded beside its trace
+
+    assert f"<dt>TensorFlow</dt><dd>{tf.__version__}</dd>" in report.read_text()
     if mode == "plain":
         assert "SAME_WEIGHTS True" in stdout, stdout[-2000:]
 

@@ -52,7 +52,7 @@ def test_an_analysis_is_one_short_line_and_its_report_inline(
 
 
 def test_an_analysis_made_below_the_front_door_prints_its_line_only(logdir: Path) -> None:
-    from tftune.probes.analysis import analyze
+    from tftune.probes.advice.analysis import analyze
 
     a = analyze(logdir)
     assert a._repr_html_() is None and repr(a).startswith("<tftune Analysis")

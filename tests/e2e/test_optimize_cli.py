@@ -168,7 +168,7 @@ def _built_options(
 def test_the_resume_command_resumes_with_the_same_options(
     monkeypatch: pytest.MonkeyPatch, chosen: list[str]
 ) -> None:
-    from tftune.tuner.options import resume_command
+    from tftune.tuner.options import flag_of, resume_command
 
     argv = ["optimize", "dir/train.py", *chosen, "--timeout", "60", "--", "--epochs", "2 3"]
     script, args, first = _built_options(monkeypatch, argv)
@@ -180,7 +180,7 @@ def test_the_resume_command_resumes_with_the_same_options(
     assert resumed.where(script) == first.where(script)
     # What defines the study is repeated; the rest (--timeout, output paths but the
     # tuning JSON, workers) is the resumed run's own choice.
-    study = [f.name for f in dataclasses.fields(first) if f.metadata["resume"] is not None]
+    study = [f.name for f in dataclasses.fields(first) if flag_of(f.name).resume is not None]
     assert {n: getattr(resumed, n) for n in study} == {n: getattr(first, n) for n in study}
     if chosen:  # every option the resume command writes was set away from its default
         changed = [f.name for f in dataclasses.fields(first) if getattr(first, f.name) != f.default]
@@ -209,6 +209,72 @@ def test_the_resume_command_is_printed_as_before() -> None:
         "--trials auto --objective both --space sp.json --batch-size 8:64 "
         "--data-service grpc://h:5000 --seed 3 -- --a 'b c'"
     )
+
+
+def _shown(text: str) -> str:
+    return " ".join(text.split())  # --help's lines joined, as a reader takes them in
+
+
+def test_the_help_and_the_options_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each option of `tftune optimize` is an `OptimizeOptions` field's flag, with the
+    field's default and help (one source for both), and ``--help`` shows them; a command
+    line that sets nothing builds the options' own defaults."""
+    import click
+
+    from tftune.tuner.option_defaults import DEFAULT_HTML_FILE
+    from tftune.tuner.options import OptimizeOptions, flag_of
+
+    command = cli.main.commands["optimize"]
+    params = {p.name: p for p in command.params if isinstance(p, click.Option)}
+    page = _shown(CliRunner().invoke(cli.main, ["optimize", "--help"], terminal_width=400).output)
+    flagged = set()
+    for f in dataclasses.fields(OptimizeOptions):
+        flag = flag_of(f.name)
+        if flag.name is None:  # the API only
+            assert f.name not in params
+            continue
+        flagged.add(f.name)
+        option = params[f.name]
+        assert flag.name in option.opts and set(flag.aliases) <= set(option.opts), f.name
+        default = flag.command_default or f.default
+        assert option.to_info_dict()["default"] == default and option.help == flag.help, f.name
+        assert _shown(flag.help) in page, f.name
+        if default is not None:
+            shown = flag.name.removeprefix("--") if default is True else default
+            assert f"[default: {shown}" in page, f.name
+    assert set(params) - flagged == {"quiet", "verbose"}
+    # Where another command takes the same option, its help is the field's too.
+    for name, field_name in (("profile", "step_timeout_s"), ("status", "storage")):
+        same = [p for p in cli.main.commands[name].params if p.opts == [flag_of(field_name).name]]
+        assert [p.help for p in same] == [flag_of(field_name).help], name
+    # Nothing typed: the options' defaults (the command line's -o writes a page).
+    _, _, built = _built_options(monkeypatch, ["optimize", "t.py"])
+    assert built == OptimizeOptions(html_file=DEFAULT_HTML_FILE)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trials", "0"], "Invalid value for '--trials': 0 must be at least 1 (or 'auto')"),
+        (["--trials", "x"], "Invalid value for '--trials': 'x' is not a number or 'auto'"),
+        (["--objective", "fast"], "Invalid value for '--objective': 'fast' is not one of"),
+        (["--workers", "0"], "Invalid value for '--workers': 0 is not in the range x>=1."),
+        (["--step-timeout", "0"], "Invalid value for '--step-timeout': 0.0 is not in the range"),
+    ],
+)
+def test_a_bad_flag_value_is_a_usage_error_naming_it(argv: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli.main, ["optimize", "t.py", *argv])
+    assert result.exit_code == 2 and message in _shown(result.output), result.output
+
+
+def test_the_objective_is_its_enum_from_the_command_line_and_the_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tftune.tuner.options import Objective, OptimizeOptions
+
+    _, _, built = _built_options(monkeypatch, ["optimize", "t.py", "--objective", "both"])
+    assert built.objective is Objective.BOTH
+    assert OptimizeOptions(objective="gpu-util").objective is Objective.GPU_UTIL
 
 
 def test_help_imports_neither_tensorflow_nor_optuna() -> None:
@@ -262,8 +328,8 @@ def _fake_runner() -> Any:
     """Trials faked from the config: a latency-bound map that parallelism and the pool
     speed up, against a model that takes 20,000 ex/s."""
     from tftune.core.vocabulary import TrialState
-    from tftune.tuner.config import AUTOTUNE, Config
     from tftune.tuner.measurement import Measurement
+    from tftune.tuner.searchspace.config import AUTOTUNE, Config
     from tftune.tuner.study import Mode, RepeatCallback, Runner
 
     class Fake(Runner):
@@ -299,7 +365,7 @@ def test_public_api_with_an_injected_runner(tmp_path: Path) -> None:
     """`tftune.optimize()` end to end on real discovery, with the trials faked: the files
     it writes and what it returns."""
     import tftune
-    from tftune.tuner.config import load_config
+    from tftune.tuner.searchspace.config import load_config
 
     result = tftune.optimize(
         EXAMPLE,

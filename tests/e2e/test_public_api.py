@@ -76,7 +76,9 @@ def test_optimize_overrides_replace_fields_of_the_options_given(
     assert list(args) == ["--epochs", "1"]
     assert options == dataclasses.replace(base, trials=4, html_file="r.html")
     assert (options.seed, options.workers) == (3, 2)  # what was not overridden is kept
-    assert hooks.render_html is tuning_page and hooks.on_note == notes.append
+    assert hooks.render_html is tuning_page
+    hooks.on_note("a note")  # the caller's callback, beside the progress's
+    assert notes == ["a note"]
     tftune.optimize("train.py", options=base)
     assert tuner_calls[-1][2] is base
 
@@ -107,9 +109,9 @@ def test_result_config_and_error_types_are_exported(name: str) -> None:
 
 def test_exported_types_are_the_ones_the_package_uses() -> None:
     from tftune.core.errors import ConfigError, UserError
-    from tftune.tuner.config import Config
     from tftune.tuner.optimize import OptimizeResult
     from tftune.tuner.options import OptimizeOptions
+    from tftune.tuner.searchspace.config import Config
 
     assert tftune.OptimizeResult is OptimizeResult
     assert tftune.OptimizeOptions is OptimizeOptions

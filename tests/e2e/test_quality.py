@@ -135,6 +135,34 @@ def test_shape_check_refuses_a_free_json_object_in_a_core_document(tmp_path: Pat
     assert "a document's field is a typed value" in out.stdout
 
 
+def test_shape_check_finds_a_default_spelled_in_a_click_option() -> None:
+    """The command line's defaults are the options' own (tuner/options.py): a click option
+    of tftune/cli.py that spells one is a shape problem, a name or None is not."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "shape_report", ROOT / "scripts" / "shape_report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    shape = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shape)
+    bad = (
+        "import click\n"
+        "@click.option('--seed', default=0, help='TPE sampler seed.')\n"
+        "@click.option('--best', 'best_file', default='tftune-best.json')\n"
+        "@click.option('--steps', default=PROFILE_STEPS)\n"
+        "@click.option('--timeout', default=None)\n"
+        "@option('--guided/--no-guided', default=True)\n"
+        "def optimize(): ...\n"
+    )
+    problems = shape.literal_defaults(bad, "cli.py")
+    assert [p.split(":")[1] for p in problems] == ["2", "3", "6"]
+    assert problems[0].startswith("cli.py:2: --seed's default 0 is spelled here")
+    assert shape.literal_defaults(bad.replace("=0", "=DEFAULT_SEED"), "cli.py")[0].startswith(
+        "cli.py:3: --best's default 'tftune-best.json'"
+    )
+
+
 def _mapped_modules(text: str) -> set[str]:
     """The modules docs/ARCHITECTURE.md's map lists: `name.py` rows under each
     `### folder/` heading, as folder/name.py."""

@@ -44,7 +44,7 @@ import pytest
 from conftest import requires_tf
 from repo_paths import REALSCRIPTS
 
-from tftune.probes.epoch_stall import PYTHON_SOURCE
+from tftune.probes.live.epoch_stall import PYTHON_SOURCE
 
 pytestmark = [pytest.mark.slow, requires_tf]
 
@@ -91,7 +91,7 @@ class Case:
     input_bound: bool | None = None  # the verdict a reader would give; None: not clear
     optimize: bool = False  # one of the riskiest: also run a one-trial optimize
     # The cause `analyze` names for the epoch-start stall of a profiled run (the step
-    # clock's, `probes.epoch_stall`); None: not checked.
+    # clock's, `probes.live.epoch_stall`); None: not checked.
     stall_cause: str | None = None
 
     @property

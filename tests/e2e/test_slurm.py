@@ -86,8 +86,8 @@ def test_workers_started_at_once_enqueue_each_baseline_once(tmp_path: Path) -> N
     import time
 
     from tftune.testing import FakeRunner
-    from tftune.tuner.config import SiteConfig
-    from tftune.tuner.space_build import build_space
+    from tftune.tuner.searchspace.config import SiteConfig
+    from tftune.tuner.searchspace.space_build import build_space
     from tftune.tuner.study import StudySettings, run_study
     from tftune.tuner.trial.discovery import CallSite
 

@@ -70,7 +70,7 @@ def test_mypy_sees_the_public_apis_types_from_outside(site: Path, tmp_path: Path
         if "Revealed type is" in line
     ]
     assert revealed == [
-        "tftune.probes.analysis.Analysis",
+        "tftune.probes.advice.analysis.Analysis",
         "dict[str, Any]",
         "str | pathlib.Path",
         "tftune.tuner.optimize.OptimizeResult",

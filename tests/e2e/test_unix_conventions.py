@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from tftune import cli
-from tftune.probes.callsites import write_sites
+from tftune.probes.traces.callsites import write_sites
 
 RUN = "2026_01_01_00_00_00"
 

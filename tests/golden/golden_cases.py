@@ -33,9 +33,9 @@ from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.training import TrainingTime
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.userfiles import json_text
-from tftune.probes.analysis import Analysis, analyze
-from tftune.probes.callsites import RecordedSite, write_sites
-from tftune.probes.training_record import write_clock_file
+from tftune.probes.advice.analysis import Analysis, analyze
+from tftune.probes.live.training_record import write_clock_file
+from tftune.probes.traces.callsites import RecordedSite, write_sites
 from tftune.reports import analysis_terminal, render_report_json, tuning_terminal
 
 GOLDEN = Path(__file__).resolve().parent

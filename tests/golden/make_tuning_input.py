@@ -2,7 +2,7 @@
 
     python tests/golden/make_tuning_input.py
 
-It is the tuning JSON `tftune optimize` writes (`tuner.tuning_doc.tuning_document`, written as
+It is the tuning JSON `tftune optimize` writes (`tuner.output.assemble.tuning_document`, written as
 `write_json_atomic` writes it) for a handwritten GPU study, so every figure is fixed: a
 Keras script on a GPU host, tuned for ``--objective both`` with NVML utilization, with the
 four baselines and a guided trial, a mixed-precision winner re-measured in a final round,
@@ -21,15 +21,15 @@ from typing import Any
 
 from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import AUTOTUNE, SiteConfig
-from tftune.tuner.crashes import crash_summary
-from tftune.tuner.emit import globals_snippet, source_diff
-from tftune.tuner.space import config_from_values
-from tftune.tuner.space_build import build_space
+from tftune.tuner.output.assemble import tuning_document, write_json_atomic
+from tftune.tuner.output.emit import globals_snippet, source_diff
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import AUTOTUNE, SiteConfig
+from tftune.tuner.searchspace.space import config_from_values
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
+from tftune.tuner.trial.crashes import crash_summary
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import tuning_document, write_json_atomic
 
 TARGET = Path(__file__).resolve().parents[1] / "fixtures" / "tuning_gpu_both.json"
 SCRIPT = "train.py"

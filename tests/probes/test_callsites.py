@@ -6,15 +6,16 @@ import json
 from pathlib import Path
 
 from tftune.core.vocabulary import stage_kind
-from tftune.probes.callsites import (
+from tftune.probes.traces.callsites import (
     SITES_FILE,
     RecordedSite,
+    SitesRecord,
     family,
     read_sites,
     site_for_stage,
     write_sites,
 )
-from tftune.probes.stages import Stage
+from tftune.probes.traces.stages import Stage
 
 SITES = (
     RecordedSite("train.py:4", "TFRecordDataset"),
@@ -100,12 +101,13 @@ def test_no_one_to_one_match_names_no_line() -> None:
 
 
 def test_the_record_round_trips_and_a_broken_one_is_a_note(tmp_path: Path) -> None:
-    assert read_sites(tmp_path) == ((), None)  # no record: nothing to say
+    assert read_sites(tmp_path) == SitesRecord()  # no record: nothing to say
     write_sites(tmp_path, "/w/train.py", [*SITES, SITES[1]])  # a site seen twice, kept once
-    sites, note = read_sites(tmp_path)
-    assert sites == SITES and note is None
+    assert read_sites(tmp_path) == SitesRecord(SITES)
     assert json.loads((tmp_path / SITES_FILE).read_text())["script"] == "/w/train.py"
+    write_sites(tmp_path, "/w/train.py", SITES, tf_version="2.21.0")
+    assert read_sites(tmp_path) == SitesRecord(SITES, "2.21.0")
     (tmp_path / SITES_FILE).write_text("{not json")
-    sites, note = read_sites(tmp_path)
-    assert sites == () and note is not None
-    assert SITES_FILE in note and "call sites are not named" in note
+    broken = read_sites(tmp_path)
+    assert broken.sites == () and broken.tf_version is None and broken.note is not None
+    assert SITES_FILE in broken.note and "call sites are not named" in broken.note

@@ -10,7 +10,7 @@ from conftest import requires_tf
 
 from tftune.core.document_reading import Reader
 from tftune.core.run_record import Environment, Gpu
-from tftune.probes.environment import collect, differences
+from tftune.probes.live.environment import collect, differences
 
 
 def _fixed() -> Environment:

@@ -1,4 +1,4 @@
-"""Naming an epoch-start stall's cause from the pipeline as built (`probes.epoch_stall`)."""
+"""Naming an epoch-start stall's cause from the pipeline as built (`probes.live.epoch_stall`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from tftune.core.document_reading import Reader
 from tftune.core.errors import UserError
 from tftune.core.training import EpochStall
-from tftune.probes.epoch_stall import (
+from tftune.probes.live.epoch_stall import (
     DISTRIBUTED_ITERATOR,
     NEW_ITERATOR,
     NO_CACHE,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tftune.core.vocabulary import MODERATELY_INPUT_BOUND
-from tftune.probes.analysis import Analysis, analyze
-from tftune.probes.findings import verdict
+from tftune.probes.advice.analysis import Analysis, analyze
+from tftune.probes.advice.findings import verdict
 
 
 def _top(a: Analysis) -> Any:
@@ -123,7 +123,7 @@ def test_no_step_markers_gives_the_one_line_fix(trace_case) -> None:  # type: ig
 
 
 def test_two_runs_newest_by_default_and_selectable(trace_case) -> None:  # type: ignore[no-untyped-def]
-    from tftune.probes.locate import list_runs
+    from tftune.probes.traces.locate import list_runs
 
     logdir = trace_case("two_runs")
     runs = list_runs(logdir)

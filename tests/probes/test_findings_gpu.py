@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gputrace import GpuStepSpec, gpu_trace
 
-from tftune.probes.analysis import analyze
+from tftune.probes.advice.analysis import analyze
 
 
 def test_host_to_device_copies_are_a_bottleneck_with_prefetch_to_device(tmp_path: Path) -> None:

@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from tftune.core.vocabulary import stage_kind, stage_parent
-from tftune.probes.findings import find
-from tftune.probes.read_fixes import prefetch_rec
-from tftune.probes.recommendations import (
+from tftune.probes.advice.findings import find
+from tftune.probes.advice.read_fixes import prefetch_rec
+from tftune.probes.advice.recommendations import (
     Change,
     ChangeKind,
     Recommendation,
     at_site,
     in_place,
 )
-from tftune.probes.stages import Stage, StageTree
+from tftune.probes.traces.stages import Stage, StageTree
 
 MS = 1_000_000_000
 
@@ -127,8 +127,8 @@ def test_find_drops_the_parallelism_fix_for_an_already_parallel_map() -> None:
 
 
 def test_flat_map_over_files_gets_the_parallel_interleave() -> None:
-    from tftune.probes.input_work import StageWork, opens_files
-    from tftune.probes.read_fixes import file_open_recs
+    from tftune.probes.advice.read_fixes import file_open_recs
+    from tftune.probes.traces.input_work import StageWork, opens_files
 
     flat = "Iterator::Root::FlatMap"
     opener = _stage(flat, fn_ops=(("TFRecordDataset", 30 * MS),))
@@ -147,7 +147,7 @@ def test_flat_map_over_files_gets_the_parallel_interleave() -> None:
 
 
 def _facts(**kw: Any) -> Any:
-    from tftune.probes.next_moves import StepFacts
+    from tftune.probes.advice.next_moves import StepFacts
 
     base: dict[str, Any] = dict(
         device="GPU",
@@ -171,7 +171,7 @@ def _facts(**kw: Any) -> Any:
 def test_precision_move_follows_the_gpus_16_bit_hardware(
     cap: tuple[int, int], policy: str, fast: bool
 ) -> None:
-    from tftune.probes.next_moves import moves_from
+    from tftune.probes.advice.next_moves import moves_from
 
     (move,) = moves_from(_facts(compute_capability=cap), {"device_compute": 0.9}, 0.01)
     assert move.kind == "precision" and policy in move.code
@@ -180,7 +180,7 @@ def test_precision_move_follows_the_gpus_16_bit_hardware(
 
 
 def test_next_moves_need_a_run_that_is_not_input_bound() -> None:
-    from tftune.probes.next_moves import moves_from
+    from tftune.probes.advice.next_moves import moves_from
 
     facts = _facts(
         ops_per_step=800.0,
@@ -226,8 +226,8 @@ def test_a_reader_fed_one_file_at_a_time_gets_a_parallel_read_fix(opener: str) -
 def test_distributed_prefetch_goes_under_the_rebatch_unless_in_place() -> None:
     """TF 2.21's experimental_distribute_dataset: Prefetch::Rebatch over the user's
     pipeline, beside the MultiDeviceIterator's per-replica Generator."""
-    from tftune.probes.read_fixes import distributed_prefetch_rec
-    from tftune.probes.recommendations import distributed_iterator_stage
+    from tftune.probes.advice.read_fixes import distributed_prefetch_rec
+    from tftune.probes.advice.recommendations import distributed_iterator_stage
 
     top = "Iterator::Root::Prefetch"
     gen, reb = _stage(top + "::Generator"), _stage(top + "::Rebatch")

@@ -21,7 +21,7 @@ from gputrace import GPU_PLANE_STATS, H2D_STREAM, gpu_trace
 
 from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
-from tftune.probes import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace
 
 
 def _analyse(path: Path) -> breakdown.Breakdown:
@@ -74,7 +74,7 @@ def test_both_copy_namings_read_the_same(tmp_path: Path) -> None:
 
 def _xprof(path: Path):  # type: ignore[no-untyped-def]
     pytest.importorskip("xprof.convert.raw_to_tool_data")
-    from tftune.probes.xprof_check import xprof_input_pipeline
+    from tftune.probes.traces.xprof_check import xprof_input_pipeline
 
     xp = xprof_input_pipeline([path])
     assert xp.hardware_type == "GPU" and xp.steps

@@ -20,13 +20,13 @@ from tftune.core.document_reading import Reader
 from tftune.core.sizing import NotSized, ServiceSizing, Unsized, caption, sizing_from_reader
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
-from tftune.probes.analysis import Analysis, analyze, step_advice
-from tftune.probes.findings import dedupe, find, verdict
-from tftune.probes.loop_work import LoopWork
-from tftune.probes.next_moves import StepFacts
-from tftune.probes.recommendations import Recommendation, distributed_iterator_stage
-from tftune.probes.service_sizing import sizing_at_best
-from tftune.probes.stages import StageTree
+from tftune.probes.advice.analysis import Analysis, analyze, step_advice
+from tftune.probes.advice.findings import dedupe, find, verdict
+from tftune.probes.advice.next_moves import StepFacts
+from tftune.probes.advice.recommendations import Recommendation, distributed_iterator_stage
+from tftune.probes.advice.service_sizing import sizing_at_best
+from tftune.probes.traces.loop_work import LoopWork
+from tftune.probes.traces.stages import StageTree
 from tftune.reports import render_report_json
 from tftune.reports.analysis_html import render_analysis_html
 from tftune.reports.analysis_model import build_analysis_model
@@ -141,8 +141,8 @@ def test_a_pipeline_with_idle_cores_at_its_best_is_not_sized() -> None:
 
 
 def test_the_tuner_sizes_no_service_for_latency_bounds_screen() -> None:
-    from tftune.tuner.bounds import Ceiling
-    from tftune.tuner.screen import Screen, ScreenEntry, with_screen_sizing
+    from tftune.tuner.searchspace.bounds import Ceiling
+    from tftune.tuner.searchspace.screen import Screen, ScreenEntry, with_screen_sizing
 
     entries = (
         ScreenEntry({"p": 1}, "as written", 180.1, busy_cores=0.243),

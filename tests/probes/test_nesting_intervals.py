@@ -1,5 +1,5 @@
 """The numpy passes the stage scan and the finders share, against plain Python:
-`probes.nesting.nest` against the stack it replaced, and `probes.intervals` against
+`probes.traces.nesting.nest` against the stack it replaced, and `probes.traces.intervals` against
 counting covered instants one by one."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tftune.probes import intervals
-from tftune.probes.nesting import nest
-from tftune.probes.stage_events import K_FR, K_ITER, K_OP, K_PROC
+from tftune.probes.traces import intervals
+from tftune.probes.traces.nesting import nest
+from tftune.probes.traces.stage_events import K_FR, K_ITER, K_OP, K_PROC
 
 
 def _stack_nest(starts: list[int], ends: list[int], kinds: list[int]) -> list[list[int]]:

@@ -10,7 +10,7 @@ import tracegen_steps
 from gputrace import MS, XSpaceBuilder
 
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
-from tftune.probes import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace
 
 
 def _one_step(tmp_path: Path, fill) -> breakdown.Breakdown:  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ import pytest
 import tracegen_steps
 from gputrace import MS, XSpaceBuilder
 
-from tftune.probes import steps, trace
+from tftune.probes.traces import steps, trace
 
 
 def _load(b: XSpaceBuilder, tmp_path: Path) -> trace.HostTrace:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tftune.core.errors import TraceError
-from tftune.probes import locate, trace
+from tftune.probes.traces import locate, trace
 
 
 def _one_file(logdir: Path) -> Path:

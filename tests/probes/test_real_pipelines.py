@@ -11,11 +11,11 @@ from typing import Any
 import tracegen_real  # noqa: F401  (registers the cases)
 
 from tftune.core.vocabulary import TRAINING_LOOP
-from tftune.probes.analysis import Analysis, analyze
-from tftune.probes.callsites import RecordedSite, write_sites
-from tftune.probes.findings import NOT_THE_LIMIT
-from tftune.probes.locate import locate
-from tftune.probes.recommendations import in_place
+from tftune.probes.advice.analysis import Analysis, analyze
+from tftune.probes.advice.findings import NOT_THE_LIMIT
+from tftune.probes.advice.recommendations import in_place
+from tftune.probes.traces.callsites import RecordedSite, write_sites
+from tftune.probes.traces.locate import locate
 from tftune.reports import render_report_json
 from tftune.reports.analysis_terminal import render
 

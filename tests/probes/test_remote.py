@@ -1,4 +1,4 @@
-"""Logdirs in object storage (`probes.remote`), against real local servers the tests
+"""Logdirs in object storage (`probes.traces.remote`), against real local servers the tests
 start: moto's S3 server and a GCS emulator. `tftune analyze` and `tftune report` run as
 a user runs them (a subprocess, the storage configured by environment variables, as
 fsspec reads them)."""
@@ -20,7 +20,7 @@ from typing import Any
 import golden_traces
 import pytest
 
-from tftune.probes.callsites import write_sites
+from tftune.probes.traces.callsites import write_sites
 
 pytestmark = pytest.mark.slow  # servers and subprocesses
 
@@ -209,7 +209,7 @@ def test_only_the_files_needed_are_read_each_once(
 ) -> None:
     import s3fs
 
-    from tftune.probes.remote import fetched
+    from tftune.probes.traces.remote import fetched
 
     s3.fs.put(str(_logdir()) + "/", "bucket/count/", recursive=True)
     got: list[str] = []
@@ -232,7 +232,7 @@ def test_a_missing_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -
     import importlib
 
     from tftune.core.errors import TraceError
-    from tftune.probes import remote
+    from tftune.probes.traces import remote
 
     def missing(protocol: str) -> Any:  # as fsspec says it where gcsfs is not installed
         raise ImportError("Install gcsfs to access Google Storage", name="gcsfs")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tftune.probes import intervals, locate, trace
-from tftune.probes.stage_events import op_type, stage_name
-from tftune.probes.stage_scan import nest
-from tftune.probes.stages import StageTree, _capped_by, build_stage_tree
+from tftune.probes.traces import intervals, locate, trace
+from tftune.probes.traces.stage_events import op_type, stage_name
+from tftune.probes.traces.stage_scan import nest
+from tftune.probes.traces.stages import StageTree, _capped_by, build_stage_tree
 
 
 def nesting_parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

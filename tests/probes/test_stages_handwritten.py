@@ -6,9 +6,9 @@ from pathlib import Path
 
 from gputrace import MS, XSpaceBuilder
 
-from tftune.probes import trace
-from tftune.probes.analysis import analyze
-from tftune.probes.stages import build_stage_tree
+from tftune.probes.advice.analysis import analyze
+from tftune.probes.traces import trace
+from tftune.probes.traces.stages import build_stage_tree
 
 ROOT, PF, MAP, SRC = (
     "Iterator::Root",

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import TraceError
-from tftune.probes import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace
 
 EXAMPLES = 250
 HANG_SECONDS = 20  # far above the few ms one input takes; only a hang reaches it

@@ -1,5 +1,5 @@
 """Training time from step records: other passes out, epoch stalls spread, drained
-buffers trimmed (`probes.training_time`), on handwritten timelines."""
+buffers trimmed (`probes.live.training_time`), on handwritten timelines."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from tftune.core.errors import UserError
 from tftune.core.training import TrainingTime
-from tftune.probes.clock import StepRecord
-from tftune.probes.training_record import training_time_of
-from tftune.probes.training_time import (
+from tftune.probes.live.clock import StepRecord
+from tftune.probes.live.training_record import training_time_of
+from tftune.probes.live.training_time import (
     EpochStart,
     PassTimeline,
     drained_prefix,
@@ -314,7 +314,7 @@ def _one_unknown_epoch(
 ) -> tuple[PassTimeline, list[StepRecord]]:
     """One epoch start seen, of a dataset whose length tf.data does not know (a text
     reader): its first element waits `stall_ms` more, then 40 steps of 10 ms."""
-    from tftune.probes.clock import ClockEvent
+    from tftune.probes.live.clock import ClockEvent
 
     timeline = PassTimeline(epoch_examples=epoch_examples)
     payload = {"stream": 1, "at_ns": 0, "cardinality": cardinality, "chain": chain}

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tftune.probes._schema import xevent_class
-from tftune.probes._wire import STAT_INT64, STAT_NONE, STAT_OTHER, STAT_UINT64, first_stat
+from tftune.probes.traces._schema import xevent_class
+from tftune.probes.traces._wire import STAT_INT64, STAT_NONE, STAT_OTHER, STAT_UINT64, first_stat
 
 KEYS = (3, 200)  # stat metadata ids looked for: one byte, and two as a varint
 

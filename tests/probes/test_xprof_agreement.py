@@ -13,8 +13,8 @@ import json
 import pytest
 import tracegen_steps
 
-from tftune.probes import breakdown, steps, trace
-from tftune.probes.xprof_check import xprof_input_pipeline
+from tftune.probes.traces import breakdown, steps, trace
+from tftune.probes.traces.xprof_check import xprof_input_pipeline
 
 pytest.importorskip("xprof.convert.raw_to_tool_data")
 

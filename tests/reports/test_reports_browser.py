@@ -234,7 +234,7 @@ def test_tuning_report_in_the_browser(driver: Any, pages: dict[str, Path]) -> No
     urls = open_page(driver, path)
     check_loaded_cleanly(driver, path, urls)
     sentence = driver.find_element(By.CSS_SELECTOR, "#verdict .sentence").text
-    assert "7,310 el/s" in sentence and "31.0×" in sentence
+    assert "7,310 ex/s" in sentence and "31.0×" in sentence
     body = driver.find_element(By.TAG_NAME, "body").text
     for key in ("AUTOTUNE everywhere", "#cores heuristic", "ResourceExhaustedError", "pruned"):
         assert key in body, key

@@ -99,7 +99,7 @@ def test_not_measured_is_never_shown_as_zero() -> None:
     assert "Waiting for input not measured" in visible
     assert "Mean step not measured" in visible
     assert "Kernel launch not measured" in visible  # breakdown.kernel_launch is null
-    assert "TensorFlow not measured" in visible  # metadata.tf_version is null
+    assert "TensorFlow not in the trace" in visible  # metadata.tf_version is null
     assert "FlatMap" in visible
     flatmap_row = re.search(r'data-stage="[^"]*::FlatMap".*?</tr>', analysis(data), re.S)
     assert flatmap_row is not None and "not measured" in flatmap_row.group(0)
@@ -196,9 +196,9 @@ def test_tuning_page() -> None:
     assert "31.0× the script as written" in visible and "15.6× AUTOTUNE" in visible
     assert "80% of this machine's ceiling" in visible  # 7,310 re-measured / 9,100
     labels = ("As written", "AUTOTUNE everywhere", "#cores heuristic", "Analysis-guided guess")
-    for label in (*labels, "Tuned (tftune)", "Re-measured after the search: 7,310 el/s"):
+    for label in (*labels, "Tuned (tftune)", "Re-measured after the search: 7,310 ex/s"):
         assert label in visible
-    assert "7,400 el/s" in visible and "236 el/s" in visible
+    assert "7,400 ex/s" in visible and "236 ex/s" in visible
     assert "ResourceExhaustedError" in visible and "below the median" in visible
     assert page.count('<span class="add">') == 5 and page.count('<span class="del">') == 2
     assert "tftune run --config tftune-best.json train.py" in visible
@@ -282,7 +282,7 @@ def test_tuning_history_follows_the_objective(objective: str) -> None:
         data["pareto"] = [{"trial": 16}, {"trial": 19}]
         page = tuning(data)
         assert "Pareto front: trials 16, 19." in text_of(page)
-        assert "trial 16 (complete): 7,400 el/s · on the Pareto front" in page
+        assert "trial 16 (complete): 7,400 ex/s · on the Pareto front" in page
 
 
 def test_the_page_of_a_document_is_the_page_of_its_saved_json(
@@ -386,8 +386,30 @@ def test_each_page_reads_as_words_with_one_heading_and_captioned_tables() -> Non
         for raw in ("udf_concurrency", "stage_self_ms", "top_ops_ms", "CPU_ONLY"):
             assert f">{raw}<" not in shown and f"> {raw}<" not in shown, (path, raw)
         assert "tf_data_private_threadpool/" not in shown, path
+        assert "tf_Compute/" not in shown and "fused(" not in shown, path
+        assert " el/s" not in shown, path  # one unit word: examples/s, short ex/s
+        assert not re.search(r"<dd>[\[{]", shown), path  # evidence as words, not JSON
         # A self-contained page names no docs file it cannot link to.
         assert not re.search(r"docs/\w+\.md", shown), path
     pyfunc = (TESTS / "golden" / "analysis_cpu_pyfunc" / "report.html").read_text()
     assert "Python calls at once" in pyfunc and "CPU only" in pyfunc
-    assert "tf.data thread pool (thread 5)" in pyfunc
+    assert "tf.data worker 5" in pyfunc and "step thread (the training loop)" in pyfunc
+
+
+def test_machine_words_read_as_words() -> None:
+    """Evidence values, fused ops and thread lanes as a reader says them."""
+    from tftune.reports.words import evidence_value, lane_label, op_label
+
+    assert evidence_value("top_ops_ms", {"EagerPyFunc": 93.033}) == "EagerPyFunc 93.03 ms"
+    assert evidence_value("top_ops_ms", [["DecodeJpeg", 120.0]]) == "DecodeJpeg 120 ms"
+    assert evidence_value("functions", []) == "none"
+    assert evidence_value("functions", ["slow_read", "decode"]) == "slow_read, decode"
+    assert evidence_value("autotune", True) == "yes"
+    assert evidence_value("counts", {"a": 3, "b": None}) == "a 3, b not measured"
+    assert op_label("fused(MapDataset:2,BatchDatasetV2:3)") == (
+        "MapDataset + BatchDatasetV2, fused by TensorFlow"
+    )
+    assert op_label("ParallelMapDatasetV2:1") == "ParallelMapDatasetV2"
+    assert lane_label("tf_data_private_threadpool/3") == "tf.data worker 3"
+    assert lane_label("tf_Compute/-4570691277634749999") == "TensorFlow op thread"
+    assert lane_label("python") == "step thread (the training loop)"

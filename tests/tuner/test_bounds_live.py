@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import requires_tf
 
-from tftune.tuner import bounds
-from tftune.tuner.config import Config
+from tftune.tuner.searchspace import bounds
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial import MeasureSpec, discover, run_trial
 
 pytestmark = [pytest.mark.slow, requires_tf]

@@ -12,8 +12,8 @@ import pytest
 from conftest import requires_tf
 
 from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
-from tftune.tuner.rewrite_check import check_rewrites
-from tftune.tuner.rewrites import consider_compute
+from tftune.tuner.fixes.rewrite_check import check_rewrites
+from tftune.tuner.fixes.rewrites import consider_compute
 from tftune.tuner.trial import discover
 
 pytestmark = [requires_tf, pytest.mark.slow]

@@ -1,4 +1,4 @@
-"""Reading a failed trial's stderr (`tuner.crashes`): realistic samples, no process."""
+"""Reading a failed trial's stderr (`tuner.trial.crashes`): realistic samples, no process."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from stderr_samples import GLIBC_ABORT, TF_NOISE
 
 from tftune.core.errors import UserError
 from tftune.core.failures import CRASH_KINDS, CrashSummary, FailureKind
-from tftune.tuner.crashes import (
+from tftune.tuner.trial.crashes import (
     MAX_FRAMES,
     MAX_LINE_CHARS,
     STORED_TAIL_CHARS,

@@ -1,8 +1,8 @@
 """The tf.data service: `tftune data-service` (a dispatcher and two worker processes on
 localhost), distribute() at the searched cut point (tuner/child/service_read.py), the config
-and the emitted diff (tuner/service.py, tuner/emit.py), a killed worker during a
+and the emitted diff (tuner/searchspace/service.py, tuner/output/emit.py), a killed worker during a
 measured trial, and the sizing arithmetic against measured per-core rates
-(probes/service_sizing.py).
+(probes/advice/service_sizing.py).
 
 On two cores, remote workers add no CPU: these tests assert behaviour (where the cut
 is, each example once, the element count per epoch), never a speed-up. Every server
@@ -27,14 +27,14 @@ import pytest
 from repo_paths import FIXTURES, ROOT
 
 from tftune._data_service_cli import READY
-from tftune.probes.service_sizing import (
+from tftune.probes.advice.service_sizing import (
     CpuMeter,
     CpuUsage,
     size_service,
     sizing_from_trace,
 )
-from tftune.tuner.config import Config, config_from_json, load_config, save_config
-from tftune.tuner.service import (
+from tftune.tuner.searchspace.config import Config, config_from_json, load_config, save_config
+from tftune.tuner.searchspace.service import (
     DISTRIBUTED_EPOCH,
     PARALLEL_EPOCHS,
     ServiceConfig,
@@ -197,13 +197,13 @@ def test_a_cut_that_cannot_be_applied() -> None:
 
 
 def test_space_config_file_and_diff(tmp_path: Path) -> None:
-    from tftune.tuner import service as svc
-    from tftune.tuner.emit import source_diff
-    from tftune.tuner.space_build import build_space
+    from tftune.tuner.output.emit import source_diff
+    from tftune.tuner.searchspace import service as svc
+    from tftune.tuner.searchspace.space_build import build_space
 
     class Site:
         def __init__(self, site: str, op: str) -> None:
-            from tftune.tuner.config import SiteConfig
+            from tftune.tuner.searchspace.config import SiteConfig
 
             self.site, self.op, self.as_written = site, op, SiteConfig(num_parallel_calls=2)
 
@@ -344,7 +344,7 @@ def test_sizing_from_a_measured_per_core_rate() -> None:
 
 
 def test_sizing_from_a_trace(trace_case: Any) -> None:
-    from tftune.probes.analysis import analyze
+    from tftune.probes.advice.analysis import analyze
 
     a = analyze(trace_case("latency_py"))
     plane = a.host.host_plane
@@ -448,7 +448,7 @@ def test_a_pipeline_drained_alone_reports_its_cpu_as_a_typed_event(tmp_path: Pat
     """The bound analysis' pipeline-alone run: the child's meter reaches the parent as a
     `CpuUsage` (an event, not text to parse), and sizes the service against a model
     rate ten times the pipeline's."""
-    from tftune.tuner import bounds
+    from tftune.tuner.searchspace import bounds
     from tftune.tuner.trial import MeasureSpec, run_trial
 
     script = tmp_path / "t.py"

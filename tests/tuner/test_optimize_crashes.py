@@ -30,11 +30,10 @@ from tftune.core.vocabulary import TrialState
 from tftune.reports import render_report_json
 from tftune.reports.tuning_model import TuningReport, build_tuning_model
 from tftune.testing import Failure, FakeRunner, FigureLike
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import Config
-from tftune.tuner.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
-from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import build_space
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import Config
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import (
     Role,
     StudyOutcome,
@@ -42,6 +41,7 @@ from tftune.tuner.study import (
     run_study,
 )
 from tftune.tuner.study.records import CRASH_ATTR, DEAD_AFTER, STDERR_TAIL_ATTR, dead_values
+from tftune.tuner.trial.crashes import STORED_TAIL_CHARS, STORED_TAIL_LINES
 
 # What the runner keeps of a crashed run: up to 200 lines, the crash at the end.
 LONG_TAIL = "".join(f"step {i}: loss 0.{i:03d}\n" for i in range(180)) + GLIBC_ABORT

@@ -16,13 +16,17 @@ from studykit import ceiling_sentence, outcome_json, render_table, table_rows, t
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_comparison import comparison
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
-from tftune.tuner.emit import globals_snippet, rewrite_sources, run_command, source_diff
-from tftune.tuner.space_build import build_space
+from tftune.tuner.output.assemble import (
+    best_config_with_metrics,
+    tuning_document,
+    write_json_atomic,
+)
+from tftune.tuner.output.emit import globals_snippet, rewrite_sources, run_command, source_diff
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig, load_config, save_config
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
 from tftune.tuner.trial.discovery import CallSite
-from tftune.tuner.tuning_doc import best_config_with_metrics, tuning_document, write_json_atomic
 
 SCRIPT = """\
 import tensorflow as tf2
@@ -308,7 +312,7 @@ def test_what_the_whole_run_adds_is_part_of_the_one_document() -> None:
     advice (a note) and what the winner requires all sit in it."""
     from tftune.core.run_record import Environment, Record
     from tftune.core.training import TrainingFacts
-    from tftune.tuner.tuning_doc import RunFacts
+    from tftune.tuner.output.assemble import RunFacts
 
     out = replace(_outcome(), stop_reason="ran the 5 trials asked for (--trials 5)")
     env = Environment(

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from conftest import ROOT, requires_tf
 
-from tftune.tuner.config import Config
-from tftune.tuner.precision import (
+from tftune.tuner.fixes.precision import (
     FINDING_PREFIX,
     FLOAT32_OUTPUT_FIX,
     check_output_layer,
     output_findings,
     recommendation,
 )
+from tftune.tuner.searchspace.config import Config
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -172,7 +172,7 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
 
     space = tmp_path / "space.json"
     space.write_text(json.dumps({"knobs": {"mixed_precision": "mixed_float16"}}))
-    from tftune.tuner.record import current_environment_cheap
+    from tftune.tuner.output.repro import current_environment_cheap
 
     tftune.optimize(
         ROOT / "examples" / "keras_fit.py",

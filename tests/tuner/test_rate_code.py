@@ -10,8 +10,8 @@ import pytest
 from conftest import requires_tf
 
 from tftune.core.learning import LearningRateScale, OptimizerSeen, ScaleRule
-from tftune.tuner.rate_code import rate_edits
-from tftune.tuner.source_edits import apply_edits, line_starts
+from tftune.tuner.output.rate_code import rate_edits
+from tftune.tuner.output.source_edits import apply_edits, line_starts
 
 X4 = LearningRateScale.for_batch(ScaleRule.SQRT, 64, 256)  # x2: no warm-up
 X4_RAMP = LearningRateScale.for_batch(ScaleRule.LINEAR, 64, 256)  # x4, ramped

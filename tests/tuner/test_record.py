@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from conftest import ROOT, requires_tf
 
-from tftune.probes.environment import cpu_model, nvml_gpus
-from tftune.tuner.config import Config, save_config
-from tftune.tuner.record import (
+from tftune.probes.live.environment import cpu_model, nvml_gpus
+from tftune.tuner.output.repro import (
     current_environment_cheap,
     environment_differences,
     installed_tensorflow,
 )
+from tftune.tuner.searchspace.config import Config, save_config
 
 EXAMPLE = ROOT / "examples" / "latency_bound.py"
 RunCli = Callable[..., subprocess.CompletedProcess[str]]

@@ -12,8 +12,8 @@ import pytest
 from conftest import requires_tf
 
 from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
-from tftune.tuner.rewrite_check import check_rewrites
-from tftune.tuner.rewrites import LOOP_EAGER, consider
+from tftune.tuner.fixes.rewrite_check import check_rewrites
+from tftune.tuner.fixes.rewrites import LOOP_EAGER, consider
 from tftune.tuner.trial import discover
 
 pytestmark = [requires_tf, pytest.mark.slow]
@@ -229,7 +229,7 @@ def test_a_flat_map_over_files_read_as_an_interleave_holds_the_same_records(
 @pytest.mark.gpu
 def test_batches_prefetched_to_the_gpu_are_the_same_batches(tmp_path: Path) -> None:
     """Where a GPU is visible: the batches copied to it ahead equal the script's own."""
-    from tftune.tuner.rewrites import consider_device
+    from tftune.tuner.fixes.rewrites import consider_device
 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -1,7 +1,7 @@
 """The pipeline rewrites, parent side (pure, no TensorFlow): which ones a training
-pipeline allows (`tuner.rewrites.consider`), where a cache lives (`place_cache`), the
+pipeline allows (`tuner.fixes.rewrites.consider`), where a cache lives (`place_cache`), the
 search space they add (`with_rewrites`, `rewrite_seeds`), the configs they make, their
-rows' JSON, and the code the winner's diff shows (`tuner.rewrite_code`)."""
+rows' JSON, and the code the winner's diff shows (`tuner.output.rewrite_code`)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,21 @@ import pytest
 from tftune.core.document_reading import Reader
 from tftune.core.errors import ConfigError
 from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
-from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner.config import CACHE_MEMORY, Config, SiteConfig, config_from_json
-from tftune.tuner.emit import globals_snippet, rewrite_sources
-from tftune.tuner.rewrite_check import place_cache, rewrite_seeds, with_rewrites
-from tftune.tuner.rewrite_code import RewriteFacts
-from tftune.tuner.rewrites import LOOP_EAGER, LOOP_FIT, LOOP_GRAPH, Candidate, FitCall, consider
-from tftune.tuner.space import SearchSpace, config_from_values
-from tftune.tuner.space_build import build_space
+from tftune.probes.live.epoch_stall import PipelineStage
+from tftune.tuner.fixes.rewrite_check import place_cache, rewrite_seeds, with_rewrites
+from tftune.tuner.fixes.rewrites import (
+    LOOP_EAGER,
+    LOOP_FIT,
+    LOOP_GRAPH,
+    Candidate,
+    FitCall,
+    consider,
+)
+from tftune.tuner.output.emit import globals_snippet, rewrite_sources
+from tftune.tuner.output.rewrite_code import RewriteFacts
+from tftune.tuner.searchspace.config import CACHE_MEMORY, Config, SiteConfig, config_from_json
+from tftune.tuner.searchspace.space import SearchSpace, config_from_values
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.trial.discovery import CallSite
 
 SRC = PipelineStage("source", None, elements=2000)
@@ -254,7 +261,7 @@ def test_one_iterator_in_a_custom_loop_is_a_snippet() -> None:
 
 
 def test_the_compute_switches_each_loop_allows() -> None:
-    from tftune.tuner.rewrites import (
+    from tftune.tuner.fixes.rewrites import (
         LOOP_FIT_STEPS,
         CompileCall,
         StepFunction,
@@ -296,7 +303,7 @@ def train_step(x, y):
 
 
 def test_the_compute_switches_are_written_where_the_script_sets_them(tmp_path: Path) -> None:
-    from tftune.tuner.rewrites import CompileCall, StepFunction
+    from tftune.tuner.fixes.rewrites import CompileCall, StepFunction
 
     script = tmp_path / "train.py"
     script.write_text(STEP_SCRIPT)
@@ -315,7 +322,7 @@ def test_the_compute_switches_are_written_where_the_script_sets_them(tmp_path: P
 def test_a_switch_searches_the_values_that_passed_their_check() -> None:
     """compile_step is checked at "function" and at "xla" apart: where XLA changes the
     loss, only the tf.function is searched, and the XLA row says why not."""
-    from tftune.tuner.rewrites import StepFunction, consider_compute
+    from tftune.tuner.fixes.rewrites import StepFunction, consider_compute
 
     space = build_space([CallSite("train.py:20", "map", (), SiteConfig(), None, 1)], cores=2)
     found, _ = consider_compute(LOOP_EAGER, None, StepFunction("step", "train.py:9", True))
@@ -393,7 +400,7 @@ def test_a_flat_map_over_files_is_read_as_an_interleave(tmp_path: Path) -> None:
 
 
 def test_batches_prefetched_to_a_gpu_are_searched_on_a_gpu_and_advice_on_a_cpu() -> None:
-    from tftune.tuner.rewrites import consider_device
+    from tftune.tuner.fixes.rewrites import consider_device
 
     (c,), rows = consider_device(LOOP_EAGER, gpu=True)
     assert rows == [] and c.config() == Config(prefetch_to_device=True)

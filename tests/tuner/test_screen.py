@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tftune.tuner.config import AUTOTUNE, SiteConfig
-from tftune.tuner.screen import (
+from tftune.tuner.searchspace.config import AUTOTUNE, SiteConfig
+from tftune.tuner.searchspace.screen import (
     MAX_CANDIDATES,
     NOT_SCREENED,
     Screen,
@@ -17,8 +17,8 @@ from tftune.tuner.screen import (
     candidates,
     run_screen,
 )
-from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import build_space
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import StudySettings
 from tftune.tuner.trial import discover
 from tftune.tuner.trial.discovery import CallSite
@@ -99,7 +99,7 @@ def test_candidates_keep_the_model_side_and_size_the_pool_with_the_parallelism()
 
 
 def test_the_search_starts_from_the_screens_best_then_the_same_with_a_larger_batch() -> None:
-    from tftune.tuner.screen import search_seeds
+    from tftune.tuner.searchspace.screen import search_seeds
 
     sites = [
         CallSite("train.py:10", "map", (), SiteConfig(), None, 1),
@@ -219,7 +219,7 @@ def test_a_dataset_split_by_tf_distribute_is_not_screened_and_nothing_waits(
     """Its per-device parts read from a multi-device iterator not yet running: drained
     alone they waited forever (the screen, then the bound analysis, each until its
     deadline). Both say why at once; the test set's batch is not searched."""
-    from tftune.tuner.bounds import DISTRIBUTED as WHY
+    from tftune.tuner.searchspace.bounds import DISTRIBUTED as WHY
     from tftune.tuner.study import Mode
     from tftune.tuner.study.script_runner import ScriptRunner
     from tftune.tuner.trial import MeasureSpec
@@ -241,9 +241,9 @@ def test_a_dataset_split_by_tf_distribute_is_not_screened_and_nothing_waits(
 
 
 def test_one_host_sizing_uses_the_pipeline_at_its_best_screened_config() -> None:
-    from tftune.probes.service_sizing import host_cores
-    from tftune.tuner.bounds import Ceiling
-    from tftune.tuner.screen import with_screen_sizing
+    from tftune.probes.advice.service_sizing import host_cores
+    from tftune.tuner.searchspace.bounds import Ceiling
+    from tftune.tuner.searchspace.screen import with_screen_sizing
 
     cores = host_cores()
     entries = (
@@ -295,7 +295,7 @@ model.fit(ds.repeat(), steps_per_epoch=20, epochs=3, verbose=0)
 def test_an_adapt_samples_own_map_is_no_knob_of_training(tmp_path: Path) -> None:
     """``norm.adapt(ds.take(2).map(f))`` before ``fit``: the sample's map feeds no
     update, so its parallelism is left out (said), and the training map's is searched."""
-    from tftune.tuner.space_build import NOT_TRAINING_SITE
+    from tftune.tuner.searchspace.space_build import NOT_TRAINING_SITE
 
     script = tmp_path / "train.py"
     script.write_text(ADAPT)

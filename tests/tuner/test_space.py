@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import ConfigError
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, config_from_json
-from tftune.tuner.platform import cpu_flags, platform_policy
-from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import BATCH_SIZE_WARNING, BatchBound, build_space
-from tftune.tuner.space_file import apply_space_file
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig, config_from_json
+from tftune.tuner.searchspace.platform import cpu_flags, platform_policy
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import BATCH_SIZE_WARNING, BatchBound, build_space
+from tftune.tuner.searchspace.space_file import apply_space_file
 from tftune.tuner.trial.discovery import CallSite
 
 
@@ -72,10 +72,12 @@ def test_interleave_parallelism_is_capped_at_a_fixed_cycle_length() -> None:
         num_parallel_calls=2, cycle_length=2
     )
     assert space.config({par: 16}).sites["train.py:8"] == SiteConfig(num_parallel_calls=4)
-    assert space.describe({par: 16}) == "train.py:8/par=4"
+    assert space.describe({par: 16}) == "train.py:8 parallel calls 4"
     assert space.config({par: AUTOTUNE, cyc: 2}).sites["train.py:8"].num_parallel_calls == AUTOTUNE
     assert space.config({par: 8, cyc: AUTOTUNE}).sites["train.py:8"].num_parallel_calls == 2
-    assert space.describe({par: 8, cyc: AUTOTUNE}) == "train.py:8/par=2, train.py:8/cycle=AUTOTUNE"
+    assert space.describe({par: 8, cyc: AUTOTUNE}) == (
+        "train.py:8 parallel calls 2, train.py:8 cycle length AUTOTUNE"
+    )
 
 
 def test_a_py_dataset_gets_workers_processes_and_queue() -> None:
@@ -99,7 +101,7 @@ def test_a_py_dataset_gets_workers_processes_and_queue() -> None:
     assert config_from_json(json.loads(json.dumps(config.to_json()))) == config
     assert space.describe(
         {"data.py:9/num_parallel_calls": 8, "data.py:9/use_multiprocessing": True}
-    ) == ("data.py:9/par=8, data.py:9/processes=True")
+    ) == ("data.py:9 parallel calls 8, data.py:9 processes on")
 
 
 def test_duplicate_sites_are_one_knob() -> None:
@@ -259,7 +261,7 @@ def test_every_sampled_config_survives_the_config_file(data: st.DataObject) -> N
 
 
 def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
-    from tftune.tuner.platform import mentions_keras
+    from tftune.tuner.searchspace.platform import mentions_keras
 
     (tmp_path / "train.py").write_text("import tensorflow as tf\n")
     (tmp_path / "other_script.py").write_text("import keras\n")  # a sibling, not imported
@@ -274,7 +276,7 @@ def test_mentions_keras_follows_the_scripts_own_imports(tmp_path: Path) -> None:
 def test_a_batch_outside_the_training_pipeline_is_not_searched() -> None:
     """A test set's own batch call (a validation pipeline) is no knob of training: its
     batch size is left out, with the reason; the training pipeline's is searched."""
-    from tftune.tuner.space_build import NOT_TRAINING_BATCH
+    from tftune.tuner.searchspace.space_build import NOT_TRAINING_BATCH
 
     train, test = (
         site("train.py:20", "batch", batch_size=64),
@@ -296,7 +298,7 @@ def test_a_site_only_other_datasets_are_built_through_is_not_searched() -> None:
     """An ``adapt`` sample's own map (``ds.take(2).map(f)`` before ``fit``) and a
     validation set's map cannot change the training rate: none of their knobs is searched,
     each said; a site on no lineage (inside an interleave's function) stays."""
-    from tftune.tuner.space_build import NOT_TRAINING_SITE
+    from tftune.tuner.searchspace.space_build import NOT_TRAINING_SITE
 
     adapt = site("train.py:30", "map")
     inner = site("train.py:31", "map")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tftune.core.errors import ConfigError, UserError
-from tftune.tuner.config import (
+from tftune.tuner.searchspace.config import (
     AUTOTUNE,
     Config,
     SiteConfig,

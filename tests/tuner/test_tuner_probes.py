@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tftune.probes.clock import (
+from tftune.probes.live.clock import (
     ClockEvent,
     ClockReader,
     ClockWriter,
@@ -16,8 +16,8 @@ from tftune.probes.clock import (
     percentile,
     spread,
 )
-from tftune.probes.nvml import GpuFigures, GpuSample, NotMeasured, NvmlSampler, NvmlUnavailable
-from tftune.probes.training_time import PassTimeline
+from tftune.probes.live.nvml import GpuFigures, GpuSample, NotMeasured, NvmlSampler, NvmlUnavailable
+from tftune.probes.live.training_time import PassTimeline
 
 MS = 1_000_000
 
@@ -171,7 +171,7 @@ def test_in_graph_clock_queue_counts_examples_of_any_shape() -> None:
     tf = pytest.importorskip("tensorflow")
     from tftune.tuner.child.patcher import Patcher
     from tftune.tuner.child.ring import _Ring
-    from tftune.tuner.config import Config
+    from tftune.tuner.searchspace.config import Config
 
     patcher = Patcher(Config(), ".")
     patcher._batched.update({1: True, 2: False})

@@ -17,9 +17,9 @@ from repo_paths import ROOT
 from tftune.core.errors import ScriptError
 from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig, save_config
+from tftune.tuner.option_defaults import EXTRA_WINDOWS
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial
-from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 EXAMPLES = ROOT / "examples"
 QUICK = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=0.6, repeats=2, stall_s=30)
@@ -199,7 +199,7 @@ def test_file_readers_are_call_sites_of_their_parallel_reads(tmp_path: Path, run
     at once: a call site whose knob is `num_parallel_reads`. A reader of one file (the
     body of an interleave) is not one. The config reaches the reader, and the diff names
     the reader's own keyword."""
-    from tftune.tuner.emit import source_diff
+    from tftune.tuner.output.emit import source_diff
 
     script = _script(tmp_path, READERS)
     found = {(s.site, s.op): s.as_written for s in discover(script, cwd=tmp_path).sites}
@@ -250,7 +250,7 @@ def test_a_keras_py_dataset_is_a_call_site_of_its_workers(tmp_path: Path) -> Non
     knobs: discovery records the subclass's ``super().__init__`` line with Keras'
     defaults, a config of 8 worker threads runs 8 slow reads at once, and the diff
     passes them in that call."""
-    from tftune.tuner.emit import source_diff
+    from tftune.tuner.output.emit import source_diff
 
     script = _script(tmp_path, PY_DATASET)
     found = discover(script, cwd=tmp_path)

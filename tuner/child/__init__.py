@@ -10,9 +10,9 @@ The parent side of a trial starts the child (`bootstrap.main`); ``tftune.apply()
 - `state`: the hooks the patches call and the state they share;
 - `datasets`: the Dataset ops, readers and call sites, as written and as configured;
 - `streams`: the iterated dataset, prepared and numbered as a stream;
-- `clock`, `ring`: the step clock, eager and in-graph;
+- `step_clock`, `ring`: the step clock, eager and in-graph;
 - `distribute`: tf.distribute's iterators on the clock;
-- `keras`, `nanwatch`: the precision policy, PyDataset, ``fit``'s NaN callback and
+- `keras_fit`, `nanwatch`: the precision policy, PyDataset, ``fit``'s NaN callback and
   output-layer check, and the NaN watch of custom loops;
 - `roles`: which stream is training.
 

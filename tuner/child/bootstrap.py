@@ -11,7 +11,7 @@ script's folder) and ``__name__ == "__main__"``.
 
 Modes:
   ``discover``  record call sites and the datasets iterated; stop once one is training.
-  ``measure``   apply the config and stream step records (`probes.clock`) to a file.
+  ``measure``   apply the config and stream step records (`probes.live.clock`) to a file.
   ``apply``     apply the config; no clock (``tftune run``).
   ``profile``   step clock drives a TensorBoard profile between two steps, with markers.
 """
@@ -34,13 +34,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from tftune.probes.clock import ClockWriter
+from tftune.probes.live.clock import ClockWriter
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.patcher import Patcher
 from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
-from tftune.tuner.config import config_from_json
-from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.searchspace.config import config_from_json
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"
 # A warm spare (`tuner/trial/spare.py`): the modules to import before the spec exists
@@ -208,15 +208,15 @@ class _Profiler:
 
     def _write_sites(self) -> None:
         """The call sites beside the trace, in the run's folder: `tftune analyze` names a
-        stage's line from them (`probes.callsites`). Best effort: the trace stands alone."""
-        from tftune.probes.callsites import RecordedSite, newest_run_dir, write_sites
+        stage's line from them (`probes.traces.callsites`). Best effort: the trace stands alone."""
+        from tftune.probes.traces.callsites import RecordedSite, newest_run_dir, write_sites
 
         run_dir = newest_run_dir(self.logdir)
         if run_dir is None:
             return
         recorded = [RecordedSite(c.site, c.op, c.function) for c in list(self.sites)]
         try:
-            write_sites(run_dir, self.script, recorded)
+            write_sites(run_dir, self.script, recorded, tf_version=_tf_version())
         except Exception as exc:  # never fail a written profile over it
             self.writer.event("notes", notes=[f"call sites not recorded: {exc}"])
 
@@ -242,6 +242,13 @@ class _Profiler:
             self.stopper = threading.Thread(target=self._stop, name="tftune-profiler", daemon=True)
             self.stopper.start()
         self.step += 1
+
+
+def _tf_version() -> str | None:
+    """The TensorFlow this child runs, recorded beside a profile it takes."""
+    tf = sys.modules.get("tensorflow")
+    version = getattr(tf, "__version__", None)
+    return version if isinstance(version, str) else None
 
 
 def _wire(

@@ -35,8 +35,8 @@ from tftune.tuner.child.elements import pass_examples
 from tftune.tuner.child.equivalence import Checker, CheckSpec
 from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import finite_length
-from tftune.tuner.config import Config
-from tftune.tuner.rewrites import Candidate
+from tftune.tuner.fixes.rewrites import Candidate
+from tftune.tuner.searchspace.config import Config
 
 
 class CheckRun:

@@ -18,8 +18,8 @@ from collections.abc import Callable, MutableMapping
 from types import FrameType, FunctionType
 from typing import Any
 
-from tftune.tuner.config import COMPILE_XLA, Config
-from tftune.tuner.rewrites import CompileCall, StepFunction
+from tftune.tuner.fixes.rewrites import CompileCall, StepFunction
+from tftune.tuner.searchspace.config import COMPILE_XLA, Config
 
 # Marks a function tftune compiled (so that it is compiled once).
 COMPILED_ATTR = "__tftune_compiled__"

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
-from tftune.tuner.config import Config
-from tftune.tuner.rewrites import Candidate
+from tftune.tuner.fixes.rewrites import Candidate
+from tftune.tuner.searchspace.config import Config
 
 CHECK_STEPS = 3
 RTOL = 1e-3  # relative: float32 XLA and eager kernels differ in the last bits

@@ -36,7 +36,7 @@ from tftune.tuner.child.rewrite_apply import (
 )
 from tftune.tuner.child.screen_drain import Replay, remember
 from tftune.tuner.child.state import IterationInfo, PatcherState, SiteCall
-from tftune.tuner.config import (
+from tftune.tuner.searchspace.config import (
     AUTOTUNE,
     BOOL_SITE_KNOBS,
     Config,

@@ -146,7 +146,7 @@ def pass_examples(ds: Any, iterate: Any, seconds: float = CHECK_COUNT_S) -> int 
     """The training dataset's examples per pass where tf.data does not know its length
     (a text reader, a filter): the elements below its batches and maps, counted within
     `seconds` without running the maps (a step's examples turn it into an epoch's
-    steps: `probes.training_time`). None where that cannot be told."""
+    steps: `probes.live.training_time`). None where that cannot be told."""
     below = ds
     while any(part in type(below).__name__ for part in (*_BATCHES, *_ONE_TO_ONE)):
         try:

@@ -1,7 +1,7 @@
 """Child side: the equivalence check of the rewrites, before any of them is measured.
 
 `tftune optimize` asks for it in the config's meta (`CHECK_META_KEY`): where the script is
-about to iterate its training dataset, each candidate rewrite (`tuner.rewrites.Candidate`)
+about to iterate its training dataset, each candidate rewrite (`tuner.fixes.rewrites.Candidate`)
 is applied to a rebuild of that dataset (the pipeline screen's `Rebuilder`, which replays
 the calls that built it) and its elements are compared with the script's own
 (`run_check`). Then the child leaves, without training. What is compared:
@@ -51,8 +51,8 @@ from tftune.tuner.child.elements import (
 from tftune.tuner.child.lineage import is_batched
 from tftune.tuner.child.rewrite_apply import filter_plan, finite_length
 from tftune.tuner.child.screen_drain import REPLAY_ATTR, Rebuilder, Replay
-from tftune.tuner.config import Config
-from tftune.tuner.rewrites import CACHE_FILL_MAX_S, Candidate
+from tftune.tuner.fixes.rewrites import CACHE_FILL_MAX_S, Candidate
+from tftune.tuner.searchspace.config import Config
 
 CHECK_META_KEY = "tftune_check"
 CHECK_SHUFFLE_BUFFER = 64

@@ -7,7 +7,7 @@
 - A Keras optimizer's ``apply`` registers the weights the NaN watch checks
   (tuner/child/nanwatch.py) and counts as an update for the roles (tuner/child/roles.py).
 - ``Model.fit`` gets a callback that reports a NaN/inf loss, and a model output
-  computed in 16 bits when training begins (tuner/precision.py); with the one-iterator
+  computed in 16 bits when training begins (tuner/fixes/precision.py); with the one-iterator
   rewrite, a finite dataset is repeated with its length as ``steps_per_epoch``
   (tuner/child/rewrite_apply.py).
 """
@@ -35,7 +35,7 @@ from tftune.tuner.child.learning_rate import patch_optimizers
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
 from tftune.tuner.child.state import EpochMade, Hooks
-from tftune.tuner.rewrites import LOOP_FIT, LOOP_FIT_STEPS
+from tftune.tuner.fixes.rewrites import LOOP_FIT, LOOP_FIT_STEPS
 
 
 class KerasPatches(DatasetOps):
@@ -251,7 +251,7 @@ def _epoch_callback(base: type, arguments: Mapping[str, Any], hooks: Hooks) -> A
 def _nan_callback(base: type, hooks: Hooks, losses: Callable[[], LossLog | None]) -> Any:
     class _TftuneNanCheck(base):  # type: ignore[misc, valid-type]
         """Reports a NaN/inf loss to the trial runner (who stops the trial), and a model
-        output computed in 16 bits (tuner.precision) when training begins; logs each
+        output computed in 16 bits (tuner.fixes.precision) when training begins; logs each
         batch's loss where it is measured (`LossLog.fit_batch`)."""
 
         def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
@@ -275,7 +275,7 @@ def _nan_callback(base: type, hooks: Hooks, losses: Callable[[], LossLog | None]
 
 def _report_output_precision(model: Any, hooks: Hooks) -> None:
     """Check the output layer's precision once per model; never fail the user's fit."""
-    from tftune.tuner.precision import check_output_layer
+    from tftune.tuner.fixes.precision import check_output_layer
 
     if model is None or getattr(model, "_tftune_precision_checked", False):
         return

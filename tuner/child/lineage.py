@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from tftune.probes.epoch_stall import PipelineStage
+from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.state import IterationInfo
 
 _BATCHING_CLASSES = ("BatchDataset", "MapAndBatchDataset", "DenseToRaggedDataset")

@@ -42,7 +42,7 @@ from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.keras_fit import KerasPatches
 from tftune.tuner.child.roles import is_trainable_float
 from tftune.tuner.child.screen_drain import SCREEN_META_KEY, record_methods
-from tftune.tuner.config import Config
+from tftune.tuner.searchspace.config import Config
 
 
 def _internal_prefixes() -> tuple[str, ...]:

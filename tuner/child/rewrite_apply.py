@@ -1,7 +1,7 @@
 """Child side: the rewrites a config asks for, applied to the script's own pipeline.
 
 A rewrite changes a pipeline's shape, where a knob changes an argument
-(`tftune.tuner.rewrites` says which ones exist, when each applies and how each is
+(`tftune.tuner.fixes.rewrites` says which ones exist, when each applies and how each is
 checked). The patches apply them where the script builds or iterates its datasets:
 
 - **cache** (`with_cache`): ``cache()`` right after the map or interleave at a call site
@@ -40,8 +40,8 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tftune.tuner.config import CACHE_MEMORY, VECTORIZE_BATCH
-from tftune.tuner.rewrites import FitCall
+from tftune.tuner.fixes.rewrites import FitCall
+from tftune.tuner.searchspace.config import CACHE_MEMORY, VECTORIZE_BATCH
 
 CALL_ATTR = "_tftune_call"
 # Where one-iterator state lives on the user's dataset (`EpochView`).

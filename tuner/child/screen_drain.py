@@ -4,7 +4,7 @@ A full trial costs a fresh interpreter, the script's start-up and several window
 screen ranks many pipeline configs in ONE process instead: where the script is about to
 iterate its training dataset, the dataset is rebuilt under each candidate config and
 drained without the model for about a second (`run_screen`). The parent
-(`tftune.tuner.screen`) uses the ranking to seed the search; only full trials decide the
+(`tftune.tuner.searchspace.screen`) uses the ranking to seed the search; only full trials decide the
 winner (on a CPU-only host the pipeline and the model share the cores).
 
 Rebuilding needs the calls that built the dataset. While a screen is asked for, every
@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 from tftune.core.userfiles import write_text_atomic
 from tftune.tuner.child.step_clock import examples_of
-from tftune.tuner.config import Config, config_from_json
+from tftune.tuner.searchspace.config import Config, config_from_json
 
 REPLAY_ATTR = "_tftune_replay"
 # Methods recorded for rebuilding besides the knob ops (map, interleave, batch,

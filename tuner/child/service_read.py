@@ -1,7 +1,7 @@
 """Child side: the training dataset read from a tf.data service, cut at a call site.
 
 `distribute_at_cut` is called by `Streams.prepare` (tuner/child/streams.py) on the
-training dataset when the config has a ``data_service`` (`tuner.service`). It walks the
+training dataset when the config has a ``data_service`` (`tuner.searchspace.service`). It walks the
 dataset's lineage from the end down to the last stage the script built at the cut's
 call site, applies TensorFlow's ``distribute()`` there (the dispatcher's workers run
 everything up to the cut), and rebuilds the stages after it on the trainer: a batch, a
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tftune.core.errors import ConfigError
-from tftune.tuner.service import (
+from tftune.tuner.searchspace.service import (
     COMPRESSION_OFF,
     DISTRIBUTED_EPOCH,
     RUN_TAG_ENV,

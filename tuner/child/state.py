@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from tftune.core.learning import OptimizerSeen
-from tftune.probes.epoch_stall import PipelineStage
-from tftune.probes.service_sizing import CpuUsage
+from tftune.probes.advice.service_sizing import CpuUsage
+from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
-from tftune.tuner.config import Config, SiteConfig
-from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.searchspace.config import Config, SiteConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class IterationInfo:
     stream: int | None = None  # the clock's stream number (when streams are followed)
     lineage: tuple[str, ...] = ()  # the user's call sites the dataset was built through
     # For discovery: the pipeline stage by stage (`lineage.pipeline_chain`), and how the
-    # loop iterates it (`tuner.rewrites`: fit, fit_steps, eager, graph, other).
+    # loop iterates it (`tuner.fixes.rewrites`: fit, fit_steps, eager, graph, other).
     chain: tuple[PipelineStage, ...] = ()
     loop: str | None = None
 
@@ -86,7 +86,7 @@ class Hooks:
     # A finding about the script as it runs (e.g. a 16-bit output layer), reported at
     # once: a measured trial is stopped by a signal, before any end-of-run hook.
     on_finding: Callable[[str], None] | None = None
-    # What a pipeline drained alone used (`probes.service_sizing.CpuMeter`), as it goes.
+    # What a pipeline drained alone used (`probes.advice.service_sizing.CpuMeter`), as it goes.
     on_cpu: Callable[[CpuUsage], None] | None = None
     # A new stream: (stream, the call site that built its dataset, the place that
     # iterates it); and a stream found to be training: (stream, how it was told).
@@ -94,7 +94,7 @@ class Hooks:
     on_training: Callable[[int, str], None] | None = None
     # A new iterator over a stream's dataset, made eagerly (an epoch of Keras `fit`, a
     # `for` loop's start, an `iter()`). The parent spreads each epoch's first-step stall
-    # over the epoch and names its cause (`probes.training_time`, `probes.epoch_stall`).
+    # over the epoch and names its cause (`probes.live.training_time`, `probes.live.epoch_stall`).
     on_epoch: Callable[[EpochMade], None] | None = None
     # The script's first line is about to run: the child's wall clock in ns (its preamble,
     # up to the first training step, is timed from here).

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tftune.probes.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
+from tftune.probes.live.clock import CLOCK_BUFFER_STEPS, CLOCK_FLUSH_S
 from tftune.tuner.child.nanwatch import WEIGHT_CHECK_S
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.state import PatcherState

@@ -3,7 +3,8 @@
 `Streams.prepare` is called where the script starts iterating a dataset (``__iter__``,
 autograph's dataset loop). It puts the config's global options and a final prefetch on
 it (`apply_globals`), reads it from a tf.data service when the config says so
-(tuner/child/service_read.py), applies the bound analysis' transformation (tuner/bounds.py) and,
+(tuner/child/service_read.py), applies the bound analysis' transformation
+(tuner/searchspace/bounds.py) and,
 when measuring, gives it a stream number: one per place in the user's code that
 iterates (`_new_stream`), reported to the parent with its call site and place
 (``hooks.on_stream``). The step clock (tuner/child/step_clock.py) counts steps per stream.
@@ -20,8 +21,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
-from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner import bounds
+from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.datasets import (
     DatasetOps,
     _emulate_injected_prefetch,
@@ -36,7 +36,8 @@ from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_sp
 from tftune.tuner.child.service_read import distribute_at_cut
 from tftune.tuner.child.state import EpochMade, IterationInfo
 from tftune.tuner.child.step_clock import StepClock
-from tftune.tuner.rewrites import LOOP_EAGER, LOOP_GRAPH, LOOP_OTHER
+from tftune.tuner.fixes.rewrites import LOOP_EAGER, LOOP_GRAPH, LOOP_OTHER
+from tftune.tuner.searchspace import bounds
 
 
 class Streams(DatasetOps, StepClock):
@@ -98,7 +99,8 @@ class Streams(DatasetOps, StepClock):
             # tftune optimize --data-service (tuner/child/service_read.py): read from the service.
             src = distribute_at_cut(ds, self.config.data_service, trial=self.instrument_clock)
         out = apply_globals(src, self.config, info)
-        # Bound analysis (tftune optimize, tuner/bounds.py): measure one half of the script.
+        # Bound analysis (tftune optimize, tuner/searchspace/bounds.py): measure one half
+        # of the script.
         bound = bounds.bound_mode(self.config) if training_here else None
         if bound == bounds.PIPELINE_ONLY and stream is not None:
             # No model, no update: the drained dataset is what is measured.
@@ -133,7 +135,7 @@ class Streams(DatasetOps, StepClock):
             run_screen(self, ds, info, screen, _original_iter(), apply_globals)
 
     def _loop_kind(self, dataset_clock: bool) -> str:
-        """How the dataset being prepared is iterated (`tuner.rewrites`' loop words)."""
+        """How the dataset being prepared is iterated (`tuner.fixes.rewrites`' loop words)."""
         import tensorflow as tf
 
         if self.in_fit is not None:

@@ -10,16 +10,23 @@ for itself. Modules, by job (each one imports only those above it):
 - `contract`: `Runner` (the extension point), `Mode`, `Role`, `Objective`,
   `StudySettings`, `TrialRecord`, `GuidedHint`, `StudyOutcome`. A run is measured as
   `tftune.tuner.measurement.Measurement`; a trial ends in a `core.vocabulary.TrialState`;
-- `storage`: opening storages, worker liveness and heartbeats, the budget, the enqueue
-  lock, waiting for other workers;
+- `rdb`, `storage`: opening storages (an RDB one by many workers at once), worker
+  liveness and heartbeats, the budget, the enqueue lock, waiting for other workers;
 - `records`: a stored trial read back as a `TrialRecord`; knob values that keep failing;
+  `batch_limits`: batch sizes the script cannot take;
 - `baselines`: as written, AUTOTUNE, the heuristic and the guided guess;
-- `final`: the winner, the final round and its close calls;
+- `gains`: what counts as a gain, and the noise it must clear;
 - `stopping`: when the search is done (``--trials auto``), and trials that need no run;
+- `ladder`: where a new best points past itself, the next rung;
+- `round_plan`, `winner`: the final round's runs; the winner, chosen from that round,
+  and its close calls;
+- `learning_check`: a faster config must not train worse;
 - `objective`: one trial as Optuna's objective sees it (skip, prune, store);
+- `opening`: the Optuna study, created or resumed;
 - `search`: `run_study`, as named phases;
 - `workers`: several trials at once in one process (slots, `run_parallel`);
-- `script_runner`: `ScriptRunner`, the real `Runner` over `tuner.trial.run_trial`.
+- `script_runner`: `ScriptRunner`, the real `Runner` over `tuner.trial.run_trial`;
+- `status`: where a study stands, read from its storage alone (``tftune status``).
 
 This package exports what the other layers use; tests reach into the modules.
 """

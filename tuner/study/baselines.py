@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import input_band
-from tftune.tuner.config import AUTOTUNE
+from tftune.tuner.searchspace.config import AUTOTUNE
 from tftune.tuner.study.contract import GuidedHint, Role, TrialRecord
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 MAX_GUIDED_PARALLELISM = 64
 
@@ -54,7 +54,8 @@ def baseline_params(space: SearchSpace, role: Role, cores: int) -> dict[str, Kno
 def baseline_roles(screened: bool) -> tuple[Role, ...]:
     """The baselines measured as full trials beside the script as written: AUTOTUNE
     everywhere, and the #cores heuristic unless the pipeline screen drained it (its
-    candidates hold the same pipeline: `tuner.screen.candidates`), which saves a trial."""
+    candidates hold the same pipeline: `tuner.searchspace.screen.candidates`), which saves
+    a trial."""
     return (Role.AUTOTUNE,) if screened else (Role.AUTOTUNE, Role.HEURISTIC)
 
 
@@ -73,7 +74,7 @@ def guided_params(
 ) -> tuple[dict[str, KnobValue], str]:
     """A first guess from the profile of the script as written (`hint`), or else from
     the as-written trial's input-wait share; when input-bound and the pipeline screen
-    ranked configs (`screened`, best first: `tuner.screen`), the screen's best, which
+    ranked configs (`screened`, best first: `tuner.searchspace.screen`), the screen's best, which
     was measured rather than guessed.
 
     Input-bound (the consumer waits a share w of its time, at least moderately input-bound

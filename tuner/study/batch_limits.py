@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tftune.tuner.space import split_knob
+from tftune.tuner.searchspace.space import split_knob
 from tftune.tuner.study.records import FAILED_ATTR, ran_to_end
 
 if TYPE_CHECKING:
     import optuna
 
-    from tftune.tuner.space import KnobValue
+    from tftune.tuner.searchspace.space import KnobValue
 
 # What a failure says when the data ended before the script's loop did.
 RAN_OUT_MARKERS = ("StopIteration", "OutOfRangeError", "End of sequence")

@@ -7,8 +7,8 @@ docstring says who calls it and what it must return. A run is measured as ONE ty
 one finished trial, frozen (the progress display and the emitter read it, the latter
 from other threads while workers run); `StudyOutcome` is everything the study measured,
 frozen for the emitter. No Optuna here: it is imported where a study is opened. The
-option vocabulary (`Objective`, `AUTO_TRIALS`, `DEFAULT_SEED`, `Trials`) lives in
-`tuner.options` and is re-exported here.
+option vocabulary (`Objective` of `tuner.options`; `AUTO_TRIALS`, `DEFAULT_SEED`,
+`DEFAULT_TRIALS`, `Trials` of `tuner.option_defaults`) is re-exported here.
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from typing import TYPE_CHECKING
 
 from tftune.core.learning import LearningCheck, LossCurve, OptimizerSeen
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.options import AUTO_TRIALS as AUTO_TRIALS
-from tftune.tuner.options import DEFAULT_SEED as DEFAULT_SEED
+from tftune.tuner.option_defaults import AUTO_TRIALS as AUTO_TRIALS
+from tftune.tuner.option_defaults import DEFAULT_SEED as DEFAULT_SEED
+from tftune.tuner.option_defaults import DEFAULT_TRIALS as DEFAULT_TRIALS
+from tftune.tuner.option_defaults import Trials as Trials
 from tftune.tuner.options import Objective as Objective
-from tftune.tuner.options import Trials as Trials
 
 if TYPE_CHECKING:
     from tftune.core.failures import CrashSummary
     from tftune.core.training import TrainingTime
     from tftune.core.tuning_trials import Instability
-    from tftune.tuner.config import Config
     from tftune.tuner.measurement import Measurement
-    from tftune.tuner.space import KnobValue
+    from tftune.tuner.searchspace.config import Config
+    from tftune.tuner.searchspace.space import KnobValue
 
-# ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS,
-# and the search stops once AUTO_PATIENCE trials in a row gained nothing beyond the
-# noise (`stopping.stop_reason`).
-DEFAULT_TRIALS = 20
+# ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS
+# (`tuner.option_defaults`), and the search stops once AUTO_PATIENCE trials in a row gained
+# nothing beyond the noise (`stopping.stop_reason`).
 AUTO_PATIENCE = 4
 
 
@@ -52,7 +52,7 @@ def trial_budget(trials: Trials) -> tuple[int, int | None]:
 FINAL_CANDIDATES = 2
 # A close call (the final round's best gains at least `gains.MIN_GAIN` but less than the
 # noise demands) is decided by this many more runs of it and of the script as written,
-# alternately (`final.decide_close_call`).
+# alternately (`winner.decide_close_call`).
 DECIDE_PAIRS = 2
 
 
@@ -146,10 +146,10 @@ class GuidedHint:
     bottleneck_sites: tuple[str, ...] = ()
     source: str = "profile"
     # When the step, not the input, is the limit: the analysis' next moves for the step
-    # (`probes.analysis.next_moves`), in words, best first.
+    # (`probes.advice.analysis.next_moves`), in words, best first.
     next_moves: tuple[str, ...] = ()
     # The bound analysis found the pipeline alone far faster than the model alone
-    # (`before_study.with_bounds`): the model is the limit, whatever the profile's wait.
+    # (`searchspace.guided.with_bounds`): the model is the limit, whatever the profile's wait.
     model_bound: bool = False
 
 
@@ -175,7 +175,7 @@ class StudySettings:
     # would mix incomparable measurements, so it is refused.
     target: str = ""
     hint: GuidedHint | None = None
-    # The pipeline screen's best configs (`tuner.screen.Screen.seeds`): the first
+    # The pipeline screen's best configs (`tuner.searchspace.screen.Screen.seeds`): the first
     # search trials, after the baselines.
     seeds: tuple[Mapping[str, KnobValue], ...] = ()
     # The screen ran its pipeline configs, or found the pipeline is not the limit: the

@@ -1,7 +1,7 @@
 """What counts as a gain: one trial's figure against another's, and the noise it must clear.
 
 Shared by the stopping rule (`stopping`: a new best must gain beyond the noise), the
-final round's plan (`round_plan`: a lead beyond any noise) and its verdict (`final`: a
+final round's plan (`round_plan`: a lead beyond any noise) and its verdict (`winner`: a
 change must pay for itself).
 """
 

@@ -25,15 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.config import AUTOTUNE
-from tftune.tuner.rewrites import REWRITE_FIELDS
+from tftune.tuner.fixes.rewrites import REWRITE_FIELDS
+from tftune.tuner.searchspace.config import AUTOTUNE
 from tftune.tuner.study.baselines import with_larger_batch
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.gains import relative_gain, score, search_gain
 from tftune.tuner.study.stopping import latest_gain
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 # A trial enqueued by the batch ladder carries the number of the trial it climbs from here.
 LADDER_ATTR = "batch_ladder"

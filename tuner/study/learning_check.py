@@ -35,14 +35,14 @@ from tftune.core.learning import (
     compare_losses,
 )
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.config import Config
 from tftune.tuner.measurement import Measurement
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.study.contract import Runner, StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.study.gains import score
 from tftune.tuner.study.winner import FinalVerdict, choose_final, final_round, merge_as_written
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.searchspace.space import SearchSpace
 
 LEARNING_RUNS = 2  # runs a side with a loss curve
 SCALE_RULES = (ScaleRule.LINEAR, ScaleRule.SQRT)

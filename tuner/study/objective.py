@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import optuna
 
     from tftune.tuner.measurement import Measurement
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 # Prune a searched trial once a repeat's throughput is below this fraction of the best
 # complete trial (throughput objective) ...

@@ -22,7 +22,7 @@ from tftune.tuner.study.storage import open_storage, study_lock
 if TYPE_CHECKING:
     import optuna
 
-    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.searchspace.space import SearchSpace
 
 # TPE's random start-up trials, counting the enqueued baselines: small, because the
 # budget is small and the baselines already cover the corners of the space.

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, TypeVar
 from tftune.core.failures import CrashSummary
 from tftune.core.training import TrainingTime
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
-from tftune.tuner.crashes import Run, find_instability
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR
+from tftune.tuner.trial.crashes import Run, find_instability
 
 if TYPE_CHECKING:
     import optuna
 
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 T = TypeVar("T")
 

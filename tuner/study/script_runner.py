@@ -16,8 +16,8 @@ from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.contract import Mode, RepeatCallback, Runner
 
 if TYPE_CHECKING:
-    from tftune.tuner.config import Config
     from tftune.tuner.measurement import Measurement
+    from tftune.tuner.searchspace.config import Config
     from tftune.tuner.trial import MeasureSpec, RunnerDeps
 
 
@@ -46,7 +46,7 @@ class ScriptRunner(Runner):
         mode: Mode = Mode.TRAIN,
         on_repeat: RepeatCallback | None = None,
     ) -> Measurement:
-        from tftune.tuner import bounds
+        from tftune.tuner.searchspace import bounds
         from tftune.tuner.trial import run_trial
 
         if mode is not Mode.TRAIN:

@@ -11,7 +11,7 @@ trial runner; tests inject a fake one). Its phases run in a fixed order:
 4. search: TPE (multivariate, seeded) until the budget or `stopping.auto_stop`;
    clearly worse trials are pruned from the runner's per-repeat reports (`objective`);
    where a new best points past itself (a larger batch, a full pool), a ladder's rung next;
-5. final round: the winner, re-measured beside the baselines (`final`);
+5. final round: the winner, re-measured beside the baselines (`winner`);
 6. outcome: everything frozen into a `StudyOutcome`.
 
 ``--trials N`` is the number of finished trials the *study* should hold, so a resumed or
@@ -29,9 +29,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ScriptError
-from tftune.core.vocabulary import TrialState
-from tftune.probes.findings import NOT_THE_LIMIT
-from tftune.tuner.crashes import find_instability
+from tftune.core.vocabulary import Phase, TrialState
+from tftune.probes.advice.findings import NOT_THE_LIMIT
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.batch_limits import ran_out_batches
 from tftune.tuner.study.contract import Role, Runner, StudyOutcome, StudySettings, TrialRecord
@@ -63,11 +62,12 @@ from tftune.tuner.study.storage import (
     wait_for_others,
 )
 from tftune.tuner.study.winner import FinalVerdict, choose_winner, pareto_front, run_final_round
+from tftune.tuner.trial.crashes import find_instability
 
 if TYPE_CHECKING:
     import optuna
 
-    from tftune.tuner.space import KnobValue, SearchSpace
+    from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 
 # Another worker measuring the as-written trial is waited for this long, polling; after
 # that (a killed worker's trial stays RUNNING in a journal file) it is measured again.
@@ -88,10 +88,12 @@ def run_study(
     on_trial: TrialCallback | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_phase: Callable[[Phase], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> StudyOutcome:
-    """Run (or resume) the study and choose the winner. See the module docstring."""
+    """Run (or resume) the study and choose the winner. See the module docstring.
+    ``on_phase`` is told when the final round begins."""
     import optuna
 
     # Optuna logs every failed trial with a traceback; our status line has the reason.
@@ -112,6 +114,8 @@ def run_study(
     best = choose_winner(recs, aw, settings.objective)
     verdict = FinalVerdict(best, None, (), ())
     if settings.confirm and best.role is not Role.AS_WRITTEN:  # phase 5
+        if on_phase is not None:
+            on_phase(Phase.FINAL_ROUND)
         verdict = run_final_round(recs, aw, best, runner, space, settings, on_note)
         verdict = check_learning(verdict, recs, aw, runner, space, settings, on_note)
         for note in verdict.notes:

@@ -29,7 +29,7 @@ from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.gains import relative_gain, search_gain, shown
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import KnobValue
+    from tftune.tuner.searchspace.space import KnobValue
 
 # The trials measured before the search (as written, AUTOTUNE, heuristic, guided).
 _BASELINE_ROLES = frozenset({Role.AS_WRITTEN, Role.AUTOTUNE, Role.HEURISTIC, Role.GUIDED})

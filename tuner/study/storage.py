@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import UserError
-from tftune.tuner.options import DEFAULT_STORAGE_FILE as DEFAULT_STORAGE_FILE
+from tftune.tuner.option_defaults import DEFAULT_STORAGE_FILE as DEFAULT_STORAGE_FILE
 from tftune.tuner.study.contract import Role
 from tftune.tuner.study.rdb import (
     advisory_lock,

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 from tftune.core.learning import LearningCheck, LearningRateScale
 from tftune.core.vocabulary import TrialState
-from tftune.probes.clock import spread
+from tftune.probes.live.clock import spread
 from tftune.tuner.study.contract import Objective, Role, Runner, StudySettings, TrialRecord
 from tftune.tuner.study.gains import MIN_GAIN, relative_gain, required_gain, score
 from tftune.tuner.study.round_plan import final_candidates, leader, still_open
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.searchspace.space import SearchSpace
 
 # A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
 # with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.

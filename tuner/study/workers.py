@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.vocabulary import Phase
 from tftune.tuner.study.search import run_study
 
 if TYPE_CHECKING:
-    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.searchspace.space import SearchSpace
     from tftune.tuner.study.contract import Runner, StudyOutcome, StudySettings, TrialRecord
     from tftune.tuner.trial.launch import ChildProcess, RunnerDeps
 
@@ -123,7 +124,7 @@ def available_cpus() -> tuple[int, ...]:
 
 def visible_gpus() -> tuple[int, ...]:
     """NVML indices of the GPUs visible to tftune (read-only query); () without NVML."""
-    from tftune.probes.nvml import NvmlUnavailable, PynvmlReader
+    from tftune.probes.live.nvml import NvmlUnavailable, PynvmlReader
 
     try:
         reader = PynvmlReader()
@@ -192,7 +193,7 @@ def slot_deps(
     slot: Slot, stop: threading.Event, base: RunnerDeps | None = None
 ) -> tuple[RunnerDeps, _SlotLauncher]:
     """The trial runner's dependencies for one slot, and its launcher (to reap)."""
-    from tftune.probes.nvml import PynvmlReader
+    from tftune.probes.live.nvml import PynvmlReader
     from tftune.tuner.trial.launch import RunnerDeps
 
     base = base or RunnerDeps()
@@ -229,6 +230,7 @@ def run_parallel(
     on_trial: Callable[[TrialRecord, TrialRecord | None], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    on_phase: Callable[[Phase], None] | None = None,
     stop: threading.Event | None = None,
     reap: Sequence[Callable[[], None]] = (),
 ) -> StudyOutcome:
@@ -282,5 +284,5 @@ def run_parallel(
     real = [e for e in errors if not isinstance(e, WorkerStopped)]
     if real:
         raise real[0]
-    final = run_study(space, runners[0], settings, on_note=on_note)
+    final = run_study(space, runners[0], settings, on_note=on_note, on_phase=on_phase)
     return replace(final, ran_this_session=sum(ran), wall_s=time.monotonic() - started)

@@ -15,7 +15,7 @@ sent SIGTERM, then SIGKILL, before they return. Modules, by job:
 
 - `launch`: the child's command line and environment, the injectable launcher
   (`RunnerDeps`), `stop_group`, the loop and its `Observer` contract, ``tftune run``;
-- `measure`: one measured trial (`run_trial`), its child run and its `Measurement`;
+- `run_trial`: one measured trial (`run_trial`), its child run and its `Measurement`;
 - `windows`: `MeasureSpec` and the warm-up → windows state machine of a measured run;
 - `discovery`: `Discovery`, `CallSite`, `IteratedPipeline` and parsing the child's rows;
 - `profile`: ``tftune profile``;
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from tftune.tuner.trial.discovery import Discovery, discover
 from tftune.tuner.trial.launch import RunnerDeps, check_script, run_script
-from tftune.tuner.trial.measure import run_trial
 from tftune.tuner.trial.profile import ProfileResult, profile_script
+from tftune.tuner.trial.run_trial import run_trial
 from tftune.tuner.trial.windows import MeasureSpec
 
 __all__ = [

@@ -12,20 +12,27 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from tftune.core.errors import ScriptError
 from tftune.core.training import StreamSeen
-from tftune.probes.clock import ClockEvent
-from tftune.probes.epoch_stall import PipelineStage, chain_from_json
+from tftune.core.vocabulary import PREAMBLE_SAID_S
+from tftune.probes.live.clock import ClockEvent
+from tftune.probes.live.epoch_stall import PipelineStage, chain_from_json
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
-from tftune.tuner.config import Config, SiteConfig, config_from_json
-from tftune.tuner.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.option_defaults import FIRST_STEP_S
+from tftune.tuner.searchspace.config import Config, SiteConfig, config_from_json
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
-from tftune.tuner.trial.watch import FALLBACK_S, FIRST_STEP_S, StreamWatch
+from tftune.tuner.trial.watch import FALLBACK_S, StreamWatch
 from tftune.tuner.trial.watch import describe_streams as _describe_streams
+
+if TYPE_CHECKING:
+    from tftune.tuner.trial.spare import SparePool
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,7 @@ class IteratedPipeline:
     stream: int | None = None
     lineage: tuple[str, ...] = ()  # the user's call sites the dataset was built through
     # The pipeline stage by stage, source first, and how the loop iterates it
-    # (`tuner.rewrites`' loop words): what the rewrites are considered from.
+    # (`tuner.fixes.rewrites`' loop words): what the rewrites are considered from.
     chain: tuple[PipelineStage, ...] = ()
     loop: str | None = None
 
@@ -301,4 +308,56 @@ def _call_site(row: dict[str, Any], calls: int) -> CallSite:
         as_written=written,
         function=row.get("function"),
         calls=calls,
+    )
+
+
+def discover_training(
+    path: Path,
+    args: Sequence[str],
+    step_timeout_s: float | None,
+    note: Callable[[str], None],
+    spares: SparePool | None = None,
+) -> Discovery:
+    """Discovery, run until the script trains (from a warm spare where there are some);
+    `ScriptError` with what was seen (streams, the script's exit code and stderr) when it
+    never does."""
+    note(f"discovering the tf.data call sites of {path.name} and its training loop ...")
+    timeout = step_timeout_s if step_timeout_s is not None else FIRST_STEP_S
+    found = discover(path, args, timeout_s=timeout, deps=RunnerDeps(spares=spares))
+    trains = found.training
+    if trains is None:
+        raise ScriptError(f"{path.name}: {found.no_training()}")
+    others = [s for s in found.streams if s.stream != trains.stream]
+    if found.busiest_loop:
+        waited = found.fallback_s or FALLBACK_S
+        note(
+            f"no optimizer update in {waited:.0f} s of iterating"
+            + (" (its code names nothing that trains)" if waited < FALLBACK_S else "")
+            + f": measuring the dataset loop that delivers the most ({trains.where()}), as a "
+            "pipeline benchmark"
+        )
+    else:
+        note(f"training loop: the dataset {trains.where()}")
+        said = preamble_note(found.preamble_s)
+        if said is not None:
+            note(said)
+    if others:
+        note(
+            "also iterated, not measured: "
+            + "; ".join(f"{s.where()} ({s.elements:,} elements)" for s in others)
+        )
+    return found
+
+
+def preamble_note(preamble_s: float | None) -> str | None:
+    """What a long preamble costs the tuning, and why tftune cannot skip it."""
+    if preamble_s is None or preamble_s < PREAMBLE_SAID_S:
+        return None
+    return (
+        f"the script runs {preamble_s:.0f} s before its first training step (imports, "
+        "counting or building a vocabulary, adapt): every trial pays it, and only training "
+        "steps are measured. tftune cannot skip it: it runs in the script's own process, "
+        "which holds TensorFlow's threads and so cannot be forked or checkpointed safely. "
+        "Saving what it computes to a file and loading it when present shortens every run "
+        "of the script, tftune's too"
     )

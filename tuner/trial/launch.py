@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from tftune.core.errors import ScriptError
-from tftune.probes.clock import ClockEvent, ClockReader, StepRecord
-from tftune.probes.nvml import NvmlReader, PynvmlReader
+from tftune.probes.live.clock import ClockEvent, ClockReader, StepRecord
+from tftune.probes.live.nvml import NvmlReader, PynvmlReader
 from tftune.tuner.child.bootstrap import PARENT_ENV, SPEC_ENV
-from tftune.tuner.config import Config
+from tftune.tuner.searchspace.config import Config
 
 POLL_S = 0.05
 STDERR_TAIL_LINES = 200  # kept with a failed trial: a native crash prints every thread

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 from tftune.core.learning import FIT_LOSS, LossCurve, thinned
 from tftune.core.units import NS_PER_S
-from tftune.probes.clock import ClockEvent, StepRecord
-from tftune.probes.training_time import PassTimeline
+from tftune.probes.live.clock import ClockEvent, StepRecord
+from tftune.probes.live.training_time import PassTimeline
 
 NO_LOSS = (
     "no loss was read: the script's loss is given neither to Keras fit nor to GradientTape.gradient"

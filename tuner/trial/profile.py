@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from tftune.core.training import StreamSeen, TrainingTime
-from tftune.probes.callsites import newest_run_dir
-from tftune.probes.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.training_record import write_clock_file
-from tftune.probes.training_time import PassTimeline
-from tftune.tuner.config import Config
+from tftune.probes.live.clock import ClockEvent, StepRecord, percentile
+from tftune.probes.live.training_record import write_clock_file
+from tftune.probes.live.training_time import PassTimeline
+from tftune.probes.traces.callsites import newest_run_dir
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial.launch import (
     ChildRun,
     Clock,
@@ -69,12 +69,14 @@ def profile_script(
     step_timeout_s: float | None = None,
     deps: RunnerDeps | None = None,
     fallback_s: float | Literal["from_text"] | None = "from_text",
+    on_step: Callable[[int], None] | None = None,
 ) -> ProfileResult:
     """Profile training steps [start_step, stop_step) of the script into `logdir`.
     `fallback_s`: how long the child waits for an update before it takes the busiest
     loop as training: by default what the script's text says (`script_text.fallback_s`:
     never, for a script that shows training); shorter once discovery has found that the
-    script updates nothing (`watch.KNOWN_BUSIEST_S`)."""
+    script updates nothing (`watch.KNOWN_BUSIEST_S`). `on_step`: progress, told how many
+    training steps the run has taken, as each one comes."""
     deps = deps or RunnerDeps()
     path = check_script(script)
     if fallback_s == "from_text":
@@ -86,7 +88,9 @@ def profile_script(
             fallback_s=fallback_s,
             profile={"start": start_step, "stop": stop_step, "logdir": logdir_abs},
         )
-        watch = _ProfileWatch(StreamWatch(deps.clock(), step_timeout_s=step_timeout_s), deps.clock)
+        watch = _ProfileWatch(
+            StreamWatch(deps.clock(), step_timeout_s=step_timeout_s), deps.clock, on_step
+        )
         ended = ChildRun(deps, work, spec, cwd=cwd, clock=True).run(watch, deadline_s=timeout_s)
     return watch.result(logdir_abs, ended, stop_step)
 
@@ -94,10 +98,12 @@ def profile_script(
 class _ProfileWatch(Observer):
     """Follows the streams until the child says the profile is written (or failed)."""
 
-    def __init__(self, watch: StreamWatch, clock: Clock) -> None:
-        self.watch, self.clock = watch, clock
+    def __init__(
+        self, watch: StreamWatch, clock: Clock, on_step: Callable[[int], None] | None = None
+    ) -> None:
+        self.watch, self.clock, self.on_step = watch, clock, on_step
         self.events: list[ClockEvent] = []
-        # The step clock's view of training (`probes.training_time`): the first training
+        # The step clock's view of training (`probes.live.training_time`): the first training
         # stream's steps, the other streams' passes, epoch starts and pipelines.
         self.main: int | None = None
         self.records: list[StepRecord] = []
@@ -122,6 +128,8 @@ class _ProfileWatch(Observer):
                 self.watch.stepped(self.clock(), item.deliver_ns)
                 if item.stream == self.main:
                     self.records.append(item)
+                    if self.on_step is not None:
+                        self.on_step(len(self.records))
             else:
                 self.timeline.other(item)
 

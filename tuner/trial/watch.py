@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections import deque
 
 from tftune.core.training import StreamSeen
-from tftune.probes.clock import ClockEvent, StepRecord
+from tftune.probes.live.clock import ClockEvent, StepRecord
+from tftune.tuner.option_defaults import FIRST_STEP_S, STALL_FACTOR, STALL_FLOOR_S
 
-FIRST_STEP_S = 300.0  # model building, tracing, counting loops and `adapt` come first
-STALL_FLOOR_S = 60.0  # a validation pass or a shuffle buffer's refill between epochs
-STALL_FACTOR = 20.0
+# The deadlines' defaults (``--step-timeout`` says them) are `tuner.option_defaults`': the
+# first step waits for model building, tracing, counting loops and `adapt`; STALL_FLOOR_S
+# covers a validation pass or a shuffle buffer's refill between epochs.
+
 # A script that updates nothing (a pipeline benchmark) is measured on its busiest loop
 # once its datasets have delivered this long with no update (`tuner/child/roles.py`).
 FALLBACK_S = 20.0

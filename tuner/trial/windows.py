@@ -9,19 +9,19 @@ warm-up and the measured windows (`MeasureSpec`):
    for its short last batch lands in the second epoch's first step);
 2. `repeats` consecutive windows, each at least `window_s` of *training* time (the first
    of several half that: `FIRST_WINDOW_SHARE`) and `window_steps` steps; a pass over
-   another dataset in between does not fill a window (`probes.training_time`). Where
+   another dataset in between does not fill a window (`probes.live.training_time`). Where
    epochs are no longer than a window, windows open and close at an epoch's first step,
    so that they hold whole epochs; after each, `on_report(index, examples/s so far)`
-   (pooled over the windows: `probes.training_time.pooled_rates`), whose True prunes;
+   (pooled over the windows: `probes.live.training_time.pooled_rates`), whose True prunes;
 3. where those windows disagree (their rates' spread above `AGREE_WITHIN`, a first
    window that drained a warm-up's buffer left out), up to `EXTRA_WINDOWS` more, until
    one moves the pooled figure by no more than half that. An epoch's start costs every
-   window the run's mean stall (`probes.training_time`), so epochs whose starts differ
+   window the run's mean stall (`probes.live.training_time`), so epochs whose starts differ
    (a stall in one, none in the next) do not split the windows: the run's mean is over
    every epoch it saw. Extra windows are not reported: the pruner judges the windows
    asked for.
 
-The figures of a window are `probes.training_time`'s. Pure Python: no process here
+The figures of a window are `probes.live.training_time`'s. Pure Python: no process here
 (`trial.measure` runs the child and feeds this).
 """
 
@@ -31,24 +31,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tftune.core.training import EpochCost
-from tftune.probes.clock import StepRecord, percentile, spread
-from tftune.probes.training_time import (
+from tftune.probes.live.clock import StepRecord, percentile, spread
+from tftune.probes.live.training_time import (
     PassTimeline,
     WindowStats,
     first_window_drained,
     pooled_rates,
 )
-from tftune.tuner.rewrites import CACHE_FILL_MAX_S
-from tftune.tuner.trial.watch import FIRST_STEP_S, STALL_FLOOR_S
+from tftune.tuner.fixes.rewrites import CACHE_FILL_MAX_S
+from tftune.tuner.option_defaults import (
+    AGREE_WITHIN,
+    DEFAULT_REPEATS,
+    DEFAULT_WINDOW_S,
+    EXTRA_WINDOWS,
+    FIRST_STEP_S,
+    FIRST_WINDOW_SHARE,
+    STALL_FLOOR_S,
+)
 
 # A window of fewer steps than this says little about the noise: with 0.05-2 s steps
 # (real models on a GPU) a window runs until it holds this many, whatever window_s is.
 MIN_WINDOW_STEPS = 10
-# The first window of a run that measures several is half as long: a run the pruner stops
-# there, or a reference baseline cut short (`study.objective`), costs 1.5 s less, and
-# only the survivors pay full windows (successive halving's short first rung). Measured
-# here: one config's run-to-run noise (5-12%) is well above what a 1.5 s window adds.
-FIRST_WINDOW_SHARE = 0.5
 # A window over short epochs waits for an epoch's first step to close, at most this many
 # epochs past its length (`Windows._epoch_boundary`).
 EPOCH_WAIT = 1.5
@@ -57,13 +60,16 @@ EPOCH_WAIT = 1.5
 # first) waits at most this long: a cache whose first pass takes longer is refused.
 WARMUP_EPOCHS_MAX_S = CACHE_FILL_MAX_S
 
-# Windows of one run whose rates' spread ((max - min) / median) is above this disagree:
-# one config's windows agree within 1-4% on a quiet host, and the goal for repeats of a
-# script as written is 10%. A run whose windows disagree is measured over more of them.
-AGREE_WITHIN = 0.10
-# At most this many windows beyond `repeats` where they disagree: each costs `window_s`
-# of training time, paid only by runs whose figure would otherwise move by more.
-EXTRA_WINDOWS = 2
+# The option defaults imported above (``--help`` says them), and why they are what they are:
+# - FIRST_WINDOW_SHARE (0.5): a run the pruner stops at its first window, or a reference
+#   baseline cut short (`study.objective`), costs 1.5 s less, and only the survivors pay
+#   full windows (successive halving's short first rung). Measured here: one config's
+#   run-to-run noise (5-12%) is well above what a 1.5 s window adds.
+# - AGREE_WITHIN (10%): windows of one run whose rates' spread ((max - min) / median) is
+#   above it disagree: one config's windows agree within 1-4% on a quiet host, and the
+#   goal for repeats of a script as written is 10%. A run whose windows disagree is
+#   measured over up to EXTRA_WINDOWS more, each costing `window_s` of training time,
+#   paid only by runs whose figure would otherwise move by more.
 
 # Called after each repeat window with (repeat index, examples/s so far); True prunes.
 ReportFn = Callable[[int, float], bool]
@@ -81,9 +87,9 @@ class MeasureSpec:
     warmup_epochs: int = 0
     # The training dataset's examples per pass where tf.data does not know its length
     # (counted before the study): a run that sees one epoch start spreads a recurring
-    # stall over the epoch's steps it makes (`probes.training_time.PassTimeline`).
+    # stall over the epoch's steps it makes (`probes.live.training_time.PassTimeline`).
     epoch_examples: int | None = None
-    window_s: float = 3.0  # length of one repeat window ...
+    window_s: float = DEFAULT_WINDOW_S  # length of one repeat window ...
     window_steps: int = MIN_WINDOW_STEPS  # ... which holds at least this many steps
     # The first of several windows is this share of `window_s`: the pruner and a
     # reference baseline's cut decide on it, and only survivors pay the full windows.
@@ -91,7 +97,7 @@ class MeasureSpec:
     # Consecutive windows; their spread is the noise. Two: one config's run-to-run noise
     # on a host (5-12%) is more than a run's windows show (1-4%), so a third window
     # bought little but 3 s a run; the final round re-measures what decides.
-    repeats: int = 2
+    repeats: int = DEFAULT_REPEATS
     # Windows measured beyond `repeats` while the windows disagree (`AGREE_WITHIN`).
     extra_windows: int = EXTRA_WINDOWS
     # The next training step is due within max(stall_s, 20 x the slowest step so far)

@@ -9,7 +9,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from tftune.probes.epoch_stall import PYTHON_SOURCE, diagnose  # noqa: E402
+from tftune.probes.live.epoch_stall import PYTHON_SOURCE, diagnose  # noqa: E402
 from tftune.tuner.child.lineage import pipeline_chain  # noqa: E402
 
 

@@ -133,7 +133,7 @@ def test_a_trial_of_a_cache_and_one_iterator_in_fit_sees_its_epochs(tmp_path: Pa
     """With one iterator over the repeated dataset, Keras' epochs make no new iterator:
     they are reported as epoch starts all the same, so a cache's trial (measured from
     the second epoch) ends, and its epochs are whole."""
-    from tftune.tuner.config import Config, SiteConfig
+    from tftune.tuner.searchspace.config import Config, SiteConfig
     from tftune.tuner.trial import MeasureSpec, run_trial
 
     script = tmp_path / "train.py"

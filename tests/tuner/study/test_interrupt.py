@@ -24,7 +24,7 @@ from conftest import requires_tf
 from studykit import latency_bound, settings, space
 
 from tftune.testing import FakeRunner
-from tftune.tuner.config import Config
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.study import Role, open_storage, run_study
 from tftune.tuner.study.storage import (
     HEARTBEAT_ATTR,

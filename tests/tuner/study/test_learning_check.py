@@ -17,8 +17,8 @@ from tftune.core.learning import LossCurve, LossVerdict, OptimizerSeen, ScaleRul
 from tftune.core.tuning_document import TuningDocument
 from tftune.reports import render_report_json, tuning_terminal
 from tftune.testing import FakeRunner, Figures
-from tftune.tuner.config import AUTOTUNE, Config
-from tftune.tuner.space import Knob
+from tftune.tuner.searchspace.config import AUTOTUNE, Config
+from tftune.tuner.searchspace.space import Knob
 from tftune.tuner.study import run_study
 from tftune.tuner.study.learning_check import learning_changes
 

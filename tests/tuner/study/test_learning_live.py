@@ -16,8 +16,8 @@ from conftest import requires_tf
 
 from tftune.core.learning import LossVerdict, ScaleRule
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.config import SiteConfig
-from tftune.tuner.space_build import build_space
+from tftune.tuner.searchspace.config import SiteConfig
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import StudySettings, TrialRecord
 from tftune.tuner.study.contract import Role
 from tftune.tuner.study.learning_check import check_learning

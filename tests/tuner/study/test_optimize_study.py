@@ -13,8 +13,8 @@ from studykit import BATCH, CORES, MAP, SITES, latency_bound, space
 from tftune.core.errors import ConfigError, ScriptError
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space_build import build_space
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import (
     Objective,
     Role,
@@ -241,8 +241,8 @@ def test_failed_trials_are_recorded_and_the_study_goes_on(tmp_path: Path) -> Non
     # tftune status still counts it as failed.
     import optuna
 
-    from tftune.tuner.status import study_status
     from tftune.tuner.study.records import FAILED_ATTR
+    from tftune.tuner.study.status import study_status
 
     study = optuna.load_study(
         study_name="t", storage=open_storage(str(tmp_path / "study.journal"))[0]

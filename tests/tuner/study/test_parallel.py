@@ -24,9 +24,9 @@ from repo_paths import ROOT
 from studykit import latency_bound, space
 
 from tftune.core.errors import ConfigError
-from tftune.probes.nvml import GpuSample, NvmlSampler, PynvmlReader
+from tftune.probes.live.nvml import GpuSample, NvmlSampler, PynvmlReader
 from tftune.testing import FakeRunner
-from tftune.tuner.config import Config
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.study import (
     Role,
     StudySettings,
@@ -299,7 +299,7 @@ def test_worker_threads_share_one_study(
     assert outcome.best.examples_per_s == best.user_attrs["examples_per_s"]
     assert outcome.best.role is not Role.AS_WRITTEN and outcome.confirm is not None
 
-    from tftune.tuner.status import study_status
+    from tftune.tuner.study.status import study_status
 
     s = study_status(storage, name)
     assert s.finished == len(trials) and s.target == 10 and s.counts["running"] == 0
@@ -373,8 +373,8 @@ def _status_cli(*args: str) -> tuple[int, str]:
 def test_status_reads_progress_running_and_best(kind: str, tmp_path: Path, request: Any) -> None:
     import optuna
 
-    from tftune.tuner.status import render_status, study_status
     from tftune.tuner.study import open_storage
+    from tftune.tuner.study.status import render_status, study_status
 
     storage = (
         str(tmp_path / "s.journal") if kind == "journal" else request.getfixturevalue("pg_url")
@@ -504,7 +504,7 @@ def test_two_optimize_processes_share_one_study(kind: str, tmp_path: Path, reque
     ran = [int(m) for out, _ in results for m in re.findall(r"(\d+) ran now", out)]
     assert sum(ran) == len(trials) and all(r >= 1 for r in ran), ran  # both worked
 
-    from tftune.tuner.status import study_status
+    from tftune.tuner.study.status import study_status
 
     # The session's PostgreSQL server holds other tests' studies too.
     s = study_status(full, None if kind == "journal" else name)

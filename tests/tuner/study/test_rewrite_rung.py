@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from tftune.core.tuning_rewrites import RewriteState
 from tftune.core.vocabulary import TrialState
-from tftune.probes.epoch_stall import PipelineStage
-from tftune.tuner.config import CACHE_MEMORY, SiteConfig
-from tftune.tuner.rewrite_check import with_rewrites
-from tftune.tuner.rewrites import LOOP_EAGER, consider
-from tftune.tuner.space import KnobValue, SearchSpace
-from tftune.tuner.space_build import build_space
+from tftune.probes.live.epoch_stall import PipelineStage
+from tftune.tuner.fixes.rewrite_check import with_rewrites
+from tftune.tuner.fixes.rewrites import LOOP_EAGER, consider
+from tftune.tuner.searchspace.config import CACHE_MEMORY, SiteConfig
+from tftune.tuner.searchspace.space import KnobValue, SearchSpace
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.ladder import REWRITE_LADDER_ATTR, next_rungs, rewrite_rung
 from tftune.tuner.trial.discovery import CallSite

@@ -19,12 +19,12 @@ from conftest import requires_tf
 from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.testing import OUT_OF_MEMORY, Failure, FakeRunner, Figures, by_config
-from tftune.tuner.bounds import bound_mode
-from tftune.tuner.config import Config, SiteConfig
 from tftune.tuner.measurement import Measurement
+from tftune.tuner.option_defaults import EXTRA_WINDOWS
+from tftune.tuner.searchspace.bounds import bound_mode
+from tftune.tuner.searchspace.config import Config, SiteConfig
 from tftune.tuner.study import Mode, Runner, ScriptRunner
 from tftune.tuner.trial import MeasureSpec
-from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 REPEATS = 2
 # Short windows: the real runner's cases cost the child's TensorFlow import and ~1 s.
@@ -187,7 +187,7 @@ def test_a_failing_script_is_a_failed_measurement_never_an_exception(subject: Su
 
 
 def test_a_bound_mode_measures_that_half_of_the_script(subject: Subject) -> None:
-    """The bound analysis' call (`before_study.measure_ceiling`): the pipeline alone, as
+    """The bound analysis' call (`searchspace.guided.measure_ceiling`): the pipeline alone, as
     written, stopped after its first window."""
     m = subject.trains().measure(Config(), mode=Mode.PIPELINE_ONLY, on_repeat=lambda i, e: False)
     assert m.state is TrialState.PRUNED and m.measured, (m.reason, m.stderr_tail)

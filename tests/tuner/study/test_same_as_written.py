@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.space_build import build_space
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import StudySettings, run_study
 from tftune.tuner.study.contract import Objective, Role, TrialRecord
 from tftune.tuner.study.round_plan import final_candidates

@@ -13,8 +13,9 @@ from studykit import BATCH, MAP, settings, space
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_model import break_even_sentence
 from tftune.testing import FakeRunner
-from tftune.tuner.breakeven import break_even
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.option_defaults import DEFAULT_TRIALS
+from tftune.tuner.output.breakeven import break_even
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.study import (
     Objective,
     Role,
@@ -23,7 +24,7 @@ from tftune.tuner.study import (
     trial_budget,
 )
 from tftune.tuner.study.baselines import guided_params
-from tftune.tuner.study.contract import AUTO_PATIENCE, DEFAULT_TRIALS, GuidedHint
+from tftune.tuner.study.contract import AUTO_PATIENCE, GuidedHint
 from tftune.tuner.study.stopping import stop_reason, twin_of
 
 
@@ -111,7 +112,7 @@ def test_a_twin_reuses_the_complete_measurement_only() -> None:
 
 
 def test_tpe_coming_back_to_a_config_costs_no_run(tmp_path: Path) -> None:
-    from tftune.tuner.screen import PIPELINE_FIELDS
+    from tftune.tuner.searchspace.screen import PIPELINE_FIELDS
 
     # 16 configs in all: 20 trials of a plateau sample some twice.
     small = space().narrowed(PIPELINE_FIELDS, "as written or AUTOTUNE")
@@ -262,8 +263,8 @@ def test_seeds_beyond_the_budget_are_not_left_waiting_in_the_study(tmp_path: Pat
 
 
 def test_a_pipeline_far_faster_than_the_model_gets_the_compute_bound_guess() -> None:
-    from tftune.tuner.before_study import with_bounds
-    from tftune.tuner.bounds import Ceiling
+    from tftune.tuner.searchspace.bounds import Ceiling
+    from tftune.tuner.searchspace.guided import with_bounds
 
     sp = space()
     aw = TrialRecord(0, Role.AS_WRITTEN, TrialState.COMPLETE, {}, "", 100.0)
@@ -431,7 +432,7 @@ def test_auto_stops_once_every_configuration_of_the_space_was_measured(tmp_path:
     of sampling it again until its patience runs out."""
     from dataclasses import replace
 
-    from tftune.tuner.space import SearchSpace
+    from tftune.tuner.searchspace.space import SearchSpace
     from tftune.tuner.study.stopping import exhausted
 
     par = space().knob(f"{MAP}/num_parallel_calls")

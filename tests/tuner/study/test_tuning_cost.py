@@ -16,12 +16,12 @@ from studykit import settings
 from tftune.core.training import StreamSeen
 from tftune.core.vocabulary import FALLBACK_HOW, TrialState
 from tftune.testing import FakeRunner
-from tftune.tuner.before_study import NO_MODEL, measure_ceiling, profile_skipped
-from tftune.tuner.bounds import Ceiling
-from tftune.tuner.config import AUTOTUNE, Config, SiteConfig
-from tftune.tuner.screen import Screen, ScreenEntry
-from tftune.tuner.space import SearchSpace
-from tftune.tuner.space_build import build_space
+from tftune.tuner.searchspace.bounds import Ceiling
+from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
+from tftune.tuner.searchspace.guided import NO_MODEL, measure_ceiling, profile_skipped
+from tftune.tuner.searchspace.screen import Screen, ScreenEntry
+from tftune.tuner.searchspace.space import SearchSpace
+from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import (
     Mode,
     Role,
@@ -323,8 +323,8 @@ def test_a_leader_that_falls_back_when_re_measured_gets_the_baselines_after_all(
 
 
 def test_a_pipeline_that_is_not_the_limit_is_searched_as_written_or_autotune() -> None:
-    from tftune.tuner.before_study import narrow_if_not_the_limit
-    from tftune.tuner.screen import NOT_SCREENED
+    from tftune.tuner.searchspace.guided import narrow_if_not_the_limit
+    from tftune.tuner.searchspace.screen import NOT_SCREENED
 
     batch = CallSite("train.py:11", "batch", (), SiteConfig(batch_size=32), None, 1)
     sp = build_space([*SITES, batch], cores=2)

@@ -17,7 +17,7 @@ from conftest import requires_tf
 from tftune.core.learning import CURVE_POINTS, FIT_LOSS
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.child.loss_log import LossLog
-from tftune.tuner.config import Config
+from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial import MeasureSpec, run_trial
 
 SPEC = MeasureSpec(warmup_steps=3, warmup_s=0.3, window_s=1.5, repeats=2, stall_s=30)

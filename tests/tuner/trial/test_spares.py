@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tftune.core.vocabulary import TrialState
+from tftune.tuner.option_defaults import EXTRA_WINDOWS
 from tftune.tuner.trial import MeasureSpec, run_trial
 from tftune.tuner.trial.launch import RunnerDeps, popen_launcher
 from tftune.tuner.trial.spare import SparePool, spares_safe
-from tftune.tuner.trial.windows import EXTRA_WINDOWS
 
 # A raw SGD loop: each step updates a trainable variable, so the loop is training. The
 # script notes whether TensorFlow was imported before its first line ran.
@@ -125,8 +125,8 @@ def test_the_screen_starts_from_the_waiting_spare_with_none_behind_it(
     """The pipeline screen measures from its start: it takes the spare that waits, and
     no next spare imports beside its drains; the run after it starts cold, with the
     one-spare-ahead order back behind it (it starts the spare it runs in, then the next)."""
-    from tftune.tuner.screen import run_screen
-    from tftune.tuner.space_build import build_space
+    from tftune.tuner.searchspace.screen import run_screen
+    from tftune.tuner.searchspace.space_build import build_space
     from tftune.tuner.trial import discover
     from tftune.tuner.trial.spare import LastSpare
 

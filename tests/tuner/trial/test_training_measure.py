@@ -13,7 +13,7 @@ import pytest
 from conftest import requires_tf
 
 from tftune.core.vocabulary import TrialState
-from tftune.probes.epoch_stall import SHUFFLE_BEHIND_MAP
+from tftune.probes.live.epoch_stall import SHUFFLE_BEHIND_MAP
 from tftune.tuner.trial import MeasureSpec, discover, run_trial
 from tftune.tuner.trial.watch import FALLBACK_S
 
@@ -210,8 +210,8 @@ def test_profile_and_analyze_name_the_epoch_stall_of_steady_profiled_steps(
     """Profiled steps 5-10 sit in the middle of an epoch and wait for nothing; the step
     clock of the profiled run saw the epoch's first step, and the analysis says so with
     the cause and the fix (`tftune-clock.json` beside the trace)."""
-    from tftune.probes.analysis import analyze
-    from tftune.probes.training_record import CLOCK_FILE
+    from tftune.probes.advice.analysis import analyze
+    from tftune.probes.live.training_record import CLOCK_FILE
     from tftune.reports.analysis_terminal import render
     from tftune.tuner.trial import profile_script
 

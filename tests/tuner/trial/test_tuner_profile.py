@@ -94,8 +94,8 @@ def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
     """TF's trace names the stage, not the line. `tftune profile` records the call sites
     in the run's folder, and `tftune analyze` names the slow map's line and function
     (the second of two maps: matched by position from the source)."""
-    from tftune.probes.analysis import analyze
-    from tftune.probes.callsites import SITES_FILE
+    from tftune.probes.advice.analysis import analyze
+    from tftune.probes.traces.callsites import SITES_FILE
 
     script = tmp_path / "train.py"
     script.write_text(SLOW_SECOND_MAP)
@@ -112,6 +112,10 @@ def test_analyze_names_the_line_of_a_stage_from_the_profiles_call_sites(
     fix = top.recommendation
     assert fix is not None and fix.code.startswith("# train.py:13\n"), fix
     assert "ds.map(slow_read" in fix.code  # the user's function, not a placeholder
+    import tensorflow as tf
+
+    # The trace does not say which TensorFlow took it; the record beside it does.
+    assert analysis.document().metadata.tf_version == tf.__version__
 
 
 PY_DATASET = """\
@@ -143,7 +147,7 @@ def test_analyze_names_a_keras_py_dataset_and_its_workers(tmp_path: Path, run_cl
     stage. From the profile's call sites, analyze names the class and its
     ``super().__init__`` line, and the fix is the PyDataset's own workers, not a
     rewrite of from_generator."""
-    from tftune.probes.analysis import analyze
+    from tftune.probes.advice.analysis import analyze
 
     script = tmp_path / "train.py"
     script.write_text(PY_DATASET)

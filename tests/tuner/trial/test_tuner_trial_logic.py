@@ -15,7 +15,7 @@ import pytest
 
 from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
-from tftune.probes.nvml import GpuSample, NvmlUnavailable
+from tftune.probes.live.nvml import GpuSample, NvmlUnavailable
 from tftune.tuner.trial import MeasureSpec, RunnerDeps, run_trial
 from tftune.tuner.trial.launch import ChildProcess
 
