@@ -26,6 +26,7 @@ from tftune.core.tuning_parts import (
     SearchedSpace,
     TrialCounts,
     part_json,
+    present,
     put_present,
 )
 from tftune.core.tuning_run import PlatformInfo, StudyInfo, WholeRun
@@ -61,6 +62,8 @@ class TuningDocument:
     # The winner's learning check, where it changes batch or precision.
     learning: LearningCheck | Absent = ABSENT
     importances: tuple[tuple[str, float], ...] = ()  # in document order
+    # Why `importances` is empty (too few complete trials, no knob varied), where it is.
+    importances_withheld: str | Absent = ABSENT
     study: StudyInfo | None = None
     command: str | None = None
     diff: str | None = None
@@ -90,6 +93,9 @@ class TuningDocument:
             out["learning"] = self.learning.to_json()
         out.update(
             importances=dict(self.importances),
+        )
+        put_present(out, "importances_withheld", self.importances_withheld)
+        out.update(
             study=part_json(self.study),
             command=self.command,
             diff=self.diff,
@@ -135,6 +141,11 @@ class TuningDocument:
             ),
             learning=_learning(r),
             importances=_importances(r.obj("importances")),
+            importances_withheld=(
+                r.required_string("importances_withheld")
+                if present(r, "importances_withheld")
+                else ABSENT
+            ),
             study=StudyInfo.from_reader(study) if study is not None else None,
             command=r.string("command"),
             diff=r.string("diff"),

@@ -179,6 +179,19 @@ def stage_short_name(name: str) -> str:
 
 
 # ---- trials -----------------------------------------------------------------------------
+# A knob's value where tftune leaves it as the script wrote it: in words (`tftune status`,
+# the reports, TensorBoard's and optuna-dashboard's knob values), and in the tuning JSON's
+# space and trials (`tftune.tuner.searchspace.space.format_value`), which keeps its word.
+AS_WRITTEN_WORD = "as written"
+KNOB_AS_WRITTEN_JSON = "default"
+_KNOB_VALUE_WORDS = {KNOB_AS_WRITTEN_JSON: AS_WRITTEN_WORD, "True": "on", "False": "off"}
+
+
+def knob_value_words(value: str) -> str:
+    """A knob's JSON value as the reports say it: "default" → "as written"."""
+    return _KNOB_VALUE_WORDS.get(value, value)
+
+
 class TrialState(str, enum.Enum):
     """How one trial ended: the runner's result, the study's record and the reports say it
     with these words."""
@@ -215,14 +228,3 @@ OPTUNA_STATES = {
 # What the consumer's input wait was spent on (the analysis JSON's `input_categories`), in
 # the order the analysis ranks them; `other` is stage overhead outside functions.
 INPUT_CATEGORIES = ("io", "tokenization", "python", "preprocessing", "other")
-
-
-# A knob's value in the tuning JSON (`params`, the space's choices): "AUTOTUNE", a
-# number, a flag, or this word for the script's own value.
-KNOB_AS_WRITTEN_JSON = "default"
-_KNOB_VALUE_WORDS = {KNOB_AS_WRITTEN_JSON: "as written", "True": "on", "False": "off"}
-
-
-def knob_value_words(value: str) -> str:
-    """A knob's JSON value as the reports say it: "default" → "as written"."""
-    return _KNOB_VALUE_WORDS.get(value, value)

@@ -1,6 +1,6 @@
 """The tuning JSON's trials in TensorBoard's HParams dashboard (`tftune optimize
 --tensorboard LOGDIR`): one run per finished trial, named ``trial-<N>``, with its knobs as
-hyperparameters (the values as the JSON writes them: ``AUTOTUNE``, ``default``, ``16``)
+hyperparameters (the values as the JSON writes them: ``AUTOTUNE``, ``as written``, ``16``)
 and its examples/s and utilization as metrics; the experiment's summary at the logdir's
 top lists them all. Written with TensorBoard's own protos and summaries, framed as
 TensorFlow's records (`_record`) by tftune itself: TensorBoard's event writer imports
@@ -21,7 +21,7 @@ from typing import Any
 from tftune.core.errors import UserError
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.userfiles import write_bytes_atomic
-from tftune.core.vocabulary import TrialState
+from tftune.core.vocabulary import AS_WRITTEN_WORD, TrialState, knob_value_words
 
 # The metrics each trial's run holds (`TrialRow` fields), by the tag TensorBoard shows.
 METRICS = (("examples_per_s", "examples/s"), ("utilization", "utilization"))
@@ -46,7 +46,8 @@ def write_hparams(doc: TuningDocument, logdir: str | os.PathLike[str]) -> Path:
     config = hp.hparams_config_pb([hp.HParam(n) for n in names], metrics, time_created_secs=now)
     _write(root, [(config, 0)])
     for r in rows:
-        params = {n: dict(r.params).get(n, "as written") for n in names}
+        given = dict(r.params)
+        params = {n: knob_value_words(given[n]) if n in given else AS_WRITTEN_WORD for n in names}
         trial = f"trial-{r.number:03d}"
         summaries: list[tuple[Any, int]] = [(hp.hparams_pb(params, trial, now), 0)]
         for tag, _ in METRICS:

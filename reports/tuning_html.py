@@ -11,6 +11,7 @@ shell is `reports._page`.
 
 from __future__ import annotations
 
+from tftune.core.tuning_parts import Absent
 from tftune.core.vocabulary import NOT_MEASURED, TrialState, knob_value_words, percent
 from tftune.reports import _svg
 from tftune.reports._page import (
@@ -358,9 +359,11 @@ def _history_section(m: TuningReport) -> str:
 
 def _importance_section(m: TuningReport) -> str:
     if not m.importances:
+        withheld = m.document.importances_withheld
+        why = "too few complete trials" if isinstance(withheld, Absent) else withheld
         return (
             '<section id="importances"><h2>Parameter importances</h2>'
-            f'<p class="sub">Importances {NOT_MEASURED} (too few complete trials).</p></section>'
+            f'<p class="sub">Importances {NOT_MEASURED} ({esc(why)}).</p></section>'
         )
     total = sum(v for _, v in m.importances) or 1.0
     items = [(k, v, percent(v / total)) for k, v in m.importances]

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from tftune.core.failures import CrashSummary, FailureKind
 from tftune.core.sizing import caption
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
 from tftune.core.tuning_trials import TrialRow
@@ -236,7 +237,8 @@ def trial_line(row: TrialRow, best: int | None = None) -> str:
             body += f" (±{percent(row.spread / 2, compact=True)})"
         # TPE came back to a measured config (`tuner.study.stopping.twin_of`): not run again.
         notes = row.notes if isinstance(row.notes, tuple) else ()
-        body += "".join(f"; {n}" for n in notes if "is reused" in n)
+        reused = (ReusedMeasurement.read(n) for n in notes)
+        body += "".join(f"; {r.text()}" for r in reused if r is not None)
     elif row.state is TrialState.PRUNED:
         so_far = row.examples_per_s
         body = f"pruned: {reason or ''}"

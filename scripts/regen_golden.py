@@ -19,7 +19,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "golden")]
 import golden_cases as g  # noqa: E402  (found through the path set above)
 
 
-def write_case(case: g.AnalysisCase | g.TuningCase, files: dict[str, str]) -> list[str]:
+def write_case(case: g.Case, files: dict[str, str]) -> list[str]:
     """Write one case's files; what changed, as lines to print."""
     folder = g.GOLDEN / case.name
     folder.mkdir(exist_ok=True)
@@ -43,7 +43,7 @@ def remove_gone_cases() -> list[str]:
     said = []
     names = {c.name for c in g.CASES}
     for path in sorted(g.GOLDEN.glob("*/*")):
-        if path.parent.name not in names and path.name in g.ANALYSIS_FILES:
+        if path.parent.name not in names and path.name in g.ALL_FILES:
             path.unlink()
             said.append(f"removed  {path.relative_to(ROOT)}")
             if not any(path.parent.iterdir()):

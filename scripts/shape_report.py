@@ -8,10 +8,11 @@ function at most 80 (data tables are not functions), no import cycle between the
 package's modules, dependencies that point one way; one name per thing: no two modules
 share a file name, no two share a top-level class name; no default spelled in the click
 options of tftune/cli.py (a default is the options' own: tuner/options.py and
-tuner/option_defaults.py); every field of a dataclass in core/ (the documents' types) is
-a typed value: none is annotated ``Mapping[str, Any]`` or ``dict[str, Any]``, directly
-or through an alias of its module. Reads the source with `ast`; imports nothing of the
-package.
+tuner/option_defaults.py); the child's events are matched on their types: no event kind
+is compared as text outside the codec (`EVENT_CODECS`); every field of a dataclass in
+core/ (the documents' types) is a typed value: none is annotated ``Mapping[str, Any]``
+or ``dict[str, Any]``, directly or through an alias of its module. Reads the source
+with `ast`; imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -294,6 +295,88 @@ def literal_defaults(source: str, where: str) -> list[str]:
     return problems
 
 
+# The modules that define the child's events (each type's ``kind: ClassVar[Literal[...]]``)
+# and their codec: the only places a kind's text may be compared.
+EVENT_CODECS = ("probes/live/clock_events.py", "tuner/child/discovery_events.py")
+
+
+def event_kinds() -> set[str]:
+    """The kinds the codec modules declare: ``kind: ClassVar[Literal["epoch"]] = "epoch"``."""
+    kinds: set[str] = set()
+    for rel in EVENT_CODECS:
+        path = ROOT / rel  # a codec moved without this list: fail, never pass silently
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.target.id == "kind"
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                kinds.add(node.value.value)
+    return kinds
+
+
+def _is_kind(node: ast.expr) -> bool:
+    """``x.kind``, ``kind``, ``x["kind"]`` or ``x.get("kind")``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "kind"
+    if isinstance(node, ast.Name):
+        return node.id == "kind"
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "kind"
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == "kind"
+    )
+
+
+def _texts(node: ast.AST) -> set[str]:
+    """The string literals of a constant, or of a tuple, list or set of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return {
+            e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+        }
+    if isinstance(node, ast.MatchValue):
+        return _texts(node.value)
+    if isinstance(node, ast.MatchOr):
+        return {t for p in node.patterns for t in _texts(p)}
+    return set()
+
+
+def kind_comparisons(source: str, kinds: set[str]) -> list[tuple[int, str]]:
+    """(line, kind) of each comparison of an event kind's text with a kind-like value:
+    ``e.kind == "epoch"``, ``row.get("kind") in ("stream", "training")``, a ``case``
+    of ``match e.kind``."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_is_kind(o) for o in operands):
+                found += [(node.lineno, k) for o in operands for k in sorted(_texts(o) & kinds)]
+        elif isinstance(node, ast.Match) and _is_kind(node.subject):
+            for case in node.cases:
+                found += [(case.pattern.lineno, k) for k in sorted(_texts(case.pattern) & kinds)]
+    return sorted(found)
+
+
+def event_kind_problems() -> list[str]:
+    kinds = event_kinds()
+    codecs = {(ROOT / rel).resolve() for rel in EVENT_CODECS}
+    return [
+        f"{name}:{line}: the event kind {kind!r} compared as text (match on the type)"
+        for name, path in modules()
+        if path.resolve() not in codecs
+        for line, kind in kind_comparisons(path.read_text(encoding="utf-8"), kinds)
+    ]
+
+
 def report() -> tuple[str, list[str]]:
     rows, problems = [], []
     longest: list[tuple[int, str]] = []
@@ -316,6 +399,7 @@ def report() -> tuple[str, list[str]]:
     problems += name_problems()
     for rel in NO_LITERAL_DEFAULTS:
         problems += literal_defaults((ROOT / rel).read_text(encoding="utf-8"), rel)
+    problems += event_kind_problems()
     rows.sort(reverse=True)
     longest.sort(reverse=True)
     out = ["| module | lines |", "|---|---|"]

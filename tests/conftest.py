@@ -1,16 +1,20 @@
 """Shared test fixtures.
 
-Traces are recorded with real TensorFlow, once per test session, by the cases of
-`tests/tracegen.py` (`trace_case`); tests that need TensorFlow skip cleanly where it is not
-installed.
+The traces the analysis tests read (`trace_case`) are the recorded set of the installed
+TensorFlow, committed under tests/fixtures/traces/ (`tests/recorded_traces.py`); a case
+with no current recording there is recorded live with real TensorFlow, once per test
+session, by its case of `tests/tracegen*.py`. Tests that need TensorFlow skip cleanly
+where it is not installed.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +33,30 @@ NO_TENSORFLOW = "tensorflow is not installed"
 requires_tf = pytest.mark.skipif(not has_tensorflow(), reason=NO_TENSORFLOW)
 
 # What leaves a test out of the quick lane (`-m "not slow"`) besides its own `slow` mark:
-# TensorFlow at run time, a trace recorded for it, the installed CLI in a subprocess, a
-# browser. The quick lane is the pure-Python part of the suite.
-SLOW_FIXTURES = frozenset({"trace_case", "run_cli"})
+# TensorFlow at run time, a trace recorded for it (`trace_case` where no recorded set
+# serves the installed TensorFlow), the installed CLI in a subprocess, a browser. The
+# quick lane is the pure-Python part of the suite.
+SLOW_FIXTURES = frozenset({"run_cli"})
+# Set to 1 to record every trace live, even where a recorded set is committed.
+LIVE_TRACES = "TFTUNE_LIVE_TRACES"
+
+
+@functools.cache
+def _records_live() -> bool:
+    """Whether `trace_case` records with TensorFlow in this session: no current recorded
+    set for the installed TensorFlow (or a stale case in it), or `LIVE_TRACES` asks."""
+    import recorded_traces
+
+    found = recorded_traces.set_for_tests()[0]
+    stale = found is None or bool(found.stale(recorded_traces.all_cases()))
+    return os.environ.get(LIVE_TRACES) == "1" or stale
 
 
 def _is_slow(item: pytest.Item) -> bool:
-    if "browser" in item.keywords or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "browser" in item.keywords or SLOW_FIXTURES & fixtures:
+        return True
+    if "trace_case" in fixtures and _records_live():
         return True
     return any(
         m.name == "skipif" and m.kwargs.get("reason") == NO_TENSORFLOW for m in item.iter_markers()
@@ -91,19 +112,44 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which traces `trace_case` serves, said once at the top of the run."""
+    import recorded_traces
+
+    why = recorded_traces.set_for_tests()[1]
+    if os.environ.get(LIVE_TRACES) == "1":
+        why = f"{LIVE_TRACES}=1: every trace is recorded live"
+    return f"traces: {why}"
+
+
 @pytest.fixture(scope="session")
 def trace_case(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """`trace_case(name) -> logdir`: record a tests/tracegen.py case once per session."""
-    if not has_tensorflow():
-        pytest.skip("tensorflow is not installed: cannot record traces")
-    sys.path.insert(0, str(Path(__file__).parent))
+    """`trace_case(name) -> logdir`: the case's recorded trace (from the set of the
+    installed TensorFlow, tests/fixtures/traces/), unpacked once per session into its
+    temporary folder; where that set has no current recording of the case, it is recorded
+    live (tests/tracegen.py), with a warning that says so."""
+    import recorded_traces
     import tracegen
 
+    cases = recorded_traces.all_cases()
+    found, why = recorded_traces.set_for_tests()
+    if os.environ.get(LIVE_TRACES) == "1":
+        found, why = None, f"{LIVE_TRACES}=1"
+    stale = set(found.stale(cases)) if found is not None else set(cases)
     cache: dict[str, Path] = {}
 
     def _get(name: str) -> Path:
-        if name not in cache:
-            cache[name] = tracegen.record(tracegen.CASES[name], tmp_path_factory.mktemp(name))
+        if name in cache:
+            return cache[name]
+        out = tmp_path_factory.mktemp(name)
+        if found is not None and name not in stale:
+            cache[name] = found.unpack(name, out / "logdir")
+            return cache[name]
+        reason = why if found is None else f"{found.path.name} has no current recording of it"
+        if not has_tensorflow():
+            pytest.skip(f"trace {name}: {reason}, and tensorflow is not installed to record it")
+        warnings.warn(f"trace {name} recorded live: {reason}", stacklevel=2)
+        cache[name] = tracegen.record(cases[name], out)
         return cache[name]
 
     return _get

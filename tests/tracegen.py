@@ -2,8 +2,10 @@
 
 Each case is a small, real tf.data pipeline plus a training-like consumer, run in a
 subprocess under `tf.profiler.experimental.start/stop`. `record()` returns the logdir
-(`<dir>/plugins/profile/<run>/<host>.xplane.pb`). Tests cache recordings per session
-through the `trace_case` fixture in conftest.py, so each case is recorded once.
+(`<dir>/plugins/profile/<run>/<host>.xplane.pb`). `scripts/record_traces.py` records
+every case into the set of the installed TensorFlow (tests/fixtures/traces/), which
+tests read through the `trace_case` fixture in conftest.py; a case with no current
+recording there is recorded live by it, once per session.
 
 A case's source defines `make_dataset()` and optionally `train_step(batch)`; the harness
 below does the warm-up, the profiling window and the step markers.

@@ -10,8 +10,8 @@ beside tests/tracegen.py and tests/tracegen_real.py.
   (GIL-bound), that keeps the step waiting: it must not be sized for tf.data service
   workers, which cannot run a Python function.
 
-They register in `tracegen.CASES`, so the session-scoped `trace_case` fixture records
-each once.
+They register in `tracegen.CASES`, so the `trace_case` fixture serves their recorded
+traces (tests/fixtures/traces/).
 """
 
 from __future__ import annotations

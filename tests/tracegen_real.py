@@ -3,9 +3,10 @@
 Each case is written the way the scripts of tests/realscripts/ are (image folders,
 TextVectorization, WAV decoding, a GAN, an eager loop with Python preprocessing), plus
 many small files read one after another and a small Keras model that is compute-bound.
-They register in `tracegen.CASES`, so the session-scoped `trace_case` fixture records
-each once. The work is sized so that the diagnosis a reader of the script would give is
-unambiguous on a loaded 2-core machine, and each recording takes a few seconds.
+They register in `tracegen.CASES`, so the `trace_case` fixture serves their recorded
+traces (tests/fixtures/traces/). The work is sized so that the diagnosis a reader of
+the script would give is unambiguous on a loaded 2-core machine, and each recording
+takes a few seconds.
 """
 
 from __future__ import annotations

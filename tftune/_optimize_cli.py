@@ -214,6 +214,12 @@ def _summary(console: Any, result: OptimizeResult) -> None:
     console.print(
         f"every trial in a browser: {dashboard_command(o.storage)}", soft_wrap=True, markup=False
     )
+    if o.importances_withheld is not None:  # optuna-dashboard estimates it regardless
+        console.print(
+            f"  its parameter importance means nothing here: {o.importances_withheld}",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 def dashboard_command(storage: str) -> str:

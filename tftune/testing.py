@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 
 from tftune.core.failures import FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import TrialState
 from tftune.probes.live.clock import percentile
 from tftune.tuner.measurement import Measurement
@@ -83,7 +84,9 @@ class Figures:
     utilization: float | None = None
     input_wait_share: float | None = None
     spread: float | None = None
-    notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit finding)
+    notes: tuple[str, ...] = ()  # what the script's run said, in words
+    # The 16-bit output layers it found (among the run's notes too, as the runner's are).
+    findings: tuple[OutputPrecisionFinding, ...] = ()
     # The training loss the run read (the learning check), and the optimizers it built.
     loss: LossCurve | None = None
     optimizers: tuple[OptimizerSeen, ...] = ()
@@ -222,7 +225,8 @@ class FakeRunner(Runner):
             input_wait_share=f.input_wait_share,
             repeats=tuple(done),
             reason=reason,
-            notes=f.notes,
+            notes=(*f.notes, *(x.message() for x in f.findings)),
+            findings=f.findings,
             loss=f.loss,
             optimizers=f.optimizers,
         )

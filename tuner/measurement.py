@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tftune.core.failures import CrashSummary, FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.training import StreamSeen, TrainingTime
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import TrialState
 from tftune.probes.advice.service_sizing import CpuUsage
 
@@ -50,7 +51,9 @@ class Measurement:
     stderr_tail: str = ""
     returncode: int | None = None  # negative: the signal that killed it
     wall_s: float = 0.0
-    notes: tuple[str, ...] = ()  # what the script's run said (e.g. a 16-bit output layer)
+    notes: tuple[str, ...] = ()  # what the script's run said, in words
+    # The output layers found computing in 16 bits (each also among the notes, in words).
+    findings: tuple[OutputPrecisionFinding, ...] = ()
     streams: tuple[StreamSeen, ...] = ()  # the datasets it iterated, and their roles
     config: Config | None = None  # what the runner applied
     # How training time was told apart: the preamble, other passes taken out, the epoch

@@ -31,6 +31,7 @@ from typing import Any
 
 from tftune.core.errors import ConfigError
 from tftune.core.run_record import Environment, Record
+from tftune.core.trial_notes import FLOAT32_OUTPUT_FIX
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import ABSENT
 from tftune.core.tuning_run import ScreenRanking
@@ -38,7 +39,6 @@ from tftune.core.userfiles import check_writable, write_output
 from tftune.core.vocabulary import Phase
 from tftune.probes.live.environment import collect
 from tftune.probes.live.nvml import gpu_visible
-from tftune.tuner.fixes.precision import FLOAT32_OUTPUT_FIX
 from tftune.tuner.fixes.rewrite_check import RewritePlan, step_limited
 from tftune.tuner.options import (
     OptimizeOptions,
@@ -430,7 +430,7 @@ def _tuning_report(
         wall_s=time.monotonic() - started,
         training=assemble.run_training(found, won.outcome),
         record=record,
-        findings=tuple(won.findings),
+        findings=tuple(f.message() for f in won.findings),
         advice=won.advice,
         requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
         screen=screen,

@@ -14,24 +14,33 @@ Line format (text, one record per line)::
     E <kind> <json payload>
 
 Timestamps are nanoseconds of the child's wall clock (``time.time_ns()`` eagerly,
-``tf.timestamp()`` in graphs); only differences between them are used. Parent side
-(`ClockReader`): incremental parsing; what a window of steps says is
-`probes.live.training_time`'s. No TensorFlow here.
+``tf.timestamp()`` in graphs); only differences between them are used. An ``E`` line is
+one of the child's typed events (`probes.live.clock_events`: the types and their codec).
+Parent side (`ClockReader`): incremental, strict decoding (`decode_line`); what a window
+of steps says is `probes.live.training_time`'s. No TensorFlow here.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from tftune.probes.live.clock_events import (
+    EVENT_MARK,
+    ChildEvent,
+    ClockLineError,
+    decode_event,
+    durable,
+    encode_event,
+)
+
 CLOCK_BUFFER_STEPS = 64  # steps buffered in-graph before Python is called ...
 CLOCK_FLUSH_S = 0.1  # ... or this long after the last hand-over, whichever comes first
+STEP_MARK = "S"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +57,9 @@ class StepRecord:
         return max(0, self.deliver_ns - self.request_ns)
 
 
-@dataclass(frozen=True, slots=True)
-class ClockEvent:
-    """A non-step event from the child (nan loss, exception, profile done, ...)."""
-
-    kind: str
-    payload: dict[str, Any]
-
-
 class ClockWriter:
-    """Child side: appends one line per delivered element. Thread-safe."""
+    """Child side: appends one line per delivered element, and the child's events.
+    Thread-safe."""
 
     def __init__(self, path: str) -> None:
         self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -65,24 +67,17 @@ class ClockWriter:
 
     def records(self, stream: int, rows: Sequence[tuple[int, int, int]]) -> None:
         """Write many steps at once: (request_ns, deliver_ns, examples) per step."""
-        text = "".join(f"S {stream} {req} {dl} {n}\n" for req, dl, n in rows)
+        text = "".join(f"{STEP_MARK} {stream} {req} {dl} {n}\n" for req, dl, n in rows)
         with self._lock:
             self._fh.write(text)
 
-    def event(self, kind: str, **payload: Any) -> None:
-        """One event line, on disk before this returns (a measured trial is stopped by a
-        signal)."""
-        self._event(kind, payload, durable=True)
-
-    def figures(self, kind: str, **payload: Any) -> None:
-        """One event line of frequent figures (the loss), written on as the file is."""
-        self._event(kind, payload, durable=False)
-
-    def _event(self, kind: str, payload: dict[str, Any], durable: bool) -> None:
-        line = f"E {kind} {json.dumps(payload, default=str)}\n"
+    def event(self, event: ChildEvent) -> None:
+        """One event line; on disk before this returns (a measured trial is stopped by a
+        signal), but for the frequent figures (`clock_events.durable`)."""
+        line = encode_event(event)
         with self._lock:
             self._fh.write(line)
-            if durable:
+            if durable(event):
                 self._fh.flush()
                 os.fsync(self._fh.fileno())
 
@@ -91,31 +86,34 @@ class ClockWriter:
             self._fh.close()
 
 
-def parse_line(line: str) -> StepRecord | ClockEvent | None:
-    """Parse one complete line; None for anything malformed (never raises)."""
-    parts = line.rstrip("\n").split(" ", 2)
+def decode_line(line: str) -> StepRecord | ChildEvent:
+    """One complete line (without its newline) as a step or an event; `ClockLineError`
+    for anything else."""
+    if line.startswith(f"{EVENT_MARK} "):
+        return decode_event(line)
+    parts = line.split(" ")
+    if len(parts) != 5 or parts[0] != STEP_MARK:
+        raise ClockLineError(f"not a step or an event line: {line[:80]!r}")
     try:
-        if parts[0] == "S":
-            stream, req, rest = parts[1], parts[2].split(" ")[0], parts[2].split(" ")[1:]
-            deliver, examples = int(rest[0]), int(rest[1])
-            return StepRecord(int(stream), int(req), deliver, examples)
-        if parts[0] == "E":
-            payload = json.loads(parts[2]) if len(parts) > 2 else {}
-            return ClockEvent(parts[1], payload if isinstance(payload, dict) else {})
-    except (IndexError, ValueError):
-        return None
-    return None
+        stream, request, deliver, examples = (int(p) for p in parts[1:])
+    except ValueError:
+        raise ClockLineError(f"a step line's fields must be integers: {line[:80]!r}") from None
+    return StepRecord(stream, request, deliver, examples)
 
 
 class ClockReader:
-    """Parent side: reads what the child appended since the last call."""
+    """Parent side: reads what the child appended since the last call. A complete line
+    that does not decode (`ClockLineError`: a torn write of a forked process, say) is
+    skipped: counted in `skipped`, the first one's error kept in `first_skipped`."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._offset = 0
         self._partial = ""
+        self.skipped = 0
+        self.first_skipped: str | None = None
 
-    def poll(self) -> list[StepRecord | ClockEvent]:
+    def poll(self) -> list[StepRecord | ChildEvent]:
         try:
             with open(self._path, encoding="utf-8", errors="replace") as fh:
                 fh.seek(self._offset)
@@ -126,11 +124,13 @@ class ClockReader:
         text = self._partial + chunk
         lines = text.split("\n")
         self._partial = lines.pop()
-        out: list[StepRecord | ClockEvent] = []
+        out: list[StepRecord | ChildEvent] = []
         for line in lines:
-            item = parse_line(line)
-            if item is not None:
-                out.append(item)
+            try:
+                out.append(decode_line(line))
+            except ClockLineError as exc:
+                self.skipped += 1
+                self.first_skipped = self.first_skipped or str(exc)
         return out
 
 

@@ -15,8 +15,8 @@ callbacks, making the next training iterator and the next element's wait, which 
 shuffle buffer's refill or a rebuilt iterator's start. A stream iterated concurrently from another
 thread would be taken out too: no training script seen does that.
 
-**Epoch starts.** Each new iterator over the training stream starts an epoch
-(`EpochStart`, the child's ``epoch`` event). Its first step pays a stall the other steps
+**Epoch starts.** Each new iterator over the training stream starts an epoch (the
+child's `probes.live.clock_events.EpochStart`). Its first step pays a stall the other steps
 do not: a shuffle buffer filled behind an expensive map, a pipeline without ``cache()``
 restarting, an iterator rebuilt. That stall is training time and the knobs change it, but
 a window holds it or not by chance, which moved a trial's figure by the stall's size.
@@ -48,8 +48,9 @@ from dataclasses import dataclass
 
 from tftune.core.training import EpochCost, TrainingTime
 from tftune.core.units import NS_PER_S
-from tftune.probes.live.clock import ClockEvent, StepRecord, percentile
-from tftune.probes.live.epoch_stall import PipelineStage, chain_from_json, recurs
+from tftune.probes.live.clock import StepRecord, percentile
+from tftune.probes.live.clock_events import ChildEvent, EpochStart, ScriptStarted
+from tftune.probes.live.epoch_stall import PipelineStage, recurs
 from tftune.probes.live.training_record import training_time_of
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
@@ -62,31 +63,6 @@ DRY_SHARE = 0.05
 DRY_MAJORITY = 0.5
 # ... and a first window counts as drained when at most this share of its steps were.
 DRAINED_FIRST = 0.1
-UNKNOWN_CARDINALITY = -2
-INFINITE_CARDINALITY = -1
-
-
-@dataclass(frozen=True, slots=True)
-class EpochStart:
-    """A new iterator over a stream's dataset: the child's ``epoch`` event."""
-
-    stream: int
-    at_ns: int  # the child's clock just before the iterator was made
-    cardinality: int  # elements per epoch; -1 infinite, -2 unknown
-    rebuilt: bool = False  # over a dataset built anew (not the stream's last one)
-
-
-def epoch_event(e: ClockEvent) -> tuple[EpochStart, tuple[PipelineStage, ...] | None]:
-    """The child's ``epoch`` event: the epoch start, and the pipeline as built where the
-    event carries it (a stream's first epoch, a rebuilt one)."""
-    p = e.payload
-    start = EpochStart(
-        int(p.get("stream", 0)),
-        int(p.get("at_ns", 0)),
-        int(p.get("cardinality", UNKNOWN_CARDINALITY)),
-        bool(p.get("rebuilt")),
-    )
-    return start, chain_from_json(p["chain"]) if p.get("chain") is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,17 +97,13 @@ class PassTimeline:
         self._chains: dict[int, tuple[PipelineStage, ...]] = {}  # each stream's pipeline
         self._started_ns: int | None = None  # the script's first line (child clock)
 
-    def event(self, e: ClockEvent) -> None:
-        """Take what the child said that times training: an epoch start (with the
-        pipeline as built, for a stream's first epoch or a rebuilt one) or the script's
+    def event(self, e: ChildEvent) -> None:
+        """Take what the child said that times training: an epoch start or the script's
         start. Other events are not this timeline's."""
-        if e.kind == "epoch":
-            start, chain = epoch_event(e)
-            self._starts.append(start)
-            if chain is not None:
-                self._chains[start.stream] = chain
-        elif e.kind == "started" and isinstance(e.payload.get("at_ns"), int):
-            self._started_ns = int(e.payload["at_ns"])
+        if isinstance(e, EpochStart):
+            self.epoch(e)
+        elif isinstance(e, ScriptStarted):
+            self._started_ns = e.at_ns
 
     def other(self, rec: StepRecord) -> None:
         """An element of a stream that is not (yet) training."""
@@ -142,7 +114,11 @@ class PassTimeline:
         self._others = [o for o in self._others if o[2] != stream]
 
     def epoch(self, start: EpochStart) -> None:
+        """An epoch starts, with the pipeline as built where the child sent it (a
+        stream's first epoch, a rebuilt one)."""
         self._starts.append(start)
+        if start.chain is not None:
+            self._chains[start.stream] = start.chain
 
     def training_time(
         self,

@@ -166,6 +166,27 @@ def test_the_winners_speedup_is_the_producers_and_stored() -> None:
     assert doc.to_json()["best"]["speedup_vs_as_written"] == doc.best.speedup_vs_as_written
 
 
+def test_why_importances_are_withheld_is_written_only_when_they_are() -> None:
+    """``importances_withheld``: the producer's reason where it gave no importances,
+    absent (and not written back) where it gave them, as in every older document."""
+    shown = _producers_document(None)
+    assert shown.importances and shown.importances_withheld is ABSENT
+    assert "importances_withheld" not in shown.to_json()
+    why = "3 complete trials; importance is estimated from 10 on"
+    out = replace(outcome(), importances={}, importances_withheld=why)
+    doc = tuning_document(
+        script="train.py", outcome=out, space=SPACE, ceiling=None, device="GPU",
+        config_file="b.json", command="c", diff="", snippet="", seed=0,
+    )  # fmt: skip
+    written = as_written_json(doc.to_json())
+    assert written["importances"] == {} and written["importances_withheld"] == why
+    assert list(written).index("importances_withheld") == list(written).index("importances") + 1
+    assert TuningDocument.from_json(written) == doc
+    written["importances_withheld"] = ["3 trials"]
+    with pytest.raises(UserError, match="importances_withheld"):
+        TuningDocument.from_json(written)
+
+
 def test_trial_states_are_read_in_tftunes_and_optunas_words() -> None:
     data = load(FIXTURES / "tuning_gpu_both.json")
     rows = data["trials_detail"]

@@ -10,7 +10,10 @@ bytes of what tftune writes for it:
   analysis.json` writes);
 - a tuning case: a saved tuning JSON (tests/fixtures/) → `terminal.txt` (the trial lines
   and the table `tftune optimize` prints, 100 columns, no colour) and `report.html`
-  (what `tftune report` writes).
+  (what `tftune report` writes);
+- a study case: a study replayed over fixed measurements (golden_study.py) →
+  `tuning.json` (the tuning JSON as `tftune optimize --json` writes it) and
+  `terminal.txt` (what it prints, as for a tuning case).
 
 What would vary is pinned where it enters, never patched in the output: the report's time
 is the renderers' `generated_at` argument, the tool version is the analysis' own
@@ -26,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import golden_study
 import golden_traces
 from gputrace import XSpaceBuilder
 
@@ -47,6 +51,8 @@ WIDTH = 100  # terminal columns; no colour
 RUN = "2026_01_01_00_00_00"  # the run folder (profiler runs are named by their start)
 ANALYSIS_FILES = ("analysis.json", "terminal.txt", "report.html")
 TUNING_FILES = ("terminal.txt", "report.html")
+STUDY_FILES = ("tuning.json", "terminal.txt")
+ALL_FILES = frozenset((*ANALYSIS_FILES, *TUNING_FILES, *STUDY_FILES))
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,15 @@ class TuningCase:
     why: str
     source: Path  # the tuning JSON, as `tftune optimize --json` wrote it
 
+
+@dataclass(frozen=True)
+class StudyCase:
+    name: str
+    why: str
+    tuning_json: Callable[[], str]  # the tuning JSON's text, as the writer wrote it
+
+
+Case = AnalysisCase | TuningCase | StudyCase
 
 ANALYSES = (
     AnalysisCase(
@@ -107,7 +122,15 @@ TUNINGS = (
         FIXTURES / "tuning_gpu_both.json",
     ),
 )
-CASES: tuple[AnalysisCase | TuningCase, ...] = (*ANALYSES, *TUNINGS)
+STUDIES = (
+    StudyCase(
+        "tuning_replayed_study",
+        "the real study and writer over fixed measurements: guided trial, pruned trials, "
+        "an OOM failure, a final round, the diff and snippet of a latency-bound map",
+        golden_study.tuning_json,
+    ),
+)
+CASES: tuple[Case, ...] = (*ANALYSES, *TUNINGS, *STUDIES)
 
 
 def relocated(a: Analysis, logdir: Path) -> Analysis:
@@ -136,8 +159,17 @@ def analysis_json(case: AnalysisCase) -> str:
     return json_text(data)  # as tftune/cli.py's `analyze` writes it
 
 
-def render(case: AnalysisCase | TuningCase) -> dict[str, str]:
+def render(case: Case) -> dict[str, str]:
     """Every golden file of a case: {file name: the text tftune writes for it}."""
+    if isinstance(case, StudyCase):
+        text = case.tuning_json()
+        data = json.loads(text)  # as `tftune report` and the terminal read it back
+        return {
+            "tuning.json": text,
+            "terminal.txt": tuning_terminal.render(
+                TuningDocument.from_json(data), width=WIDTH, color=False
+            ),
+        }
     if isinstance(case, AnalysisCase):
         text = analysis_json(case)
         data = json.loads(text)  # the saved JSON, as `tftune report` reads it back
@@ -159,11 +191,13 @@ def render(case: AnalysisCase | TuningCase) -> dict[str, str]:
     }
 
 
-def files_of(case: AnalysisCase | TuningCase) -> tuple[str, ...]:
+def files_of(case: Case) -> tuple[str, ...]:
+    if isinstance(case, StudyCase):
+        return STUDY_FILES
     return ANALYSIS_FILES if isinstance(case, AnalysisCase) else TUNING_FILES
 
 
-def golden_path(case: AnalysisCase | TuningCase, name: str) -> Path:
+def golden_path(case: Case, name: str) -> Path:
     return GOLDEN / case.name / name
 
 

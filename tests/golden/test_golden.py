@@ -3,7 +3,8 @@
 The cases and how each file is made are in golden_cases.py; tests/golden/README.md says
 why and how to add one. A difference fails with the file, its first differing line and
 the command that regenerates the files on purpose. No TensorFlow: the traces are built
-by hand, and every case renders in well under a second.
+by hand, the study is replayed over fixed measurements, and every case renders in well
+under a second.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _shown(path: object) -> str:
 
 
 @pytest.mark.parametrize(("case", "name"), PARAMS)
-def test_output_matches_its_golden_file(case: g.AnalysisCase | g.TuningCase, name: str) -> None:
+def test_output_matches_its_golden_file(case: g.Case, name: str) -> None:
     path = g.golden_path(case, name)
     actual = rendered(case.name)[name]
     if not path.is_file():
@@ -47,6 +48,6 @@ def test_output_matches_its_golden_file(case: g.AnalysisCase | g.TuningCase, nam
 def test_no_golden_file_is_left_without_a_case() -> None:
     """A file no case writes any more would never be checked again: it must go."""
     wanted = {g.golden_path(c, name) for c in g.CASES for name in g.files_of(c)}
-    found = {p for p in g.GOLDEN.glob("*/*") if p.name in g.ANALYSIS_FILES}
+    found = {p for p in g.GOLDEN.glob("*/*") if p.name in g.ALL_FILES}
     stale = sorted(_shown(p) for p in found - wanted)
     assert not stale, f"golden files no case writes: {stale}; remove them: {g.REGEN_COMMAND}"

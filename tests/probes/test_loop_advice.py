@@ -3,7 +3,7 @@ distributed loop is never told to move its iterator's own ops, a pipeline that r
 Python functions (or that leaves cores idle at its best) gets no tf.data service sizing,
 one fix per idea, and a share under 1% reads "under 1%".
 
-Handwritten inputs first, then traces recorded once per session (tests/tracegen_loops.py).
+Handwritten inputs first, then the recorded traces of tests/tracegen_loops.py's cases.
 """
 
 from __future__ import annotations

@@ -88,13 +88,10 @@ def test_real_input_bound_and_compute_bound(trace_case) -> None:  # type: ignore
     assert fr["host_compute"] is not None and fr["host_compute"] > 3 * bd2.input_share
 
 
-@pytest.mark.slow
-def test_keras_wait_inside_tf_function_counts_as_input(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_keras_wait_inside_tf_function_counts_as_input(trace_case) -> None:  # type: ignore[no-untyped-def]
     # In Keras the IteratorGetNext op runs inside the train function, on a
     # tf_data_iterator_get_next thread, not on the Python thread.
-    host = trace.load_host(tracegen_steps.one_file(tracegen_steps.keras_logdir(tmp_path_factory)))
+    host = trace.load_host(tracegen_steps.one_file(trace_case("keras_markers")))
     bd = breakdown.compute_breakdown(host, steps.detect_steps(host))
     assert bd.input_share is not None and bd.input_share > 0.3
     assert bd.fractions()["host_compute"] is not None

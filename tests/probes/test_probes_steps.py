@@ -104,20 +104,15 @@ def test_real_trace_without_markers_is_inferred(trace_case) -> None:  # type: ig
     assert (st.durations_ms > 8 * 4 * 0.9).all()
 
 
-@pytest.mark.slow
-def test_real_keras_fit_markers(tmp_path_factory: pytest.TempPathFactory) -> None:
-    host = trace.load_host(tracegen_steps.one_file(tracegen_steps.keras_logdir(tmp_path_factory)))
+def test_real_keras_fit_markers(trace_case) -> None:  # type: ignore[no-untyped-def]
+    host = trace.load_host(tracegen_steps.one_file(trace_case("keras_markers")))
     st = steps.detect_steps(host)
     assert st.detection == "markers" and st.source == steps.KERAS_MARKER
     assert st.numbers.tolist() == list(range(3, 13))
 
 
-@pytest.mark.slow
-def test_real_keras_fit_without_markers_uses_the_train_function(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    logdir = tracegen_steps.keras_logdir(tmp_path_factory, markers=False)
-    st = steps.detect_steps(trace.load_host(tracegen_steps.one_file(logdir)))
+def test_real_keras_fit_without_markers_uses_the_train_function(trace_case) -> None:  # type: ignore[no-untyped-def]
+    st = steps.detect_steps(trace.load_host(tracegen_steps.one_file(trace_case("keras_plain"))))
     assert st.detection == "inferred:train_function"
     assert "multi_step_on_iterator" in (st.source or "")
     assert 8 <= len(st) <= 10

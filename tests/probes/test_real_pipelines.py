@@ -1,5 +1,5 @@
-"""Diagnoses of public-style training scripts (issue 19), from traces recorded once per
-session (tests/tracegen_real.py): the verdict, category, stage and fix a person who reads
+"""Diagnoses of public-style training scripts (issue 19), from the recorded traces of
+tests/tracegen_real.py's cases: the verdict, category, stage and fix a person who reads
 the script would give, and the next moves for a compute-bound step."""
 
 from __future__ import annotations

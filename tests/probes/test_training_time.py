@@ -8,9 +8,9 @@ import pytest
 from tftune.core.errors import UserError
 from tftune.core.training import TrainingTime
 from tftune.probes.live.clock import StepRecord
+from tftune.probes.live.clock_events import EpochStart, decode_event
 from tftune.probes.live.training_record import training_time_of
 from tftune.probes.live.training_time import (
-    EpochStart,
     PassTimeline,
     drained_prefix,
     dry_steps,
@@ -314,11 +314,11 @@ def _one_unknown_epoch(
 ) -> tuple[PassTimeline, list[StepRecord]]:
     """One epoch start seen, of a dataset whose length tf.data does not know (a text
     reader): its first element waits `stall_ms` more, then 40 steps of 10 ms."""
-    from tftune.probes.live.clock import ClockEvent
+    import json
 
     timeline = PassTimeline(epoch_examples=epoch_examples)
     payload = {"stream": 1, "at_ns": 0, "cardinality": cardinality, "chain": chain}
-    timeline.event(ClockEvent("epoch", payload))
+    timeline.event(decode_event(f"E epoch {json.dumps(payload)}"))  # as the child writes it
     first = StepRecord(1, 9 * MS, int((10 + stall_ms) * MS), 8)  # waits stall_ms + 1
     return timeline, [first, *_steps(first.deliver_ns, 40, 10, 1)]
 

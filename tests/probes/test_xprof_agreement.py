@@ -46,12 +46,12 @@ def test_step_time_and_input_share_agree_with_xprof(trace_case, case: str) -> No
     )
 
 
-def test_where_xprof_sees_no_steps_we_still_do(trace_case, tmp_path_factory) -> None:  # type: ignore[no-untyped-def]
+def test_where_xprof_sees_no_steps_we_still_do(trace_case) -> None:  # type: ignore[no-untyped-def]
     # No markers at all, and Keras 3's own "Profiled batch" markers: XProf finds no
     # step ("No step marker observed" / "No step time measured"); we infer or use them.
     for path in (
         tracegen_steps.one_file(trace_case("steps_nomarkers")),
-        tracegen_steps.one_file(tracegen_steps.keras_logdir(tmp_path_factory)),
+        tracegen_steps.one_file(trace_case("keras_markers")),
     ):
         xp = xprof_input_pipeline([path])
         assert not xp.steps

@@ -246,6 +246,16 @@ def test_tuning_page_without_optional_parts_says_so() -> None:
     assert "Ceiling not measured" in visible
 
 
+def test_the_page_says_why_importances_are_withheld() -> None:
+    data = load("tuning_latency.json")
+    data["importances"] = {}
+    data["importances_withheld"] = "3 complete trials; importance is estimated from 10 on"
+    visible = text_of(tuning(data))
+    assert "Importances not measured (3 complete trials; importance is estimated from 10 on)" in (
+        visible
+    )
+
+
 def test_a_ceiling_of_zero_is_no_bound_to_compare_with() -> None:
     data = load("tuning_latency.json")
     data["ceiling"].update(ceiling_examples_per_s=0, model_only_examples_per_s=0)

@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, requires_tf
 
-from tftune.tuner.fixes.precision import (
-    FINDING_PREFIX,
-    FLOAT32_OUTPUT_FIX,
-    check_output_layer,
-    output_findings,
-    recommendation,
-)
+from tftune.core.trial_notes import FINDING_PREFIX, FLOAT32_OUTPUT_FIX, OutputPrecisionFinding
+from tftune.tuner.fixes.precision import check_output_layer, recommendation
 from tftune.tuner.searchspace.config import Config
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -88,12 +83,17 @@ def test_float32_policy_has_no_finding() -> None:
 
 
 def test_recommendation_only_with_a_16bit_winner_and_a_finding() -> None:
-    note = f"{FINDING_PREFIX}the output layer 'probs' (Dense) ...; {FLOAT32_OUTPUT_FIX}"
-    assert output_findings(["other note", note]) == [note]
-    advice = recommendation("mixed_bfloat16", [note])
-    assert advice is not None and advice.startswith("mixed_bfloat16 is recommended only")
-    assert FLOAT32_OUTPUT_FIX in advice
-    assert recommendation("off", [note]) is None
+    found = OutputPrecisionFinding("probs", "Dense", "bfloat16", "the loss", None)
+    assert found.message() == (
+        f"{FINDING_PREFIX}the output layer 'probs' (Dense) computes in bfloat16 before the "
+        f"loss; {FLOAT32_OUTPUT_FIX}"
+    )
+    advice = recommendation("mixed_bfloat16", [found])
+    assert advice == (
+        "mixed_bfloat16 is recommended only together with a float32 output layer: "
+        + found.message().removeprefix(FINDING_PREFIX)
+    )
+    assert recommendation("off", [found]) is None
     assert recommendation("mixed_float16", []) is None
 
 
@@ -131,12 +131,14 @@ def test_trial_under_a_16bit_policy_reports_the_output_layer(tmp_path: Path) -> 
         results[name] = run_trial(script, [], policy, spec, cwd=tmp_path)
     f16, f32 = results["f16"], results["f32"]
     assert f16.state is TrialState.COMPLETE, f16.reason
-    (finding,) = output_findings(f16.notes)
-    assert "'dense_1' (Dense) computes in float16 under mixed_float16 before its softmax" in (
-        finding
+    # The child sent the finding as a typed event; the trial keeps it and its words.
+    (finding,) = f16.findings
+    assert finding == OutputPrecisionFinding(
+        "dense_1", "Dense", "float16", "softmax", "mixed_float16"
     )
+    assert finding.message() in f16.notes
     assert f32.state is TrialState.COMPLETE, f32.reason
-    assert output_findings(f32.notes) == []
+    assert f32.findings == () and not any(FINDING_PREFIX in n for n in f32.notes)
 
 
 @requires_tf
@@ -163,11 +165,12 @@ def test_optimize_recommends_16bit_only_with_a_float32_output(tmp_path: Path) ->
     import tftune
     from tftune.testing import FakeRunner, Figures
 
-    finding = f"{FINDING_PREFIX}the output layer 'dense_1' (Dense) ...; {FLOAT32_OUTPUT_FIX}"
+    found = OutputPrecisionFinding("dense_1", "Dense", "float16", "softmax", "mixed_float16")
+    finding = found.message()
 
     def script(config: Config) -> float | Figures:
         if config.mixed_precision == "mixed_float16":
-            return Figures(200.0, notes=(finding,))
+            return Figures(200.0, findings=(found,))
         return 100.0
 
     space = tmp_path / "space.json"

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from tftune.probes.live.clock import (
-    ClockEvent,
     ClockReader,
     ClockWriter,
     StepRecord,
-    parse_line,
+    decode_line,
     percentile,
     spread,
 )
+from tftune.probes.live.clock_events import ClockLineError, NanSeen
 from tftune.probes.live.nvml import GpuFigures, GpuSample, NotMeasured, NvmlSampler, NvmlUnavailable
 from tftune.probes.live.training_time import PassTimeline
 
@@ -33,17 +33,25 @@ def test_writer_and_reader_round_trip_with_partial_lines(tmp_path: Path) -> None
     assert first == [StepRecord(1, 10 * MS, 12 * MS, 32)]
     with open(path, "a") as fh:
         fh.write("000000 21000000 8\n")
-    writer.event("nan", value=float("nan"))
+    writer.event(NanSeen("loss", float("inf")))
     rest = reader.poll()
-    assert rest[0] == StepRecord(1, 20 * MS, 21 * MS, 8)
-    assert isinstance(rest[1], ClockEvent) and rest[1].kind == "nan"
-    assert reader.poll() == []
+    assert rest == [StepRecord(1, 20 * MS, 21 * MS, 8), NanSeen("loss", float("inf"))]
+    assert reader.poll() == [] and reader.skipped == 0
     writer.close()
 
 
-@pytest.mark.parametrize("line", ["", "S", "S 1 2", "S a b c d", "X 1 2 3 4", "E"])
-def test_malformed_lines_are_skipped(line: str) -> None:
-    assert parse_line(line) is None or isinstance(parse_line(line), ClockEvent)
+@pytest.mark.parametrize(
+    "line", ["", "S", "S 1 2", "S a b c d", "S 1 2 3 4 5", "X 1 2 3 4", "E", "E nan", "E nan {"]
+)
+def test_malformed_lines_raise_and_the_reader_skips_them(line: str, tmp_path: Path) -> None:
+    """Decoding is strict; the reader skips a line that does not decode and counts it."""
+    with pytest.raises(ClockLineError):
+        decode_line(line)
+    path = tmp_path / "clock.txt"
+    path.write_text(f"S 1 2 3 4\n{line}\nS 1 5 6 4\n")
+    reader = ClockReader(str(path))
+    assert reader.poll() == [StepRecord(1, 2, 3, 4), StepRecord(1, 5, 6, 4)]
+    assert reader.skipped == 1 and reader.first_skipped is not None
 
 
 def test_window_stats_step_aligned() -> None:

@@ -31,10 +31,35 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 from tftune.probes.live.clock import ClockWriter
+from tftune.probes.live.clock_events import (
+    ChildNotes,
+    CpuMeasured,
+    LossSamples,
+    NanSeen,
+    OptimizerBuilt,
+    OutputLayerFound,
+    ProfileDone,
+    ProfileFailed,
+    ScriptFinished,
+    ScriptRaised,
+    ScriptStarted,
+    StreamFound,
+    TrainingFound,
+    encode_event,
+)
+from tftune.tuner.child.discovery_events import (
+    CompileFound,
+    DiscoveryEvent,
+    ElementCounts,
+    FitFound,
+    KerasImported,
+    PipelineIterated,
+    SiteFound,
+    StepFunctionFound,
+)
 from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.patcher import Patcher
@@ -94,9 +119,10 @@ def _alive(pid: str) -> bool:
 
 
 class _Discovery:
-    """Appends each call site, each iterated dataset and its stream to a JSON-lines file,
-    and leaves once a stream is training (`roles`): the pipeline that trains is built by
-    then, and counting loops, peeks and `adapt` before it were seen on the way."""
+    """Appends each call site, each iterated dataset and its stream to a file, as typed
+    events (`discovery_events`), and leaves once a stream is training (`roles`): the
+    pipeline that trains is built by then, and counting loops, peeks and `adapt` before
+    it were seen on the way."""
 
     def __init__(self, path: str) -> None:
         self._fh = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
@@ -105,20 +131,13 @@ class _Discovery:
         self._written = 0.0
 
     def site(self, call: SiteCall) -> None:
-        row: dict[str, Any] = {
-            "kind": "site",
-            "site": call.site,
-            "op": call.op,
-            "function": call.function,
-        }
-        row["as_written"] = call.as_written.to_json()
-        self._write(row)
+        self._write(SiteFound(call))
 
     def iterate(self, info: IterationInfo) -> None:
-        self._write({"kind": "iterate", **asdict(info)})
+        self._write(PipelineIterated(info))
 
     def stream(self, stream: int, site: str | None, place: str | None) -> None:
-        self._write({"kind": "stream", "stream": stream, "site": site, "place": place})
+        self._write(StreamFound(stream, site, place))
 
     def records(self, stream: int, rows: list[tuple[int, int, int]]) -> None:
         """Element counts per stream, written at most once a second (for the message
@@ -128,37 +147,37 @@ class _Discovery:
             if time.monotonic() - self._written < 1.0:
                 return
             self._written = time.monotonic()
-            counts = dict(self._elements)
-        self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
+            counts = tuple(sorted(self._elements.items()))
+        self._write(ElementCounts(counts))
 
     def started(self, at_ns: int) -> None:
-        self._write({"kind": "started", "at_ns": at_ns})
+        self._write(ScriptStarted(at_ns))
 
     def training(self, stream: int, how: str) -> None:
         with self._lock:
-            counts = dict(self._elements)
-        self._write({"kind": "elements", "counts": {str(k): v for k, v in counts.items()}})
-        row = {"kind": "training", "stream": stream, "how": how, "at_ns": time.time_ns()}
-        self._write(row)
+            counts = tuple(sorted(self._elements.items()))
+        self._write(ElementCounts(counts))
+        self._write(TrainingFound(stream, how, time.time_ns()))
         # Discovery never needs the script to train on: leave at once, without atexit
         # handlers or TF's teardown.
         os._exit(EXIT_DISCOVERY_DONE)
 
     def keras(self, name: str) -> None:
-        self._write({"kind": "keras", "module": name})
+        self._write(KerasImported(name))
 
     def fit(self, call: FitCall) -> None:
-        self._write({"kind": "fit", **call.to_json()})
+        self._write(FitFound(call))
 
     def compile(self, call: CompileCall) -> None:
-        self._write({"kind": "compile", **call.to_json()})
+        self._write(CompileFound(call))
 
     def step_function(self, step: StepFunction) -> None:
-        self._write({"kind": "step_function", **step.to_json()})
+        self._write(StepFunctionFound(step))
 
-    def _write(self, row: dict[str, Any]) -> None:
+    def _write(self, event: DiscoveryEvent) -> None:
+        line = encode_event(event)
         with self._lock:
-            self._fh.write(json.dumps(row) + "\n")
+            self._fh.write(line)
             self._fh.flush()
 
 
@@ -202,9 +221,9 @@ class _Profiler:
             tf.profiler.experimental.stop()
             self._write_sites()
             last = min(self.step, self.stop) - 1  # the last step whose marker was closed
-            self.writer.event("profile_done", logdir=self.logdir, first=self.start, last=last)
+            self.writer.event(ProfileDone(self.logdir, self.start, last))
         except Exception as exc:
-            self.writer.event("profile_failed", error=f"{type(exc).__name__}: {exc}")
+            self.writer.event(ProfileFailed(f"{type(exc).__name__}: {exc}"))
 
     def _write_sites(self) -> None:
         """The call sites beside the trace, in the run's folder: `tftune analyze` names a
@@ -218,7 +237,7 @@ class _Profiler:
         try:
             write_sites(run_dir, self.script, recorded, tf_version=_tf_version())
         except Exception as exc:  # never fail a written profile over it
-            self.writer.event("notes", notes=[f"call sites not recorded: {exc}"])
+            self.writer.event(ChildNotes((f"call sites not recorded: {exc}",)))
 
     def on_request(self, stream: int) -> None:
         import tensorflow as tf
@@ -261,22 +280,13 @@ def _wire(
     at = spec.get("training_at")
     patcher.training_at = (at[0], at[1]) if isinstance(at, list) and len(at) == 2 else None
     if writer is not None:
-        hooks.on_nan = lambda what, value: writer.event("nan", what=what, value=value)
-        hooks.on_finding = lambda text: writer.event("notes", notes=[text])
-        hooks.on_cpu = lambda usage: writer.event("cpu", **usage.to_json())
-        hooks.on_stream = lambda n, site, place: writer.event(
-            "stream", stream=n, site=site, place=place
-        )
-        hooks.on_training = lambda n, how: writer.event("training", stream=n, how=how)
-        hooks.on_epoch = lambda made: writer.event(
-            "epoch",
-            stream=made.stream,
-            at_ns=made.at_ns,
-            cardinality=made.cardinality,
-            rebuilt=made.rebuilt,
-            chain=[s.to_json() for s in made.chain] if made.chain is not None else None,
-        )
-        hooks.on_start = lambda at: writer.event("started", at_ns=at)
+        hooks.on_nan = lambda what, value: writer.event(NanSeen(what, float(value)))
+        hooks.on_finding = lambda finding: writer.event(OutputLayerFound(finding))
+        hooks.on_cpu = lambda usage: writer.event(CpuMeasured(usage))
+        hooks.on_stream = lambda n, site, place: writer.event(StreamFound(n, site, place))
+        hooks.on_training = lambda n, how: writer.event(TrainingFound(n, how))
+        hooks.on_epoch = writer.event
+        hooks.on_start = lambda at: writer.event(ScriptStarted(at))
     if mode == "discover":
         discovery = _Discovery(spec["discovery_file"])
         hooks.on_site = discovery.site
@@ -294,15 +304,12 @@ def _wire(
         hooks.on_records = writer.records
         patcher.instrument_clock = True
         patcher.losses = LossLog()
-        hooks.on_losses = lambda samples, places, unread: writer.figures(
-            "loss",
-            t=[ns for ns, _, _ in samples],
-            v=[v for _, v, _ in samples],
-            p=[p for _, _, p in samples],
-            places=places,
-            unread=unread,
+        hooks.on_losses = lambda samples, places, unread: writer.event(
+            LossSamples(
+                tuple((int(ns), float(v), int(p)) for ns, v, p in samples), tuple(places), unread
+            )
         )
-        hooks.on_optimizer = lambda seen: writer.event("optimizer", **seen.to_json())
+        hooks.on_optimizer = lambda seen: writer.event(OptimizerBuilt(seen))
     elif mode == "profile" and writer is not None:
         prof = spec["profile"]
         profiler = _Profiler(
@@ -353,11 +360,12 @@ def main() -> None:
             where = f"{tb[-1].filename}:{tb[-1].lineno}" if tb else None
             message = str(exc).strip().splitlines()
             writer.event(
-                "exception",
-                type=type(exc).__name__,
-                bases=[c.__name__ for c in type(exc).__mro__],
-                message=message[0][:500] if message else "",
-                where=where,
+                ScriptRaised(
+                    type(exc).__name__,
+                    tuple(c.__name__ for c in type(exc).__mro__),
+                    message[0][:500] if message else "",
+                    where,
+                )
             )
         raise
     finally:
@@ -365,12 +373,12 @@ def main() -> None:
         if profiler is not None:
             profiler.finish()
         if writer is not None and hooks.notes:
-            writer.event("notes", notes=hooks.notes)
+            writer.event(ChildNotes(tuple(hooks.notes)))
         if writer is not None:
             # The script is done; interpreter and TensorFlow teardown can take seconds,
             # which the parent must not mistake for a stall.
             code = exit_code if isinstance(exit_code, int) or exit_code is None else 1
-            writer.event("finished", code=code or 0)
+            writer.event(ScriptFinished(int(code or 0)))
         if mode == "measure":
             _leave_now(exit_code)
         elif exit_code == 1:  # the script raised: its handlers run, TF's teardown does not

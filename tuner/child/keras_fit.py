@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from types import FrameType, ModuleType
 from typing import Any
 
+from tftune.probes.live.clock_events import EpochStart
 from tftune.tuner.child.compute import (
     compile_arguments,
     compile_call,
@@ -34,7 +35,7 @@ from tftune.tuner.child.datasets import DatasetOps
 from tftune.tuner.child.learning_rate import patch_optimizers
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
-from tftune.tuner.child.state import EpochMade, Hooks
+from tftune.tuner.child.state import Hooks
 from tftune.tuner.fixes.rewrites import LOOP_FIT, LOOP_FIT_STEPS
 
 
@@ -230,7 +231,7 @@ def epoch_started(dataset: Any, length: Any, hooks: Hooks) -> None:
     stream = getattr(dataset, "_tftune_stream_no", None)
     if stream is not None and hooks.on_epoch is not None:
         size = int(length) if isinstance(length, int) else -2
-        hooks.on_epoch(EpochMade(int(stream), time.time_ns(), size, False, None))
+        hooks.on_epoch(EpochStart(int(stream), time.time_ns(), size, False, None))
 
 
 def _epoch_callback(base: type, arguments: Mapping[str, Any], hooks: Hooks) -> Any:
@@ -287,6 +288,6 @@ def _report_output_precision(model: Any, hooks: Hooks) -> None:
     if finding is None:
         return
     if hooks.on_finding is not None:
-        hooks.on_finding(finding.message())
+        hooks.on_finding(finding)
     else:  # tftune run / tftune.apply: tell the user directly
         print(f"tftune: warning: {finding.message()}", file=sys.stderr)

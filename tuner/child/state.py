@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
 from tftune.core.learning import OptimizerSeen
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.probes.advice.service_sizing import CpuUsage
+from tftune.probes.live.clock_events import EpochStart
 from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.nanwatch import _WeightWatch
@@ -57,19 +59,6 @@ class IterationInfo:
     loop: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class EpochMade:
-    """A new iterator over a stream's dataset, made eagerly: an epoch starts."""
-
-    stream: int
-    at_ns: int  # the child's wall clock just before it was made (the step clock's)
-    cardinality: int  # the dataset's elements: -1 infinite, -2 unknown
-    rebuilt: bool  # over a dataset other than the stream's last one (built anew)
-    # The pipeline as the script built it, source first: with a stream's first epoch
-    # and with a rebuilt one (`lineage.pipeline_chain`), else None.
-    chain: tuple[PipelineStage, ...] | None = None
-
-
 @dataclass(slots=True)
 class Hooks:
     """What the patched functions call back into (discovery recorder, step clock...)."""
@@ -85,7 +74,7 @@ class Hooks:
     on_nan: Callable[[str, float], None] | None = None
     # A finding about the script as it runs (e.g. a 16-bit output layer), reported at
     # once: a measured trial is stopped by a signal, before any end-of-run hook.
-    on_finding: Callable[[str], None] | None = None
+    on_finding: Callable[[OutputPrecisionFinding], None] | None = None
     # What a pipeline drained alone used (`probes.advice.service_sizing.CpuMeter`), as it goes.
     on_cpu: Callable[[CpuUsage], None] | None = None
     # A new stream: (stream, the call site that built its dataset, the place that
@@ -95,7 +84,7 @@ class Hooks:
     # A new iterator over a stream's dataset, made eagerly (an epoch of Keras `fit`, a
     # `for` loop's start, an `iter()`). The parent spreads each epoch's first-step stall
     # over the epoch and names its cause (`probes.live.training_time`, `probes.live.epoch_stall`).
-    on_epoch: Callable[[EpochMade], None] | None = None
+    on_epoch: Callable[[EpochStart], None] | None = None
     # The script's first line is about to run: the child's wall clock in ns (its preamble,
     # up to the first training step, is timed from here).
     on_start: Callable[[int], None] | None = None

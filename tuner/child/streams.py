@@ -21,6 +21,7 @@ from dataclasses import replace
 from types import FrameType
 from typing import Any
 
+from tftune.probes.live.clock_events import EpochStart
 from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.datasets import (
     DatasetOps,
@@ -34,7 +35,7 @@ from tftune.tuner.child.lineage import describe, is_per_device, pipeline_chain
 from tftune.tuner.child.rewrite_apply import EpochView, epoch_view, finite_length
 from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_spec, unscreenable
 from tftune.tuner.child.service_read import distribute_at_cut
-from tftune.tuner.child.state import EpochMade, IterationInfo
+from tftune.tuner.child.state import IterationInfo
 from tftune.tuner.child.step_clock import StepClock
 from tftune.tuner.fixes.rewrites import LOOP_EAGER, LOOP_GRAPH, LOOP_OTHER
 from tftune.tuner.searchspace import bounds
@@ -160,7 +161,7 @@ class Streams(DatasetOps, StepClock):
         first = stream not in self._epochs_seen
         self._epochs_seen.add(stream)
         chain = self._chains.get(stream) if first or rebuilt else None
-        on_epoch(EpochMade(stream, made_ns, _cardinality(dataset), rebuilt, chain))
+        on_epoch(EpochStart(stream, made_ns, _cardinality(dataset), rebuilt, chain))
 
     def epoch_view_of(self, ds: Any, make: Callable[[Any], Any]) -> EpochView | None:
         """The one-iterator rewrite (`Config.one_iterator`) of a loop that iterates `ds`
@@ -178,7 +179,7 @@ class Streams(DatasetOps, StepClock):
         if view.reused:
             stream = getattr(view.iterator, "_tftune_stream", None)
             if stream is not None and self.hooks.on_epoch is not None:
-                self.hooks.on_epoch(EpochMade(int(stream), made_ns, length, False, None))
+                self.hooks.on_epoch(EpochStart(int(stream), made_ns, length, False, None))
         return view
 
     def distributed_made(self, stream: int, source: Any) -> None:

@@ -7,42 +7,23 @@ logits: losses go to NaN/inf, or accuracy silently drops. The fix is one argumen
 output layer: ``Dense(..., dtype="float32")`` (or a final float32 ``Activation``).
 
 `check_output_layer(model)` inspects a built Keras model (duck-typed: nothing is imported
-here) and returns a finding when an output is 16-bit. The child bootstrap runs it at the
-start of ``fit`` (tuner.child.keras_fit); the finding travels to the parent as a trial note
-starting with `FINDING_PREFIX`, and `tftune optimize` then recommends mixed precision
-only together with the float32 output layer.
+here) and returns a finding (`core.trial_notes.OutputPrecisionFinding`) when an output is
+16-bit. The child bootstrap runs it at the start of ``fit`` (tuner.child.keras_fit); the
+finding travels to the parent as a typed child event (`probes.live.clock_events.OutputLayerFound`),
+is kept with the trial, and `tftune optimize` then recommends mixed precision only
+together with the float32 output layer (`recommendation`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
+from tftune.core.trial_notes import OutputPrecisionFinding
+
 LOW_PRECISION = frozenset({"float16", "bfloat16"})
-FLOAT32_OUTPUT_FIX = 'keep the output layer in float32: `Dense(..., dtype="float32")`'
-FINDING_PREFIX = "mixed precision: "
 SIXTEEN_BIT_POLICIES = frozenset({"mixed_float16", "mixed_bfloat16"})
 _SQUASHING = ("softmax", "log_softmax", "sigmoid")
-
-
-@dataclass(frozen=True, slots=True)
-class OutputPrecisionFinding:
-    """An output layer that computes in 16 bits before a softmax/sigmoid or the loss."""
-
-    layer: str  # the layer's name
-    layer_type: str  # its class, e.g. Dense
-    compute_dtype: str  # float16 | bfloat16
-    before: str  # "softmax", "sigmoid", ... or "the loss"
-    policy: str | None  # the layer's dtype policy name, e.g. mixed_float16
-
-    def message(self) -> str:
-        under = f" under {self.policy}" if self.policy else ""
-        what = f"its {self.before}" if self.before != "the loss" else "the loss"
-        return (
-            f"{FINDING_PREFIX}the output layer {self.layer!r} ({self.layer_type}) computes "
-            f"in {self.compute_dtype}{under} before {what}; {FLOAT32_OUTPUT_FIX}"
-        )
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -100,16 +81,11 @@ def check_output_layer(model: Any) -> OutputPrecisionFinding | None:
     return None
 
 
-def output_findings(notes: Iterable[str]) -> list[str]:
-    """The output-layer findings among a trial's notes."""
-    return [n for n in notes if n.startswith(FINDING_PREFIX) and FLOAT32_OUTPUT_FIX in n]
-
-
-def recommendation(policy: str, findings: Sequence[str]) -> str | None:
+def recommendation(policy: str, findings: Sequence[OutputPrecisionFinding]) -> str | None:
     """The note that goes with a 16-bit winner whose output layer computes in 16 bits."""
     if policy not in SIXTEEN_BIT_POLICIES or not findings:
         return None
     return (
         f"{policy} is recommended only together with a float32 output layer: "
-        f"{findings[0].removeprefix(FINDING_PREFIX)}"
+        f"{findings[0].finding()}"
     )

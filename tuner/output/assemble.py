@@ -50,6 +50,7 @@ from tftune.tuner.searchspace.bounds import Ceiling
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.searchspace.space import SearchSpace, format_value
 from tftune.tuner.study import Role, StudyOutcome, TrialRecord
+from tftune.tuner.study.best import outcome_best, remeasured
 from tftune.tuner.trial.discovery import Discovery
 
 
@@ -98,8 +99,8 @@ def _baseline(outcome: StudyOutcome, r: TrialRecord | None) -> BaselineRun | Non
     """A baseline's trial figures, with its final-round figure as ``confirmed``."""
     if r is None:
         return None
-    again = outcome.remeasured(r)
-    return BaselineRun(_rate(r), _rate(again) if again is not None and again is not r else None)
+    again = remeasured(r, outcome.final)
+    return BaselineRun(_rate(r), _rate(again) if again is not r else None)
 
 
 def _round(x: float | None, nd: int = 2) -> float | None:
@@ -118,16 +119,10 @@ def best_config_with_metrics(outcome: StudyOutcome, command: str) -> Config:
         "measured": _metrics(outcome.best),
         "confirmed": _metrics(outcome.confirm),
         "as_written": _metrics(aw),
-        "speedup_vs_as_written": _speedup(tuned_record(outcome), outcome.remeasured(aw)),
+        "speedup_vs_as_written": outcome_best(outcome).speedup,
         "noise": "spread = (max - min) / median of the repeat windows' examples/s",
     }
     return replace(outcome.best_config, meta=meta)
-
-
-def _speedup(r: TrialRecord | None, base: TrialRecord | None) -> float | None:
-    if r is None or base is None or not r.examples_per_s or not base.examples_per_s:
-        return None
-    return round(r.examples_per_s / base.examples_per_s, 3)
 
 
 def write_json_atomic(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -204,6 +199,9 @@ def tuning_document(
         instability=outcome.instability,
         learning=outcome.learning if outcome.learning is not None else ABSENT,
         importances=tuple(outcome.importances.items()),
+        importances_withheld=(
+            outcome.importances_withheld if outcome.importances_withheld is not None else ABSENT
+        ),
         study=StudyInfo(outcome.study_name, outcome.storage, seed),
         command=command,
         diff=diff,
@@ -223,9 +221,7 @@ def _best(outcome: StudyOutcome, config_file: str, requires: str | None) -> Best
         description=outcome.best.description,
         role=outcome.best.role.value,
         confirmed=_rate(outcome.confirm) if outcome.confirm is not None else None,
-        speedup_vs_as_written=_speedup(
-            tuned_record(outcome), outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
-        ),
+        speedup_vs_as_written=outcome_best(outcome).speedup,
         requires=(requires,) if requires is not None else ABSENT,
     )
 
@@ -246,13 +242,13 @@ def _searched(space: SearchSpace) -> SearchedSpace:
 def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: RunFacts) -> WholeRun:
     """What the whole run adds: the break-even at its wall time, why the search stopped,
     what was measured as training, its record and findings."""
-    aw = outcome.remeasured(outcome.baselines.get(Role.AS_WRITTEN))
+    best = outcome_best(outcome)
     kept = outcome.best.role is Role.AS_WRITTEN
     return WholeRun(
         break_even=break_even(
             wall_s,
-            aw.examples_per_s if aw is not None else None,
-            None if kept else tuned_record(outcome).examples_per_s,
+            best.as_written.examples_per_s if best.as_written is not None else None,
+            None if kept else best.figure.examples_per_s,
         ),
         stop_reason=outcome.stop_reason,
         training=run.training,
@@ -281,8 +277,3 @@ def run_training(found: Discovery, outcome: StudyOutcome) -> TrainingFacts:
         as_written=aw.training if aw is not None and aw.training else None,
         tuned=best.training if best.training and best.role is not Role.AS_WRITTEN else None,
     )
-
-
-def tuned_record(outcome: StudyOutcome) -> TrialRecord:
-    """The winner's honest figure: from the final round where it ran, else its trial's."""
-    return outcome.remeasured(outcome.best) or outcome.best

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.run_record import Record
-from tftune.tuner.fixes.precision import output_findings, recommendation
+from tftune.core.trial_notes import OutputPrecisionFinding
+from tftune.tuner.fixes.precision import recommendation
 from tftune.tuner.fixes.rewrite_check import RewritePlan
 from tftune.tuner.output import assemble, emit
 from tftune.tuner.searchspace.config import save_config
@@ -32,7 +33,7 @@ class WinnerFiles:
     command: str
     diff: str
     snippet: str
-    findings: list[str]
+    findings: tuple[OutputPrecisionFinding, ...]  # every run's, once each, by their words
     advice: str | None
 
 
@@ -51,14 +52,17 @@ def emit_winner(
     builds the diff of the user's lines and the snippet of what no line holds."""
     # Mixed precision with a 16-bit output layer: recommended only with the fix.
     runs = [*outcome.records, *([outcome.confirm] if outcome.confirm is not None else [])]
-    findings = sorted({f for r in runs for f in output_findings(r.notes)})
+    findings = tuple(sorted({f for r in runs for f in r.findings}, key=lambda f: f.message()))
     advice = recommendation(outcome.best_config.mixed_precision or "off", findings)
     if advice is not None:
         note(advice)
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
     best = assemble.best_config_with_metrics(outcome, command)
-    extra: dict[str, Any] = {"record": record.to_json(), "findings": findings}
+    extra: dict[str, Any] = {
+        "record": record.to_json(),
+        "findings": [f.message() for f in findings],
+    }
     if advice is not None:
         extra["notes"] = [advice]
     save_config(replace(best, meta={**best.meta, **extra}), best_path)

@@ -224,6 +224,10 @@ def _short(name: str) -> str:
 
 
 def format_value(v: KnobValue) -> str:
+    """A knob's value as the tuning JSON writes it (its space and trials): ``AUTOTUNE``
+    spelled out, ``None`` (tftune sets nothing) as `core.vocabulary.KNOB_AS_WRITTEN_JSON`.
+    In words (`value_words`): what the reports, `tftune status` and the knob attributes
+    optuna-dashboard shows say."""
     if v == AUTOTUNE and not isinstance(v, bool):
         return AUTOTUNE_JSON
     if v is None:

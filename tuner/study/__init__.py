@@ -16,6 +16,8 @@ for itself. Modules, by job (each one imports only those above it):
   `batch_limits`: batch sizes the script cannot take;
 - `baselines`: as written, AUTOTUNE, the heuristic and the guided guess;
 - `gains`: what counts as a gain, and the noise it must clear;
+- `best`: the best result (winner, figure, speed-up) by one rule for `tftune optimize`
+  and `tftune status`, and the decision stored in the study;
 - `stopping`: when the search is done (``--trials auto``), and trials that need no run;
 - `ladder`: where a new best points past itself, the next rung;
 - `round_plan`, `winner`: the final round's runs; the winner, chosen from that round,

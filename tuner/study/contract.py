@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tftune.core.learning import LearningCheck, LossCurve, OptimizerSeen
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.option_defaults import AUTO_TRIALS as AUTO_TRIALS
 from tftune.tuner.option_defaults import DEFAULT_SEED as DEFAULT_SEED
@@ -33,6 +34,14 @@ if TYPE_CHECKING:
     from tftune.tuner.measurement import Measurement
     from tftune.tuner.searchspace.config import Config
     from tftune.tuner.searchspace.space import KnobValue
+
+# What the study's objective values are, by objective (the values `objective.store`
+# returns, in order), named in the study for optuna-dashboard (`opening.open_study`).
+METRIC_NAMES: Mapping[Objective, tuple[str, ...]] = {
+    Objective.THROUGHPUT: ("examples/s",),
+    Objective.GPU_UTIL: ("utilization",),
+    Objective.BOTH: ("examples/s", "utilization"),
+}
 
 # ``--trials auto`` (the default, `tuner.options.AUTO_TRIALS`): at most DEFAULT_TRIALS
 # (`tuner.option_defaults`), and the search stops once AUTO_PATIENCE trials in a row gained
@@ -122,6 +131,7 @@ class TrialRecord:
     wall_s: float = 0.0
     feasible: bool = False
     notes: tuple[str, ...] = ()
+    findings: tuple[OutputPrecisionFinding, ...] = ()  # its 16-bit output layers
     stderr_tail: str = ""  # a failed trial's, bounded (`crashes.bounded_tail`)
     crash: CrashSummary | None = None  # what a failed trial's stderr says
     training: TrainingTime | None = None  # how its training time was told apart
@@ -200,7 +210,7 @@ class StudyOutcome:
     best_config: Config
     confirm: TrialRecord | None  # the winner's figure from the final round
     pareto: tuple[TrialRecord, ...]
-    importances: Mapping[str, float]
+    importances: Mapping[str, float]  # empty where withheld
     wall_s: float
     ran_this_session: int
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -212,14 +222,8 @@ class StudyOutcome:
     stop_reason: str = ""
     # The winner's learning check (`study.learning_check`), where it changes batch or precision.
     learning: LearningCheck | None = None
-
-    def remeasured(self, r: TrialRecord | None) -> TrialRecord | None:
-        """`r`'s figure from the final round where it has one (side by side with the
-        winner's), else `r` itself."""
-        if r is None:
-            return None
-        again = next((f for f in self.final if f.number == r.number), None)
-        return again if again is not None and again.state is TrialState.COMPLETE else r
+    # Why there are no importances (`records.importances`), in words; None where there are.
+    importances_withheld: str | None = None
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in TrialState}

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.study.batch_limits import ran_out_hit
 from tftune.tuner.study.contract import (
@@ -32,6 +33,7 @@ from tftune.tuner.study.ladder import LADDER_ATTR, larger_batch
 from tftune.tuner.study.records import (
     CRASH_ATTR,
     FAILED_ATTR,
+    FINDINGS_ATTR,
     SEED_ATTR,
     STDERR_TAIL_ATTR,
     TRAINING_ATTR,
@@ -40,7 +42,13 @@ from tftune.tuner.study.records import (
     dead_values,
 )
 from tftune.tuner.study.stopping import twin_of
-from tftune.tuner.study.storage import INTERRUPTED_ATTR, SKIPPED_ATTR, heartbeat
+from tftune.tuner.study.storage import (
+    HEARTBEAT_ATTR,
+    INTERRUPTED_ATTR,
+    SKIPPED_ATTR,
+    WORKER_ATTR,
+    heartbeat,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -68,6 +76,14 @@ HALVING_FACTOR = 4
 # re-measure no longer leads it so.
 CUT_SHORT_LEAD = 1.5
 REFERENCE_ROLES = frozenset({Role.AUTOTUNE, Role.HEURISTIC})
+# The trial's constraint (<= 0: not slower than the script as written), which TPE reads:
+# Optuna keeps it among the trial's system attributes (`FrozenTrial.constraints`), where a
+# twin reads it back (`reuse_twin`). A study an earlier tftune wrote also holds its value
+# as the user attribute LEGACY_CONSTRAINT_ATTR.
+CONSTRAINT = "not_below_as_written"
+LEGACY_CONSTRAINT_ATTR = "constraint"
+# tftune's own bookkeeping, never a user attribute it writes (nor one a twin copies).
+INTERNAL_ATTRS = frozenset({WORKER_ATTR, HEARTBEAT_ATTR, LEGACY_CONSTRAINT_ATTR})
 
 
 def make_pruner() -> Any:
@@ -116,14 +132,13 @@ def reuse_twin(trial: optuna.Trial, twin: optuna.trial.FrozenTrial) -> float | t
     """End `trial` with `twin`'s measurement (the same config, measured to its end: see
     `stopping.twin_of`) instead of running the script again."""
     for key, value in twin.user_attrs.items():
-        if key != "role":
+        if key != "role" and key not in INTERNAL_ATTRS:
             trial.set_user_attr(key, value)
     trial.set_user_attr(TWIN_ATTR, twin.number)
     trial.set_user_attr("wall_s", 0.0)
-    trial.set_user_attr(
-        "notes", [f"the same config as trial {twin.number}: its measurement is reused"]
-    )
-    trial.set_constraint("not_below_as_written", float(twin.user_attrs.get("constraint", 1.0)))
+    trial.set_user_attr("notes", [ReusedMeasurement(twin.number).text()])
+    value = twin.constraints.get(CONSTRAINT, twin.user_attrs.get(LEGACY_CONSTRAINT_ATTR, 1.0))
+    _constrain(trial, float(value))
     values = twin.values or [0.0]
     return values[0] if len(values) == 1 else (values[0], values[1])
 
@@ -161,11 +176,26 @@ def skip_if_dead(
         (FAILED_ATTR, True),
         ("reason", reason),
         ("feasible", False),
-        ("constraint", 1.0),
     ):
         trial.set_user_attr(key, value)
-    trial.set_constraint("not_below_as_written", 1.0)
+    _constrain(trial, 1.0)
     raise optuna.TrialPruned(reason)
+
+
+def put_knob_words(trial: optuna.Trial, params: Mapping[str, KnobValue]) -> None:
+    """Each knob's sampled value as a user attribute in the words the reports use
+    (`value_words`: ``AUTOTUNE``, ``as written``): optuna-dashboard shows the
+    parameters as Optuna stores them (-1, None), and the parameters themselves stay as
+    they are, so a study resumes with the same distributions."""
+    from tftune.tuner.searchspace.space import value_words
+
+    for name, value in params.items():
+        trial.set_user_attr(name, value_words(value))
+
+
+def _constrain(trial: optuna.Trial, value: float) -> None:
+    """TPE samples around feasible trials only: <= 0 means "not slower than as written"."""
+    trial.set_constraint(CONSTRAINT, value)
 
 
 def prune_guard(
@@ -259,13 +289,12 @@ def store(
         "wall_s": m.wall_s,
         "feasible": feasible,
         "notes": list(m.notes),
-        "constraint": (ref - eps) if (eps is not None and ref is not None) else 1.0,
+        FINDINGS_ATTR: [f.to_json() for f in m.findings],
         TRAINING_ATTR: m.training.to_json() if m.training is not None else None,
     }
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
-    # TPE samples around feasible trials only: <= 0 means "not slower than as written".
-    trial.set_constraint("not_below_as_written", float(attrs["constraint"]))
+    _constrain(trial, float(ref - eps) if (eps is not None and ref is not None) else 1.0)
     if m.state is TrialState.PRUNED:
         raise optuna.TrialPruned(m.reason or "clearly slower than the best so far")
     if m.state is TrialState.FAILED or eps is None:

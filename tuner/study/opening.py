@@ -3,7 +3,8 @@
 The sampler is TPE (multivariate, seeded) and the pruner successive halving
 (`objective.make_pruner`). A resumed study must have been made for the same space and
 script (`space_fingerprint`), or a new --study-name is asked for; what `tftune status`
-reads from storage alone is kept in the study's user attributes. Workers that open a new
+reads from storage alone is kept in the study's user attributes, and its objective values
+are named (`contract.METRIC_NAMES`) for optuna-dashboard. Workers that open a new
 study at the same instant create it once (`open_study`).
 """
 
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ConfigError
-from tftune.tuner.study.contract import Objective, StudySettings
+from tftune.tuner.study.contract import METRIC_NAMES, Objective, StudySettings
 from tftune.tuner.study.objective import make_pruner
 from tftune.tuner.study.rdb import retry_racing
 from tftune.tuner.study.storage import open_storage, study_lock
@@ -89,6 +91,11 @@ def _mark(
             "another search space or script (the script, its arguments, --space or --batch-size "
             "changed); pick a new --study-name"
         )
+    names = list(METRIC_NAMES[settings.objective])
+    if study.metric_names != names:  # optuna-dashboard's axis and column names
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna calls it experimental
+            study.set_metric_names(names)
     for key, value in (
         ("n_trials", settings.n_trials),
         ("objective", settings.objective.value),

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tftune.core.failures import CrashSummary
 from tftune.core.training import TrainingTime
+from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
-from tftune.tuner.study.contract import Objective, Role, TrialRecord
+from tftune.tuner.study.contract import Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR
 from tftune.tuner.trial.crashes import Run, find_instability
 
@@ -44,13 +45,25 @@ DEAD_AFTER = 2
 STDERR_TAIL_ATTR = "stderr_tail"
 # A trial that reused the measurement of this earlier one (the same config).
 TWIN_ATTR = "twin_of"
+# A trial's output-layer findings (`core.trial_notes.OutputPrecisionFinding`), as JSON.
+FINDINGS_ATTR = "findings"
 # A search trial enqueued from the pipeline screen carries its rank here.
 SEED_ATTR = "screen_seed"
 CRASH_ATTR = "crash"
 TRAINING_ATTR = "training"
+# Parameter importance (PED-ANOVA, `importances`) compares the knob values of the best
+# complete trials with those of all of them. Optuna's advice is at least 5 trials in that
+# best group (IMPORTANCE_TOP); with fewer than twice that many complete trials, the best
+# group is half the trials or more, there is hardly a rest to tell it from, and what
+# comes out is noise. So no importance is estimated below MIN_IMPORTANCE_TRIALS, and the
+# reports say why.
+IMPORTANCE_TOP = 5
+MIN_IMPORTANCE_TRIALS = 2 * IMPORTANCE_TOP
 
 
-def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
+def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace | None = None) -> TrialRecord:
+    """`t` as the study reads it back; without the `space` (`tftune status`), with no
+    description."""
     ua = t.user_attrs
     state = OPTUNA_STATES.get(t.state.name, TrialState.FAILED)  # RUNNING: interrupted
     if ua.get(FAILED_ATTR):
@@ -60,7 +73,7 @@ def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         role=Role(ua.get("role", Role.SEARCH.value)),
         state=state,
         params=dict(t.params),
-        description=space.describe(t.params),
+        description=space.describe(t.params) if space is not None else "",
         examples_per_s=ua.get("examples_per_s"),
         utilization=ua.get("utilization"),
         spread=ua.get("spread"),
@@ -71,6 +84,10 @@ def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace) -> TrialRecord:
         wall_s=float(ua.get("wall_s", 0.0)),
         feasible=bool(ua.get("feasible", False)),
         notes=tuple(str(n) for n in ua.get("notes", ())),
+        findings=tuple(
+            OutputPrecisionFinding.from_json(f, source=f"trial {t.number}'s findings")
+            for f in ua.get(FINDINGS_ATTR, ())
+        ),
         stderr_tail=str(ua.get(STDERR_TAIL_ATTR) or ""),
         crash=_stored(t, CRASH_ATTR, CrashSummary.from_json),
         training=_stored(t, TRAINING_ATTR, TrainingTime.from_json),
@@ -175,23 +192,45 @@ def baselines_of(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     return list(out.values())
 
 
-def importances(study: optuna.Study, objective: Objective) -> dict[str, float]:
-    """Parameter importances (PED-ANOVA: needs no scikit-learn, unlike fANOVA), or
-    empty when too few trials completed."""
+def importances(study: optuna.Study) -> tuple[dict[str, float], str | None]:
+    """(parameter importances, why there are none): PED-ANOVA (it needs no scikit-learn,
+    unlike fANOVA) over the knobs that varied among the complete trials, from
+    MIN_IMPORTANCE_TRIALS complete trials on; else no importances, and why in words."""
     import optuna
 
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if len(complete) < 3 or not complete[0].params:
-        return {}
+    n = len(complete)
+    if n < MIN_IMPORTANCE_TRIALS:
+        return {}, (
+            f"{n} complete trial{'' if n == 1 else 's'}; importance is estimated from "
+            f"{MIN_IMPORTANCE_TRIALS} on, where the best {IMPORTANCE_TOP} can be told from "
+            "the rest"
+        )
+    varied = varied_knobs(complete)
+    if not varied:
+        return {}, f"no knob took more than one value among the {n} complete trials"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # it warns about the sign we already flipped
             imp = optuna.importance.get_param_importances(
                 study,
-                evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                evaluator=optuna.importance.PedAnovaImportanceEvaluator(
+                    target_quantile=max(0.1, IMPORTANCE_TOP / n)
+                ),
+                params=varied,
                 # PED-ANOVA explains what makes the target *low*; we maximize.
                 target=lambda t: -t.values[0] if t.values else 0.0,
             )
-    except (ImportError, RuntimeError, ValueError, ZeroDivisionError):
-        return {}
-    return {k: round(float(v), 4) for k, v in imp.items()}
+    except (ImportError, RuntimeError, ValueError, ZeroDivisionError) as exc:
+        return {}, f"Optuna could not estimate it ({type(exc).__name__}: {exc})"
+    return {k: round(float(v), 4) for k, v in imp.items()}, None
+
+
+def varied_knobs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[str]:
+    """The knobs that took more than one value among `trials`, by name: a knob that
+    never varied explains nothing, whatever share an estimator gives it."""
+    seen: dict[str, set[str]] = {}
+    for t in trials:
+        for name, value in t.params.items():
+            seen.setdefault(name, set()).add(repr(value))
+    return sorted(name for name, values in seen.items() if len(values) > 1)

@@ -33,10 +33,11 @@ from tftune.core.vocabulary import Phase, TrialState
 from tftune.probes.advice.findings import NOT_THE_LIMIT
 from tftune.tuner.study.baselines import baseline_params, baseline_roles, guided_params
 from tftune.tuner.study.batch_limits import ran_out_batches
+from tftune.tuner.study.best import store_decision
 from tftune.tuner.study.contract import Role, Runner, StudyOutcome, StudySettings, TrialRecord
 from tftune.tuner.study.ladder import next_rungs
 from tftune.tuner.study.learning_check import check_learning
-from tftune.tuner.study.objective import measure_trial, skip_if_dead
+from tftune.tuner.study.objective import measure_trial, put_knob_words, skip_if_dead
 from tftune.tuner.study.opening import open_study
 from tftune.tuner.study.records import (
     SEED_ATTR,
@@ -51,6 +52,7 @@ from tftune.tuner.study.stopping import auto_stop
 from tftune.tuner.study.storage import (
     QUEUED_BY_ATTR,
     booked,
+    enqueue_internal,
     fail_stale_trials,
     finished,
     queued,
@@ -120,6 +122,8 @@ def run_study(
         verdict = check_learning(verdict, recs, aw, runner, space, settings, on_note)
         for note in verdict.notes:
             s.tell(note)
+    if settings.confirm:  # the winner, for `tftune status` (`best.stored_decision`)
+        store_decision(study, verdict.best, verdict.confirm, verdict.final)
     return s.outcome(storage_name, recs, aw, verdict)  # phase 6
 
 
@@ -219,8 +223,9 @@ class Search:
         with self.enqueue_lock():
             latest = [(t.number, t.state) for t in self._as_written_trials()]
             if latest == seen:
-                attrs = {"role": Role.AS_WRITTEN.value, QUEUED_BY_ATTR: queuer()}
-                self.study.enqueue_trial(self.space.as_written_params(), user_attrs=attrs)
+                attrs = {"role": Role.AS_WRITTEN.value}
+                params, by = self.space.as_written_params(), {QUEUED_BY_ATTR: queuer()}
+                enqueue_internal(self.study, params, attrs, by)
         return latest == seen
 
     def as_written_or_raise(self) -> TrialRecord:
@@ -417,6 +422,7 @@ class Search:
             k.name: trial.suggest_categorical(k.name, k.choices)  # type: ignore[misc]
             for k in self.space.knobs
         }
+        put_knob_words(trial, params)
         if role is Role.SEARCH:
             skip_if_dead(trial, self.study.get_trials(deepcopy=False), params, self.settings)
         self.ran += 1
@@ -442,6 +448,7 @@ class Search:
                 learning_rate_scale=verdict.scale.factor,
                 learning_rate_warmup=verdict.scale.warmup_steps or None,
             )
+        imp, withheld = importances(self.study)
         kind = next(
             (
                 str(t.user_attrs["utilization_kind"])
@@ -463,7 +470,8 @@ class Search:
             final=verdict.final,
             instability=find_instability([*trial_runs(done), *final_runs(verdict.runs, aw)]),
             pareto=pareto_front([r for r in recs if r.state is TrialState.COMPLETE and r.feasible]),
-            importances=importances(self.study, settings.objective),
+            importances=imp,
+            importances_withheld=withheld,
             wall_s=self.clock() - self.t0,
             ran_this_session=self.ran,
             notes=tuple(self.notes),

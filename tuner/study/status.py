@@ -1,8 +1,11 @@
 """`tftune status`: where a (shared) study stands, read from its storage alone.
 
 No TensorFlow, no script and no search space are needed: the counts, the running trials
-and the best result come from the trials' states, parameters and user attributes, which
-every worker writes (`tuner.study.storage`, `tuner.study.objective`). Optuna is imported on use.
+and the best result come from the trials' states, parameters and attributes, which
+every worker writes (`tuner.study.storage`, `tuner.study.objective`), and from what the
+last worker to finish decided (`tuner.study.best`). The best is read by the rule `tftune
+optimize` reports it by (`best.best_result`): the same winner, figure and speed-up.
+Optuna is imported on use.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import UserError
-from tftune.tuner.searchspace.space import KnobValue
+from tftune.core.vocabulary import AS_WRITTEN_WORD
+from tftune.tuner.searchspace.space import KnobValue, value_words
 
 
 class StudyNotFound(UserError):
@@ -34,10 +38,11 @@ class RunningTrial:
 class BestTrial:
     number: int
     role: str
-    examples_per_s: float
+    examples_per_s: float  # the final round's figure where it gave one (`best.best_result`)
     utilization: float | None
     params: Mapping[str, KnobValue]
     speedup: float | None  # against the script as written
+    decided: bool = True  # a worker's final round chose it; False: the search's best so far
 
     @property
     def summary(self) -> str:
@@ -90,6 +95,7 @@ class StudyStatus:
                 "examples_per_s": best.examples_per_s,
                 "utilization": best.utilization,
                 "speedup": best.speedup,
+                "decided": best.decided,
                 "config": dict(best.params),
                 "summary": best.summary,
             },
@@ -97,16 +103,10 @@ class StudyStatus:
 
 
 def summarize_params(params: Mapping[str, KnobValue]) -> str:
-    """``site/knob=value`` pairs, AUTOTUNE spelled out, unset (as written) knobs left out."""
-    from tftune.tuner.searchspace.config import AUTOTUNE
-
-    parts = []
-    for name in sorted(params):
-        v = params[name]
-        if v is None:
-            continue
-        parts.append(f"{name}={'AUTOTUNE' if v == AUTOTUNE and not isinstance(v, bool) else v}")
-    return ", ".join(parts) or "as written"
+    """``site/knob=value`` pairs in the reports' words (`value_words`), the knobs left
+    as written (``None``) left out."""
+    kept = (f"{n}={value_words(params[n])}" for n in sorted(params) if params[n] is not None)
+    return ", ".join(kept) or AS_WRITTEN_WORD
 
 
 def study_status(storage: str | None, study_name: str | None = None) -> StudyStatus:
@@ -119,6 +119,7 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
         WORKER_ATTR,
         StorageError,
         describe_storage_path,
+        internal_attr,
         open_storage,
     )
 
@@ -164,15 +165,12 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
             str(t.user_attrs.get("role", "search")),
             dict(t.params),
             t.datetime_start,
-            _worker(t.user_attrs.get(WORKER_ATTR)),
+            _worker(internal_attr(t, WORKER_ATTR)),
         )
         for t in trials
         if t.state is ts.RUNNING
     )
-    complete = [t for t in trials if t.state is ts.COMPLETE and t.user_attrs.get("examples_per_s")]
-    aw = next((t for t in complete if t.user_attrs.get("role") == "as_written"), None)
-    floor = float(aw.user_attrs["examples_per_s"]) if aw is not None else None
-    best = _best(complete, attrs.get("objective"), floor)
+    best = _best(study, [t for t in trials if t.state in (ts.COMPLETE, ts.PRUNED, ts.FAIL)])
     target = attrs.get("n_trials")
     return StudyStatus(
         study_name=study_name,
@@ -182,8 +180,8 @@ def study_status(storage: str | None, study_name: str | None = None) -> StudySta
         script=attrs.get("target") or None,
         counts=counts,
         running=running,
-        best=best,
-        as_written_examples_per_s=floor,
+        best=best[0] if best is not None else None,
+        as_written_examples_per_s=best[1] if best is not None else None,
     )
 
 
@@ -194,29 +192,40 @@ def _worker(w: Any) -> str | None:
     return None
 
 
-def _best(complete: list[Any], objective: str | None, floor: float | None) -> BestTrial | None:
-    """The study's winner as `tftune optimize` chooses it: the best trial that does not
-    lose examples/s against the script as written (by utilization first for gpu-util)."""
-    ok = [t for t in complete if floor is None or t.user_attrs["examples_per_s"] >= floor]
-    if not ok:
+def _best(study: Any, done: list[Any]) -> tuple[BestTrial, float | None] | None:
+    """(the study's best, the script as written's examples/s it is compared with), by
+    the rule `tftune optimize` reports by (`best.best_result`): the winner the last
+    worker's final round decided (`best.stored_decision`), else the search's best so far
+    (`winner.choose_winner`); None until the script as written has completed."""
+    from tftune.tuner.study.best import best_result, stored_decision
+    from tftune.tuner.study.contract import Objective
+    from tftune.tuner.study.records import as_written_of, record_of
+    from tftune.tuner.study.winner import choose_winner
+
+    records = [record_of(t) for t in done]
+    aw = as_written_of(records)
+    if aw is None:
         return None
-
-    def score(t: Any) -> tuple[float, float]:
-        eps = float(t.user_attrs["examples_per_s"])
-        u = t.user_attrs.get("utilization")
-        util = float(u) if u is not None else -1.0
-        return (util, eps) if objective == "gpu-util" else (eps, util)
-
-    t = max(ok, key=score)
-    eps = float(t.user_attrs["examples_per_s"])
-    return BestTrial(
-        number=t.number,
-        role=str(t.user_attrs.get("role", "search")),
-        examples_per_s=eps,
-        utilization=t.user_attrs.get("utilization"),
-        params=dict(t.params),
-        speedup=round(eps / floor, 3) if floor else None,
+    decision = stored_decision(study, records)
+    if decision is not None:
+        winner = next(r for r in records if r.number == decision.winner)
+        result = best_result(winner, aw, decision.confirm, decision.final)
+    else:
+        objective = study.user_attrs.get("objective")
+        known = objective in {o.value for o in Objective}
+        chosen = choose_winner(records, aw, Objective(objective) if known else Objective.THROUGHPUT)
+        result = best_result(chosen, aw, decided=False)
+    figure, base = result.figure, result.as_written
+    best = BestTrial(
+        number=result.trial.number,
+        role=result.trial.role.value,
+        examples_per_s=float(figure.examples_per_s or 0.0),
+        utilization=figure.utilization,
+        params=dict(result.trial.params),
+        speedup=result.speedup,
+        decided=result.decided,
     )
+    return best, base.examples_per_s if base is not None else None
 
 
 def render_status(s: StudyStatus, now: dt.datetime | None = None) -> str:
@@ -247,6 +256,7 @@ def render_status(s: StudyStatus, now: dt.datetime | None = None) -> str:
         util = f", utilization {b.utilization:.0%}" if b.utilization is not None else ""
         lines.append(
             f"best: trial {b.number} ({b.role}): {b.examples_per_s:,.1f} examples/s{gain}{util}"
+            + ("" if b.decided else " (the search's so far; the final round re-measures it)")
         )
         lines.append(f"  config: {b.summary}")
     return "\n".join(lines)

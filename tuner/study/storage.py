@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 # is gone (same host: at once) or its heartbeat is older than STALE_AFTER_S (another
 # host, e.g. a preempted Slurm job). Works on every storage, the journal file included,
 # where Optuna's own heartbeat (RDB only) does not.
+# Both are a trial's system attributes (`internal_attr`), kept out of the user attributes
+# that optuna-dashboard lists beside what was measured.
 HEARTBEAT_S = 20.0
 STALE_AFTER_S = 120.0
 WORKER_ATTR = "tftune_worker"
@@ -58,11 +60,12 @@ RETRY_OF_ATTR = "retry_of"
 # Set on a search trial skipped for a dead knob value (`records.dead_values`): it never
 # ran, so it uses no budget.
 SKIPPED_ATTR = "skipped"
-# Set on the as-written trial when a worker enqueues it: that worker (and thread) takes
-# it next, and when it was queued. The others wait for it (`queued_by_another`): one that
-# asked Optuna for it would get a new search trial whenever the enqueuer took it first,
-# so workers started together ran search trials before the baselines, and with a small
-# --trials left the baselines no room.
+# Set on the as-written trial when a worker enqueues it (a system attribute:
+# `enqueue_internal`): that worker (and thread) takes it next, and when it was queued.
+# The others wait for it (`queued_by_another`): one that asked Optuna for it would get a
+# new search trial whenever the enqueuer took it first, so workers started together ran
+# search trials before the baselines, and with a small --trials left the baselines no
+# room.
 QUEUED_BY_ATTR = "queued_by"
 # A RUNNING trial without a heartbeat and older than this is taken for a dead worker's:
 # it no longer counts as "will finish" when workers share out the budget.
@@ -121,6 +124,42 @@ def open_storage(url: str | None) -> tuple[Any, str]:
         raise StorageError(f"--storage {_redact(url)}: cannot connect ({first[:160]})") from None
 
 
+# --- tftune's own bookkeeping on a trial ------------------------------------------------
+
+
+def set_internal(storage: Any, trial_id: int, key: str, value: Any) -> None:
+    """Set one of tftune's own attributes of a trial (a worker, a heartbeat, the
+    constraint's value): a system attribute, which optuna-dashboard does not list among
+    the user attributes, where what was measured is."""
+    storage.set_trial_system_attr(trial_id, key, value)
+
+
+def enqueue_internal(
+    study: optuna.Study,
+    params: Mapping[str, Any],
+    user_attrs: Mapping[str, Any],
+    internal: Mapping[str, Any],
+) -> None:
+    """`Study.enqueue_trial` (a WAITING trial whose `params` are fixed, which Optuna keeps
+    as its ``fixed_params`` system attribute), with tftune's `internal` attributes among
+    the system attributes too."""
+    import optuna
+
+    system = {"fixed_params": dict(params), **internal}
+    waiting = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.WAITING, system_attrs=system, user_attrs=dict(user_attrs)
+    )
+    study.add_trial(waiting)
+
+
+def internal_attr(t: Any, key: str, default: Any = None) -> Any:
+    """One of tftune's own attributes of a stored trial (`set_internal`); a study that an
+    earlier tftune wrote holds it among the user attributes, read there too."""
+    if key in t.system_attrs:
+        return t.system_attrs[key]
+    return t.user_attrs.get(key, default)
+
+
 # --- dead workers ----------------------------------------------------------------------
 
 
@@ -146,7 +185,7 @@ def queuer() -> dict[str, Any]:
 def queued_by_another(t: Any, now: float) -> bool:
     """Whether a WAITING trial was queued by another worker (or another thread of this
     one) that is alive, on another host: within STALE_AFTER_S of queueing it."""
-    by = t.user_attrs.get(QUEUED_BY_ATTR)
+    by = internal_attr(t, QUEUED_BY_ATTR)
     if not isinstance(by, dict):
         return False
     me = queuer()
@@ -181,11 +220,11 @@ def trial_alive(t: Any, now: float, unknown_after_s: float | None = None) -> boo
     """Whether a RUNNING trial's worker is still at it: its process is alive (same host)
     or its heartbeat is recent. With neither to go by (a trial being set up, or one from
     before heartbeats), alive; or, given `unknown_after_s`, alive only while younger."""
-    worker = t.user_attrs.get(WORKER_ATTR)
+    worker = internal_attr(t, WORKER_ATTR)
     alive = worker_alive(worker) if isinstance(worker, dict) else None
     if alive is not None:
         return alive
-    beat = t.user_attrs.get(HEARTBEAT_ATTR)
+    beat = internal_attr(t, HEARTBEAT_ATTR)
     if isinstance(beat, (int, float)):
         return bool(now - beat <= STALE_AFTER_S)
     if unknown_after_s is None:
@@ -196,14 +235,14 @@ def trial_alive(t: Any, now: float, unknown_after_s: float | None = None) -> boo
 @contextlib.contextmanager
 def heartbeat(storage: Any, trial_id: int, every_s: float = HEARTBEAT_S) -> Any:
     """Mark `trial_id` as this worker's and refresh its heartbeat until the block ends."""
-    storage.set_trial_user_attr(trial_id, WORKER_ATTR, this_worker())
-    storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+    set_internal(storage, trial_id, WORKER_ATTR, this_worker())
+    set_internal(storage, trial_id, HEARTBEAT_ATTR, time.time())
     stop = threading.Event()
 
     def beat() -> None:
         while not stop.wait(every_s):
             with contextlib.suppress(Exception):  # a storage hiccup must not end the trial
-                storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
+                set_internal(storage, trial_id, HEARTBEAT_ATTR, time.time())
 
     thread = threading.Thread(target=beat, name="tftune-heartbeat", daemon=True)
     thread.start()
@@ -225,7 +264,7 @@ def fail_stale_trials(study: optuna.Study, now: float | None = None) -> list[int
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         if trial_alive(t, now):
             continue
-        worker = t.user_attrs.get(WORKER_ATTR)
+        worker = internal_attr(t, WORKER_ATTR)
         who = f"pid {worker.get('pid')} on {worker.get('host')}" if isinstance(worker, dict) else ""
         try:
             study._storage.set_trial_user_attr(

@@ -118,6 +118,7 @@ def final_round(
                 reason=m.reason,
                 wall_s=m.wall_s,
                 notes=m.notes,
+                findings=m.findings,
                 stderr_tail=tail,
                 crash=crash,
                 loss=m.loss,

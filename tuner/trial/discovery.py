@@ -2,15 +2,15 @@
 the tf.data call sites (with the knob values as written), the pipelines iterated and
 the streams seen (a counting loop, a peek, `adapt` come before training).
 
-`discover(script, args)` → `Discovery`. The child (mode ``discover``) writes one JSON row
-per call site, iterated pipeline and stream to its discovery file; this module parses
-them once the child has left (the launch loop: `trial.launch.ChildRun`).
+`discover(script, args)` → `Discovery`. The child (mode ``discover``) writes one typed
+event per call site, iterated pipeline and stream to its discovery file
+(`tuner.child.discovery_events`); this module reads them once the child has left (the
+launch loop: `trial.launch.ChildRun`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,12 +20,30 @@ from typing import TYPE_CHECKING, Any
 from tftune.core.errors import ScriptError
 from tftune.core.training import StreamSeen
 from tftune.core.vocabulary import PREAMBLE_SAID_S
-from tftune.probes.live.clock import ClockEvent
-from tftune.probes.live.epoch_stall import PipelineStage, chain_from_json
+from tftune.probes.live.clock_events import (
+    ClockLineError,
+    ScriptStarted,
+    StreamFound,
+    TrainingFound,
+    decode_event,
+)
+from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.datasets import OP_KNOBS  # the child's patching knows each op's knobs
+from tftune.tuner.child.discovery_events import (
+    DISCOVERY_EVENTS,
+    CompileFound,
+    DiscoveryEvent,
+    ElementCounts,
+    FitFound,
+    KerasImported,
+    PipelineIterated,
+    SiteFound,
+    StepFunctionFound,
+)
+from tftune.tuner.child.state import IterationInfo, SiteCall
 from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
 from tftune.tuner.option_defaults import FIRST_STEP_S
-from tftune.tuner.searchspace.config import Config, SiteConfig, config_from_json
+from tftune.tuner.searchspace.config import Config, SiteConfig
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
 from tftune.tuner.trial.watch import FALLBACK_S, StreamWatch
@@ -208,14 +226,14 @@ def discover(
         fallback = fallback_s(path)
         spec.update(discovery_file=str(out_file), fallback_s=fallback)
         ended = ChildRun(deps or RunnerDeps(), work, spec, cwd=cwd).run(deadline_s=timeout_s)
-        rows = []
+        events = []
         if out_file.exists():
             for line in out_file.read_text(encoding="utf-8").splitlines():
-                with contextlib.suppress(json.JSONDecodeError):
-                    rows.append(json.loads(line))
+                with contextlib.suppress(ClockLineError):  # skipped, as the clock reader does
+                    events.append(decode_event(line, DISCOVERY_EVENTS))
     found = parse_discovery(
         str(path),
-        rows,
+        events,
         ended.returncode,
         ended.stderr_tail,
         timed_out=ended.timed_out,
@@ -226,16 +244,16 @@ def discover(
 
 def parse_discovery(
     script: str,
-    rows: list[dict[str, Any]],
+    events: Sequence[DiscoveryEvent],
     returncode: int | None,
     stderr_tail: str,
     *,
     timed_out: bool = False,
     waited_s: float = 0.0,
 ) -> Discovery:
-    """A `Discovery` from the child's discovery rows (one dict per JSON line)."""
+    """A `Discovery` from the child's discovery events, in the order written."""
     watch = StreamWatch(0.0)
-    sites: dict[tuple[str, str], dict[str, Any]] = {}  # in order of first call
+    sites: dict[tuple[str, str], SiteCall] = {}  # in order of first call
     calls: dict[tuple[str, str], int] = {}
     pipelines: list[IteratedPipeline] = []
     fits: list[FitCall] = []
@@ -244,33 +262,32 @@ def parse_discovery(
     uses_keras = False
     started: int | None = None
     preamble_s: float | None = None
-    for row in rows:
-        kind = row.get("kind")
-        if kind == "started":
-            started = row.get("at_ns")
-        if kind == "training" and isinstance(started, int) and isinstance(row.get("at_ns"), int):
-            preamble_s = preamble_s or (row["at_ns"] - started) / 1e9
-        if kind in ("stream", "training"):
-            watch.event(ClockEvent(str(kind), row))
-        elif kind == "elements":
-            watch.elements = {int(k): int(v) for k, v in dict(row.get("counts", {})).items()}
-        elif kind == "site":
-            key = (row["site"], row["op"])
-            sites.setdefault(key, row)
+    for e in events:
+        if isinstance(e, ScriptStarted):
+            started = e.at_ns
+        elif isinstance(e, StreamFound | TrainingFound):
+            watch.event(e)
+            if isinstance(e, TrainingFound) and started is not None and e.at_ns is not None:
+                preamble_s = preamble_s or (e.at_ns - started) / 1e9
+        elif isinstance(e, ElementCounts):
+            watch.elements = dict(e.counts)
+        elif isinstance(e, SiteFound):
+            key = (e.call.site, e.call.op)
+            sites.setdefault(key, e.call)
             calls[key] = calls.get(key, 0) + 1
-        elif kind == "iterate":
-            pipelines.append(_pipeline(row))
-        elif kind == "keras":
+        elif isinstance(e, PipelineIterated):
+            pipelines.append(_pipeline(e.info))
+        elif isinstance(e, KerasImported):
             uses_keras = True
-        elif kind == "fit":
-            fits.append(FitCall.from_json(row))
-        elif kind == "compile":
-            compiles.append(CompileCall.from_json(row))
-        elif kind == "step_function":
-            step = StepFunction.from_json(row)
+        elif isinstance(e, FitFound):
+            fits.append(e.call)
+        elif isinstance(e, CompileFound):
+            compiles.append(e.call)
+        elif isinstance(e, StepFunctionFound):
+            step = e.step
     return Discovery(
         script,
-        tuple(_call_site(row, calls[key]) for key, row in sites.items()),
+        tuple(_call_site(call, calls[key]) for key, call in sites.items()),
         tuple(pipelines),
         uses_keras,
         returncode,
@@ -285,28 +302,27 @@ def parse_discovery(
     )
 
 
-def _pipeline(row: dict[str, Any]) -> IteratedPipeline:
+def _pipeline(info: IterationInfo) -> IteratedPipeline:
     return IteratedPipeline(
-        site=row.get("site"),
-        final_prefetch=bool(row.get("final_prefetch")),
-        batched=bool(row.get("batched")),
-        threadpool_size=row.get("threadpool_size"),
-        deterministic=row.get("deterministic"),
-        stream=row.get("stream"),
-        lineage=tuple(str(x) for x in row.get("lineage") or ()),
-        chain=chain_from_json(row.get("chain")),
-        loop=row.get("loop") if isinstance(row.get("loop"), str) else None,
+        site=info.site,
+        final_prefetch=info.final_prefetch,
+        batched=info.batched,
+        threadpool_size=info.threadpool_size,
+        deterministic=info.deterministic,
+        stream=info.stream,
+        lineage=info.lineage,
+        chain=info.chain,
+        loop=info.loop,
     )
 
 
-def _call_site(row: dict[str, Any], calls: int) -> CallSite:
-    written = config_from_json({"sites": {row["site"]: row["as_written"]}}).sites[row["site"]]
+def _call_site(call: SiteCall, calls: int) -> CallSite:
     return CallSite(
-        site=row["site"],
-        op=row["op"],
-        knobs=tuple(OP_KNOBS[row["op"]]),
-        as_written=written,
-        function=row.get("function"),
+        site=call.site,
+        op=call.op,
+        knobs=tuple(OP_KNOBS[call.op]),
+        as_written=call.as_written,
+        function=call.function,
         calls=calls,
     )
 

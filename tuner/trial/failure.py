@@ -5,24 +5,22 @@ its exit code and the end of its stderr (`classify_exit`). Pure text work.
 from __future__ import annotations
 
 import signal
-from typing import Any
 
 from tftune.core.failures import FailureKind
+from tftune.probes.live.clock_events import ScriptRaised
 
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})
 
 
 def classify_exit(
-    returncode: int, exception: dict[str, Any] | None, stderr_tail: str
+    returncode: int, exception: ScriptRaised | None, stderr_tail: str
 ) -> tuple[FailureKind, str]:
     """Why a script that raised or exited non-zero failed, in one line."""
     if exception is not None:
-        kind = str(exception.get("type", "Exception"))
-        message = str(exception.get("message", ""))
-        text = f"{kind}: {message}" if message else kind  # StopIteration has none
-        bases = [str(b) for b in exception.get("bases", [])]
-        if any(m in text for m in OOM_MARKERS) or any(b in OOM_EXCEPTIONS for b in bases):
+        text = exception.text
+        oom_class = any(b in OOM_EXCEPTIONS for b in exception.bases)
+        if any(m in text for m in OOM_MARKERS) or oom_class:
             return FailureKind.OOM, f"out of memory: {text}"[:300]
         return FailureKind.EXCEPTION, f"raised {text}"[:300]
     if any(m in stderr_tail for m in OOM_MARKERS):

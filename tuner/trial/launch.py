@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from tftune.core.errors import ScriptError
-from tftune.probes.live.clock import ClockEvent, ClockReader, StepRecord
+from tftune.probes.live.clock import ClockReader, StepRecord
+from tftune.probes.live.clock_events import ChildEvent
 from tftune.probes.live.nvml import NvmlReader, PynvmlReader
 from tftune.tuner.child.bootstrap import PARENT_ENV, SPEC_ENV
 from tftune.tuner.searchspace.config import Config
@@ -211,7 +212,7 @@ class Observer:
     def launched(self, now: float) -> None:
         """The child started at `now` (the deps clock)."""
 
-    def take(self, items: list[StepRecord | ClockEvent]) -> None:
+    def take(self, items: list[StepRecord | ChildEvent]) -> None:
         """Records and events the child wrote since the last poll."""
 
     def finished(self) -> bool:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from tftune.core.learning import FIT_LOSS, LossCurve, thinned
 from tftune.core.units import NS_PER_S
-from tftune.probes.live.clock import ClockEvent, StepRecord
+from tftune.probes.live.clock import StepRecord
+from tftune.probes.live.clock_events import ChildEvent, LossSamples
 from tftune.probes.live.training_time import PassTimeline
 
 NO_LOSS = (
@@ -24,19 +25,17 @@ NO_LOSS = (
 
 
 def loss_curve(
-    events: Sequence[ClockEvent], records: Sequence[StepRecord], timeline: PassTimeline
+    events: Sequence[ChildEvent], records: Sequence[StepRecord], timeline: PassTimeline
 ) -> tuple[LossCurve | None, str | None]:
     """(the run's loss curve, None) or (None, why it has none)."""
     samples: list[tuple[int, float, int]] = []
     places: list[str] = []
     unread: str | None = None
     for e in events:
-        if e.kind != "loss":
-            continue
-        p = e.payload
-        samples += zip(p.get("t", []), p.get("v", []), p.get("p", []), strict=False)
-        places = list(p.get("places") or places)
-        unread = p.get("unread") or unread
+        if isinstance(e, LossSamples):
+            samples += e.samples
+            places = list(e.places or places)
+            unread = e.unread or unread
     if unread is not None:
         return None, f"the loss could not be read: {unread}"
     if len(places) > 1:

@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Literal
 
 from tftune.core.training import StreamSeen, TrainingTime
-from tftune.probes.live.clock import ClockEvent, StepRecord, percentile
+from tftune.probes.live.clock import StepRecord, percentile
+from tftune.probes.live.clock_events import (
+    ChildEvent,
+    ProfileDone,
+    ProfileFailed,
+    ScriptFinished,
+    ScriptRaised,
+)
 from tftune.probes.live.training_record import write_clock_file
 from tftune.probes.live.training_time import PassTimeline
 from tftune.probes.traces.callsites import newest_run_dir
@@ -102,7 +109,7 @@ class _ProfileWatch(Observer):
         self, watch: StreamWatch, clock: Clock, on_step: Callable[[int], None] | None = None
     ) -> None:
         self.watch, self.clock, self.on_step = watch, clock, on_step
-        self.events: list[ClockEvent] = []
+        self.events: list[ChildEvent] = []
         # The step clock's view of training (`probes.live.training_time`): the first training
         # stream's steps, the other streams' passes, epoch starts and pipelines.
         self.main: int | None = None
@@ -114,9 +121,9 @@ class _ProfileWatch(Observer):
     def launched(self, now: float) -> None:
         self.watch.start = now
 
-    def take(self, items: list[StepRecord | ClockEvent]) -> None:
+    def take(self, items: list[StepRecord | ChildEvent]) -> None:
         for item in items:
-            if isinstance(item, ClockEvent):
+            if not isinstance(item, StepRecord):
                 self.events.append(item)
                 self.timeline.event(item)
                 stream = self.watch.event(item)
@@ -143,9 +150,9 @@ class _ProfileWatch(Observer):
         return self.timeline.training_time(self.main, records, percentile(times, 50) / 1e9)
 
     def finished(self) -> bool:
-        if any(e.kind == "profile_failed" for e in self.events):
+        if any(isinstance(e, ProfileFailed) for e in self.events):
             return True
-        if not any(e.kind == "profile_done" for e in self.events):
+        if not any(isinstance(e, ProfileDone) for e in self.events):
             return False
         return not self._waits_for_next_epoch()
 
@@ -176,22 +183,23 @@ class _ProfileWatch(Observer):
 
     def said_done(self) -> bool:
         # Done before the profile ended; TF's teardown may hang: it gets the grace period.
-        return any(e.kind in ("finished", "exception") for e in self.events)
+        return any(isinstance(e, ScriptFinished | ScriptRaised) for e in self.events)
 
     def overdue(self, now: float) -> str | None:
         return self.watch.overdue(now)
 
     def result(self, logdir: str, ended: Ended, stop_step: int) -> ProfileResult:
         events, returncode, overdue = self.events, ended.returncode, ended.overdue
-        done = any(e.kind == "profile_done" for e in events)
+        done_events = [e for e in events if isinstance(e, ProfileDone)]
+        done = bool(done_events)
         reason = None
         if not done:
-            failed = next((e for e in events if e.kind == "profile_failed"), None)
-            exc = next((e for e in events if e.kind == "exception"), None)
+            failed = next((e for e in events if isinstance(e, ProfileFailed)), None)
+            exc = next((e for e in events if isinstance(e, ScriptRaised)), None)
             if failed is not None:
-                reason = f"profiler failed: {failed.payload.get('error')}"
+                reason = f"profiler failed: {failed.error}"
             elif exc is not None:
-                reason = f"script raised {exc.payload.get('type')}: {exc.payload.get('message')}"
+                reason = f"script raised {exc.type}: {exc.message}"
             elif overdue is not None:
                 reason = overdue
             elif returncode not in (None, 0) and returncode != -signal.SIGTERM:
@@ -200,10 +208,7 @@ class _ProfileWatch(Observer):
                 reason = f"script ended before training step {stop_step}"
             if self.watch.last_step is None and overdue is None and exc is None:
                 reason += f"; {describe_streams(self.watch.streams())}"
-        steps = None
-        for e in events:
-            if e.kind == "profile_done" and "first" in e.payload and "last" in e.payload:
-                steps = (int(e.payload["first"]), int(e.payload["last"]))
+        steps = (done_events[-1].first, done_events[-1].last) if done_events else None
         training = self.training_time() if done else None
         run_dir = newest_run_dir(logdir) if training is not None else None
         if training is not None and run_dir is not None:

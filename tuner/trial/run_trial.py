@@ -22,12 +22,20 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from tftune.core.document_reading import Reader
 from tftune.core.failures import FailureKind
-from tftune.core.learning import OptimizerSeen
 from tftune.core.vocabulary import TrialState
 from tftune.probes.advice.service_sizing import CpuUsage
-from tftune.probes.live.clock import ClockEvent, StepRecord, percentile, spread
+from tftune.probes.live.clock import StepRecord, percentile, spread
+from tftune.probes.live.clock_events import (
+    ChildEvent,
+    ChildNotes,
+    CpuMeasured,
+    NanSeen,
+    OptimizerBuilt,
+    OutputLayerFound,
+    ScriptFinished,
+    ScriptRaised,
+)
 from tftune.probes.live.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.live.training_time import PassTimeline, first_window_drained, pooled_rates
 from tftune.tuner.fixes.precision import SIXTEEN_BIT_POLICIES
@@ -98,7 +106,7 @@ class _Trial(Observer):
             stall_floor_s=spec.stall_s,
             step_timeout_s=spec.step_timeout_s,
         )
-        self.events: list[ClockEvent] = []
+        self.events: list[ChildEvent] = []
         # Other passes and epoch starts (`probes.live.training_time`).
         self.timeline = PassTimeline(epoch_examples=spec.epoch_examples)
         self.win = Windows(spec, self.timeline, on_report, self._settled, self._opened)
@@ -124,7 +132,7 @@ class _Trial(Observer):
     def launched(self, now: float) -> None:
         self.watch.start = now
 
-    def take(self, items: list[StepRecord | ClockEvent]) -> None:
+    def take(self, items: list[StepRecord | ChildEvent]) -> None:
         self._consume(items)
 
     def finished(self) -> bool:
@@ -132,7 +140,7 @@ class _Trial(Observer):
 
     def said_done(self) -> bool:
         """The script raised or finished: the process is on its way out."""
-        return any(e.kind in ("exception", "finished") for e in self.events)
+        return any(isinstance(e, ScriptRaised | ScriptFinished) for e in self.events)
 
     def overdue(self, now: float) -> str | None:
         return self.watch.overdue(now)
@@ -153,9 +161,9 @@ class _Trial(Observer):
         return sampler if isinstance(sampler, NotMeasured) else NotMeasured("not started")
 
     # -- records
-    def _consume(self, items: list[StepRecord | ClockEvent]) -> None:
+    def _consume(self, items: list[StepRecord | ChildEvent]) -> None:
         for item in items:
-            if isinstance(item, ClockEvent):
+            if not isinstance(item, StepRecord):
                 self.events.append(item)
                 self.timeline.event(item)
                 stream = self.watch.event(item)
@@ -216,13 +224,12 @@ class _Trial(Observer):
         self.win.add(rec)
 
     def _event_failure(self) -> tuple[FailureKind, str] | None:
-        for e in self.events:
-            if e.kind == "nan":
-                policy = self.config.mixed_precision
-                under = f" under the {policy} policy" if policy in SIXTEEN_BIT_POLICIES else ""
-                what = e.payload.get("what") or "loss"
-                return FailureKind.NAN, f"{what} became {e.payload.get('value')} (NaN/inf){under}"
-        return None
+        nan = next((e for e in self.events if isinstance(e, NanSeen)), None)
+        if nan is None:
+            return None
+        policy = self.config.mixed_precision
+        under = f" under the {policy} policy" if policy in SIXTEEN_BIT_POLICIES else ""
+        return FailureKind.NAN, f"{nan.what or 'loss'} became {nan.value} (NaN/inf){under}"
 
     # -- the result
     def result(self, ended: Ended, gpu: GpuFigures | NotMeasured) -> Measurement:
@@ -234,11 +241,9 @@ class _Trial(Observer):
         alive = ended.alive and not ended.hung
         said = ended.returncode  # the exit code the script gave (its own, or as it said)
         if ended.hung:
-            said = next(
-                (int(e.payload.get("code") or 0) for e in self.events if e.kind == "finished"), 1
-            )
+            said = next((e.code for e in self.events if isinstance(e, ScriptFinished)), 1)
         wall = self.deps.clock() - ended.started
-        exc = next((e.payload for e in self.events if e.kind == "exception"), None)
+        exc = next((e for e in self.events if isinstance(e, ScriptRaised)), None)
         if failure is None and (exc is not None or (not alive and said not in (0, None))):
             failure = classify_exit(said if said is not None else 1, exc, ended.stderr_tail)
         measured = None
@@ -260,6 +265,7 @@ class _Trial(Observer):
             returncode=ended.returncode,
             wall_s=wall,
             notes=self._notes(measured),
+            findings=tuple(e.finding for e in self.events if isinstance(e, OutputLayerFound)),
             streams=self.watch.streams(),
             config=self.config,
             cpu=self._cpu(),
@@ -268,11 +274,7 @@ class _Trial(Observer):
 
     def _learning(self, measured: bool) -> dict[str, Any]:
         """The run's loss curve (or why it has none) and the optimizers it built."""
-        seen = tuple(
-            OptimizerSeen.from_reader(Reader(e.payload, source="the child's optimizer event"))
-            for e in self.events
-            if e.kind == "optimizer"
-        )
+        seen = tuple(e.seen for e in self.events if isinstance(e, OptimizerBuilt))
         if not measured:
             return {"optimizers": seen}
         curve, why = loss_curve(self.events, self.records, self.timeline)
@@ -280,8 +282,8 @@ class _Trial(Observer):
 
     def _cpu(self) -> CpuUsage | None:
         """The child's last report of what a pipeline drained alone used."""
-        found = [e.payload for e in self.events if e.kind == "cpu"]
-        return CpuUsage.from_json(found[-1]) if found else None
+        found = [e.usage for e in self.events if isinstance(e, CpuMeasured)]
+        return found[-1] if found else None
 
     def _no_steps_reason(self) -> str:
         if self.main_stream is None:
@@ -295,7 +297,7 @@ class _Trial(Observer):
         )
 
     def _notes(self, measured: Measurement | None) -> tuple[str, ...]:
-        notes = [n for e in self.events if e.kind == "notes" for n in e.payload.get("notes", [])]
+        notes = [n for e in self.events for n in _said(e)]
         notes += self.notes_seen
         if measured is not None and measured.repeats:
             per_window = measured.steps / len(measured.repeats)
@@ -361,3 +363,13 @@ class _Trial(Observer):
                 dropped,
             ),
         )
+
+
+def _said(e: ChildEvent) -> tuple[str, ...]:
+    """What an event adds to the run's notes, in words: the child's notes, and a finding
+    (rendered from its record) where it was found."""
+    if isinstance(e, ChildNotes):
+        return e.notes
+    if isinstance(e, OutputLayerFound):
+        return (e.finding.message(),)
+    return ()

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import deque
 
 from tftune.core.training import StreamSeen
-from tftune.probes.live.clock import ClockEvent, StepRecord
+from tftune.probes.live.clock import StepRecord
+from tftune.probes.live.clock_events import ChildEvent, StreamFound, TrainingFound
 from tftune.tuner.option_defaults import FIRST_STEP_S, STALL_FACTOR, STALL_FLOOR_S
 
 # The deadlines' defaults (``--step-timeout`` says them) are `tuner.option_defaults`': the
@@ -65,16 +66,13 @@ class StreamWatch:
         self._last_deliver_ns: int | None = None
 
     # ---- input ------------------------------------------------------------------------
-    def event(self, e: ClockEvent) -> int | None:
+    def event(self, e: ChildEvent) -> int | None:
         """Take a child event; the stream it declares training, when it does."""
-        if e.kind == "stream":
-            n = int(e.payload.get("stream", 0))
-            self.info[n] = (e.payload.get("site"), e.payload.get("place"))
-        elif e.kind == "training":
-            n = int(e.payload.get("stream", 0))
-            if n not in self.training:
-                self.training[n] = str(e.payload.get("how") or "")
-                return n
+        if isinstance(e, StreamFound):
+            self.info[e.stream] = (e.site, e.place)
+        elif isinstance(e, TrainingFound) and e.stream not in self.training:
+            self.training[e.stream] = e.how
+            return e.stream
         return None
 
     def record(self, r: StepRecord) -> bool:

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
+from tftune.probes.live.clock_events import ChildEvent, ProfileDone
 from tftune.tuner.child.bootstrap import _Profiler
+
+DONE = ProfileDone("/nonexistent", 5, 9)
 
 
 class _Writer:
     def __init__(self) -> None:
-        self.events: list[str] = []
+        self.events: list[ChildEvent] = []
 
-    def event(self, kind: str, **_: Any) -> None:
-        self.events.append(kind)
+    def event(self, event: ChildEvent) -> None:
+        self.events.append(event)
 
 
 def _profiler(writer: _Writer) -> _Profiler:
@@ -30,13 +32,13 @@ def test_the_scripts_end_waits_for_a_stop_under_way() -> None:
 
     def slow_stop() -> None:  # stands for tf.profiler's stop on a loaded host
         time.sleep(0.5)
-        writer.event("profile_done")
+        writer.event(DONE)
 
     prof.step, prof.stopping = 11, True
     prof.stopper = threading.Thread(target=slow_stop, daemon=True)
     prof.stopper.start()
     prof.finish()
-    assert not prof.stopper.is_alive() and writer.events == ["profile_done"]
+    assert not prof.stopper.is_alive() and writer.events == [DONE]
 
 
 def test_a_script_that_ends_before_the_stop_step_keeps_the_steps_it_ran() -> None:

@@ -21,6 +21,7 @@ from tftune.tuner.study import Role, run_study
 from tftune.tuner.study.storage import (
     QUEUED_BY_ATTR,
     STALE_AFTER_S,
+    enqueue_internal,
     queued_by_another,
     queuer,
 )
@@ -100,14 +101,18 @@ def test_workers_started_together_on_a_new_study(kind: str, tmp_path: Path, requ
 
 
 class _Queued:
-    """A WAITING trial as `queued_by_another` reads it: its user attributes."""
+    """A WAITING trial as `queued_by_another` reads it: its system attributes, or, as an
+    earlier tftune queued it, its user attributes."""
 
-    def __init__(self, by: dict[str, Any] | None) -> None:
-        self.user_attrs = {} if by is None else {QUEUED_BY_ATTR: by}
+    def __init__(self, by: dict[str, Any] | None, kept_as: str = "system") -> None:
+        attrs = {} if by is None else {QUEUED_BY_ATTR: by}
+        self.system_attrs = attrs if kept_as == "system" else {}
+        self.user_attrs = attrs if kept_as == "user" else {}
 
 
 def test_a_trial_queued_by_another_live_worker_is_left_to_it() -> None:
     now = time.time()
+    assert queued_by_another(_Queued({**queuer(), "thread": -1}, "user"), now)
     me = queuer()
     assert not queued_by_another(_Queued(me), now)  # this worker takes its own
     assert not queued_by_another(_Queued(None), now)  # a retried one, an older tftune's
@@ -135,8 +140,8 @@ def test_a_worker_waits_for_the_as_written_trial_another_queued(tmp_path: Path) 
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         by = {**queuer(), "pid": other.pid, "start": None, "thread": 1}
-        attrs = {"role": Role.AS_WRITTEN.value, QUEUED_BY_ATTR: by}
-        study.enqueue_trial(sp.as_written_params(), user_attrs=attrs)
+        attrs = {"role": Role.AS_WRITTEN.value}
+        enqueue_internal(study, sp.as_written_params(), attrs, {QUEUED_BY_ATTR: by})
         seen: list[list[str]] = []
 
         def sleep(_s: float) -> None:  # the other worker dies while this one waits

@@ -34,6 +34,7 @@ from tftune.tuner.study.storage import (
     WORKER_ATTR,
     fail_stale_trials,
     heartbeat,
+    set_internal,
     this_worker,
 )
 
@@ -139,24 +140,28 @@ def test_a_dead_workers_trial_is_failed_retried_and_nothing_is_lost(tmp_path: Pa
     # Ids without the pid: parallel test workers must collect the same test names.
     ids=["other-host-old", "other-host-beating", "this-process", "this-host-dead"],
 )
+@pytest.mark.parametrize("kept_as", ["system", "user"])
 def test_stale_rules(
-    tmp_path: Path, host: str | None, age_s: float, pid: object, stale: bool
+    tmp_path: Path, host: str | None, age_s: float, pid: object, stale: bool, kept_as: str
 ) -> None:
+    """Read where this tftune keeps the worker and heartbeat (system attributes), and
+    where a study an earlier tftune wrote keeps them (user attributes)."""
     import optuna
 
     storage, _ = open_storage(str(tmp_path / "s.journal"))
     study = optuna.create_study(storage=storage, study_name="t", direction="maximize")
     t = study.ask()
     now = time.time()
-    t.set_user_attr(
-        WORKER_ATTR,
-        {
-            "host": host or socket.gethostname(),
-            "pid": _dead_pid() if pid == "dead" else pid,
-            "start": None,
-        },
-    )
-    t.set_user_attr(HEARTBEAT_ATTR, now - age_s)
+    worker = {
+        "host": host or socket.gethostname(),
+        "pid": _dead_pid() if pid == "dead" else pid,
+        "start": None,
+    }
+    for key, value in ((WORKER_ATTR, worker), (HEARTBEAT_ATTR, now - age_s)):
+        if kept_as == "user":
+            t.set_user_attr(key, value)
+        else:
+            set_internal(storage, t._trial_id, key, value)
     assert fail_stale_trials(study, now=now) == ([t.number] if stale else [])
     assert not stale or study.trials[0].user_attrs[INTERRUPTED_ATTR]
 
@@ -177,12 +182,15 @@ def test_heartbeat_marks_the_worker_and_keeps_beating(tmp_path: Path) -> None:
     study = optuna.create_study(storage=storage, study_name="t", direction="maximize")
     t = study.ask()
     with heartbeat(storage, t._trial_id, every_s=0.05):
-        first = storage.get_trial(t._trial_id).user_attrs[HEARTBEAT_ATTR]
+        first = storage.get_trial(t._trial_id).system_attrs[HEARTBEAT_ATTR]
         deadline = time.monotonic() + 30
-        while storage.get_trial(t._trial_id).user_attrs[HEARTBEAT_ATTR] == first:
+        while storage.get_trial(t._trial_id).system_attrs[HEARTBEAT_ATTR] == first:
             assert time.monotonic() < deadline, "the heartbeat never refreshed"
             time.sleep(0.05)
-    assert storage.get_trial(t._trial_id).user_attrs[WORKER_ATTR] == this_worker()
+    stored = storage.get_trial(t._trial_id)
+    assert stored.system_attrs[WORKER_ATTR] == this_worker()
+    # tftune's bookkeeping stays out of the user attributes optuna-dashboard lists.
+    assert not {WORKER_ATTR, HEARTBEAT_ATTR} & set(stored.user_attrs)
     assert fail_stale_trials(study) == []  # this process is alive
 
 

@@ -11,6 +11,7 @@ import studykit
 from studykit import BATCH, CORES, MAP, SITES, latency_bound, space
 
 from tftune.core.errors import ConfigError, ScriptError
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
@@ -189,7 +190,7 @@ def test_the_final_round_picks_the_winner_side_by_side(tmp_path: Path) -> None:
     # first; re-measured at 1.1x, it no longer leads the baselines beyond any noise, nor
     # the runner-up's search figure, so all three are measured after it. TPE's repeats
     # of a measured config reuse its measurement (no run).
-    twins = sum(1 for r in out.records if r.notes and "is reused" in r.notes[0])
+    twins = sum(1 for r in out.records if r.notes and ReusedMeasurement.read(r.notes[0]))
     assert len(out.final) == 4 and len(runner.configs) == 8 - twins + 4
     assert runner.configs[8 - twins + 1] == Config() != runner.configs[8 - twins]
     assert len({f.number for f in out.final}) == 4
@@ -317,7 +318,7 @@ def test_resume_reruns_no_finished_trial(tmp_path: Path) -> None:
     assert len(first.configs) == 6
     second = FakeRunner(latency_bound)
     out2 = run_study(space(), second, settings(tmp_path, n_trials=9, confirm=False))
-    twins = sum(1 for r in out2.records if r.notes and "is reused" in r.notes[0])
+    twins = sum(1 for r in out2.records if r.notes and ReusedMeasurement.read(r.notes[0]))
     assert len(second.configs) == 3 - twins and out2.ran_this_session == 3
     assert [r.number for r in out2.records] == list(range(9))
     assert out2.records[:6] == out1.records  # unchanged, not rerun

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.vocabulary import TrialState
 from tftune.testing import FakeRunner
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
@@ -83,6 +84,6 @@ def test_a_baseline_with_the_as_written_config_is_not_run_again(tmp_path: Path) 
     out = run_study(space, runner, settings)
     autotune = next(r for r in out.records if r.role is Role.AUTOTUNE)
     assert dict(autotune.params) == dict(out.baselines[Role.AS_WRITTEN].params)
-    assert any("measurement is reused" in n for n in autotune.notes), autotune.notes
+    assert any(ReusedMeasurement.read(n) for n in autotune.notes), autotune.notes
     assert autotune.examples_per_s == out.baselines[Role.AS_WRITTEN].examples_per_s
     assert out.best.role is not Role.AUTOTUNE

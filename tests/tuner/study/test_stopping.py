@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from studykit import BATCH, MAP, settings, space
 
+from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_model import break_even_sentence
 from tftune.testing import FakeRunner
@@ -118,7 +119,7 @@ def test_tpe_coming_back_to_a_config_costs_no_run(tmp_path: Path) -> None:
     small = space().narrowed(PIPELINE_FIELDS, "as written or AUTOTUNE")
     runner = runs(plateau)
     out = run_study(small, runner, settings(tmp_path, n_trials=20, confirm=False))
-    twins = [r for r in out.records if r.notes and "is reused" in r.notes[0]]
+    twins = [r for r in out.records if r.notes and ReusedMeasurement.read(r.notes[0])]
     assert twins, "TPE never sampled a measured config again in 20 trials of a plateau"
     assert len(runner.configs) == len(out.records) - len(twins)
     for t in twins:

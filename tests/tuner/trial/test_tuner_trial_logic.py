@@ -255,9 +255,10 @@ def test_the_first_of_several_windows_is_half_as_long(script: Path) -> None:
 
 def test_an_exception_without_a_message_is_named_alone() -> None:
     """StopIteration carries no message: "raised StopIteration", not a dangling colon."""
+    from tftune.probes.live.clock_events import ScriptRaised
     from tftune.tuner.trial.failure import classify_exit
 
-    bare = classify_exit(1, {"type": "StopIteration", "message": ""}, "")
+    bare = classify_exit(1, ScriptRaised("StopIteration", (), "", None), "")
     assert bare == (FailureKind.EXCEPTION, "raised StopIteration")
-    said = classify_exit(1, {"type": "ValueError", "message": "bad path"}, "")
+    said = classify_exit(1, ScriptRaised("ValueError", (), "bad path", "t.py:3"), "")
     assert said == (FailureKind.EXCEPTION, "raised ValueError: bad path")

@@ -97,7 +97,7 @@ def test_a_run_ending_in_an_extra_window_kept_what_it_measured() -> None:
 def test_a_config_with_a_cache_is_measured_after_its_first_epoch() -> None:
     """A cache fills over the first epoch: the windows open once the second has begun,
     so the slow filling epoch (30 ms a step here) is no part of the figure."""
-    from tftune.probes.live.training_time import EpochStart
+    from tftune.probes.live.clock_events import EpochStart
 
     spec = MeasureSpec(
         warmup_steps=3, warmup_s=0.0, window_s=0.1, window_steps=10, repeats=2, warmup_epochs=1
