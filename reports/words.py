@@ -62,9 +62,8 @@ def device_label(device: str | None) -> str | None:
 
 def evidence_value(key: str, value: object) -> str:
     """An evidence value in words: a mapping or a list of (name, figure) pairs as labelled
-    figures (``{"EagerPyFunc": 93.0}`` under a key in ms → "EagerPyFunc 93 ms"), a list
-    as a comma list, a flag as yes or no, a number to four figures."""
-    unit = " ms" if key.endswith("_ms") else ""
+    figures (``{"EagerPyFunc": 93.0}`` → "EagerPyFunc 93"; the key's label names the unit),
+    a list as a comma list, a flag as yes or no, a number to four figures."""
     if key == "stage_op" and isinstance(value, str):
         return op_label(value)
     if isinstance(value, dict):
@@ -79,9 +78,7 @@ def evidence_value(key: str, value: object) -> str:
         return _scalar(value)
     if not pairs:
         return "none"
-    return ", ".join(
-        f"{k} {_scalar(v)}{unit if isinstance(v, (int, float)) else ''}" for k, v in pairs
-    )
+    return ", ".join(f"{k} {_scalar(v)}" for k, v in pairs)
 
 
 def _scalar(v: object) -> str:

@@ -24,6 +24,7 @@ def test_the_trials_read_back_from_tensorboards_hparams(tmp_path: Path) -> None:
     from tensorboard.plugins.hparams import metadata
 
     from tftune.core.tuning_document import TuningDocument
+    from tftune.core.vocabulary import knob_value_words
     from tftune.reports.hparams import write_hparams
 
     data = json.loads((FIXTURES / "tuning_latency.json").read_text())
@@ -43,7 +44,9 @@ def test_the_trials_read_back_from_tensorboards_hparams(tmp_path: Path) -> None:
         start = metadata.parse_session_start_info_plugin_data(
             content[run]["_hparams_/session_start_info"]
         )
-        assert {k: v.string_value for k, v in start.hparams.items()} == r["params"]
+        # In the reports' words ("as written", not the JSON's "default").
+        shown = {k: knob_value_words(v) for k, v in r["params"].items()}
+        assert {k: v.string_value for k, v in start.hparams.items()} == shown
         scalars = event_accumulator.EventAccumulator(str(tmp_path / "tb" / run))
         scalars.Reload()
         if r["examples_per_s"] is None:  # not measured: no metric, never 0
