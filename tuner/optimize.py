@@ -11,7 +11,7 @@ returns a frozen `OptimizeResult`. The steps before the study live in `tuner.bef
 and are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
-`tftune.reports.tuning_html.render_tuning_html`): the tuner never imports the reports.
+`tftune._notebook.tuning_page`): the tuner never imports the reports.
 The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only builds the
 options, shows progress and prints what this returns.
 """
