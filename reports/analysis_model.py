@@ -79,7 +79,7 @@ class AnalysisReport:
     data_json: str  # the (capped) input, embedded in the HTML for scripts
     xprof: XProfCheck | None = None  # None: not cross-checked (or nothing to show)
     next_moves: tuple[NextMove, ...] = ()
-    service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
+    service_sizing: str | None = None  # when one host is not enough (`core.sizing.caption`)
     # An epoch-start stall the step clock named (`tftune profile`'s figures beside the
     # trace): the sentence and its fix as code.
     epoch_stall: str | None = None

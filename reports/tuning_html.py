@@ -97,9 +97,9 @@ def _tuning_hero(m: TuningReport) -> str:
     trials = [
         f"{v:,} {k}"
         for k, v in (
-            ("complete", m.trials_complete),
-            ("pruned", m.trials_pruned),
-            ("failed", m.trials_failed),
+            (TrialState.COMPLETE.value, m.trials_complete),
+            (TrialState.PRUNED.value, m.trials_pruned),
+            (TrialState.FAILED.value, m.trials_failed),
         )
         if v is not None
     ]
@@ -296,7 +296,7 @@ def _history_section(m: TuningReport) -> str:
     points = []
     for t in m.trials:
         # An unfinished trial has no value yet: drawn on the axis, as a pruned one.
-        kind = t.state.value if t.state is not None else TrialState.PRUNED.value
+        kind = t.state if t.state is not None else TrialState.PRUNED
         value = t.value * scale if t.value is not None else None
         shown = (
             f"{value:.0f}%"
@@ -315,7 +315,7 @@ def _history_section(m: TuningReport) -> str:
         if t.params:
             title += "\n" + "\n".join(f"{k} = {knob_value_words(v)}" for k, v in t.params)
         points.append(
-            _svg.Point(float(t.number), value if kind == "complete" else None, kind, title)
+            _svg.Point(float(t.number), value if kind is TrialState.COMPLETE else None, kind, title)
         )
     refs: list[tuple[float, str, str]] = []
     if not gpu:

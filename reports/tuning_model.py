@@ -94,7 +94,7 @@ class TuningReport:
     study: tuple[tuple[str, str], ...]  # name, storage, seed, platform ...
     data_json: str  # the document as embedded in the page (capped)
     break_even: str | None = None  # `break_even_sentence`
-    service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
+    service_sizing: str | None = None  # when one host is not enough (`core.sizing.caption`)
     training: tuple[str, ...] = ()  # what was measured as training (`training_sentences`)
     stall_fix: str | None = None  # the code of an epoch-start stall's fix
 
