@@ -3,8 +3,9 @@ moves for the step.
 
 Part types of `core.analysis_document.AnalysisDocument`. Each is frozen; `to_json` writes
 its JSON object as docs/json.md describes it (it computes nothing) and `read` reads one
-back through a strict, path-aware `Reader`. `evidence` is a flat, free-form mapping of
-what was measured, kept as the JSON has it (`jsonable` makes a producer's values so).
+back through a strict, path-aware `Reader`. `evidence` is a flat, free-form object of what
+was measured (docs/json.md), typed as the JSON values it holds (`jsonable` makes a
+producer's values so).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tftune.core.document_reading import Reader, share
+from tftune.core.document_reading import JsonValue, Reader, share
 from tftune.core.vocabulary import Band, input_band
 
 
@@ -34,7 +35,10 @@ def jsonable(value: Any) -> Any:
         return str(value)
 
 
-def _evidence(r: Reader) -> Mapping[str, Any]:
+Evidence = Mapping[str, JsonValue]
+
+
+def _evidence(r: Reader) -> Evidence:
     found = r.obj("evidence")
     return dict(found.mapping()) if found is not None else {}
 
@@ -103,7 +107,7 @@ class Fix:
     kind: str | None
     category: str | None
     stage: str | None
-    evidence: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Evidence = field(default_factory=dict)
     expected_gain: float | None = None
     # What `tftune optimize` measures of it, in words (None: a change of code it cannot
     # try; `probes.advice.ideas.OPTIMIZE_MEASURES`).
@@ -150,7 +154,7 @@ class Bottleneck:
     stage: str | None
     call_site: str | None
     functions: tuple[str, ...]
-    evidence: Mapping[str, Any]
+    evidence: Evidence
     recommendation: Fix | None
 
     def to_json(self) -> dict[str, Any]:
@@ -191,7 +195,7 @@ class NextMove:
     summary: str
     code: str | None
     score: float | None
-    evidence: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Evidence = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {

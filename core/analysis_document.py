@@ -8,8 +8,8 @@ file and the field. Reading is tolerant of what an older or a hand-written docum
 lack: optional fields read as `None` or empty ("not measured", never 0), and a document
 without `verdict` gets the one its `input_share` says (`Verdict.derived`). The parts
 live in `core.analysis_trace` (files, steps, stages, timeline, XProf's figures) and
-`core.analysis_advice` (verdict, bottlenecks, fixes, next moves); `training` and
-`service_sizing` are written by their own producers and carried as JSON mappings.
+`core.analysis_advice` (verdict, bottlenecks, fixes, next moves), `core.training` (the
+step clock's `TrainingTime`) and `core.sizing` (the service sizing).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from tftune.core.analysis_trace import (
     XProfCheck,
 )
 from tftune.core.document_reading import SUPPORTED_SCHEMA, Reader, share, top_reader
+from tftune.core.sizing import Sizing, sizing_from_reader
+from tftune.core.training import TrainingTime
 
 T = TypeVar("T")
 Shares = tuple[tuple[str, float | None], ...]  # (category, fraction of step time)
@@ -57,9 +59,9 @@ class AnalysisDocument:
     timeline: Timeline | None
     next_moves: tuple[NextMove, ...]
     notes: tuple[str, ...]
-    training: Mapping[str, Any] | None  # the step clock's figures (`TrainingTime.to_json`)
+    training: TrainingTime | None  # the step clock's figures beside a `tftune profile` trace
     xprof: XProfCheck | None  # only with `--xprof`: absent from the JSON otherwise
-    service_sizing: Mapping[str, Any] | None  # `ServiceSizing` / `NotSized.to_json`
+    service_sizing: Sizing | None  # when one host is not enough, or why it is not sized
     schema: int = SUPPORTED_SCHEMA
 
     def to_json(self) -> dict[str, Any]:
@@ -84,12 +86,12 @@ class AnalysisDocument:
             "timeline": self.timeline.to_json() if self.timeline is not None else None,
             "next_moves": [m.to_json() for m in self.next_moves],
             "notes": list(self.notes),
-            "training": dict(self.training) if self.training is not None else None,
+            "training": self.training.to_json() if self.training is not None else None,
         }
         if self.xprof is not None:
             out["xprof"] = self.xprof.to_json()
         sizing = self.service_sizing
-        out["service_sizing"] = dict(sizing) if sizing is not None else None
+        out["service_sizing"] = sizing.to_json() if sizing is not None else None
         return out
 
     @classmethod
@@ -124,9 +126,9 @@ class AnalysisDocument:
             timeline=_part(r, "timeline", Timeline.read),
             next_moves=tuple(NextMove.read(m) for m in r.objects("next_moves")),
             notes=r.strings("notes"),
-            training=_mapping(r, "training"),
+            training=_part(r, "training", TrainingTime.from_reader),
             xprof=_part(r, "xprof", XProfCheck.read),
-            service_sizing=_mapping(r, "service_sizing"),
+            service_sizing=_part(r, "service_sizing", sizing_from_reader),
             schema=SUPPORTED_SCHEMA,
         )
 
@@ -138,8 +140,3 @@ def _part(r: Reader, key: str, read: Callable[[Reader], T]) -> T | None:
 
 def _shares(r: Reader) -> Shares:
     return tuple((k, share(r, k)) for k in r.fields())
-
-
-def _mapping(r: Reader, key: str) -> Mapping[str, Any] | None:
-    found = r.obj(key)
-    return dict(found.mapping()) if found is not None else None

@@ -2,11 +2,10 @@
 
 Every accessor names the file and the dotted field in its error, so a malformed report
 JSON fails as one line: ``analysis.json: field 'steps.mean_ms' must be a number, got "x"``.
-`top_reader` checks the schema, `detect_kind` tells an analysis JSON from a tuning JSON,
-and `epoch_stall_of` reads a named epoch-start stall from either document's training
-figures; `trial_state` a trial's state as tftune or Optuna writes it; `sizing_caption` the
-service sizing's line. It lives in core so that the documents' own readers and the
-reports share it without the reports importing the producers.
+`top_reader` checks the schema (`object_reader` reads an object that stands alone),
+`detect_kind` tells an analysis JSON from a tuning JSON, and `trial_state` reads a trial's
+state as tftune or Optuna writes it. It lives in core so that the documents' own readers
+and the reports share it without the reports importing the producers.
 """
 
 from __future__ import annotations
@@ -20,6 +19,9 @@ from tftune.core.errors import UserError
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
 
 _MISSING = object()
+
+# A value as JSON holds it: what a document's free-form fields (a finding's evidence) are.
+JsonValue = None | bool | int | float | str | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
 
 
 def _show(value: Any) -> str:
@@ -183,6 +185,14 @@ SUPPORTED_SCHEMA = 1
 Kind = Literal["analysis", "tuning"]
 
 
+def object_reader(data: object, *, source: str) -> Reader:
+    """A reader of one JSON object that stands alone (a stored crash, a clock file's
+    figures): a `UserError` naming `source` where it is no object."""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{source}: expected a JSON object, got {_show(data)}")
+    return Reader(data, source=source)
+
+
 def top_reader(data: Mapping[str, Any], *, source: str) -> Reader:
     """A reader of a report JSON's top level, whose schema this tftune reads."""
     if not isinstance(data, Mapping):
@@ -228,17 +238,6 @@ def detect_kind(data: Mapping[str, Any], *, source: str = "report JSON") -> Kind
     )
 
 
-def epoch_stall_of(data: Mapping[str, Any]) -> tuple[str, str | None] | None:
-    """(the sentence, the fix's code) of a named epoch-start stall in an analysis or a
-    tuning JSON's training figures, or None."""
-    training = data.get("training")
-    stall = training.get("stall") if isinstance(training, Mapping) else None
-    if not isinstance(stall, Mapping) or not isinstance(stall.get("sentence"), str):
-        return None
-    code = stall.get("code")
-    return str(stall["sentence"]), code if isinstance(code, str) and code else None
-
-
 # Optuna's states of a trial that has not ended: a study's history may hold them while
 # other workers run. Such a trial has no result (None).
 UNFINISHED_STATES = ("RUNNING", "WAITING")
@@ -254,17 +253,3 @@ def trial_state(t: Reader) -> TrialState | None:
         known = (*OPTUNA_STATES, *UNFINISHED_STATES)
         raise t.error("state", f"must be one of {', '.join(known)}, got {word!r}")
     return state
-
-
-def sizing_caption(raw: object) -> str | None:
-    """A report's line from either document's ``service_sizing`` object: its sentence
-    when the host is not enough (more workers needed) or when the pipeline was not sized
-    on purpose (``"sized": false``: what to do instead), else None (nothing to add)."""
-    if not isinstance(raw, Mapping):
-        return None
-    more, sentence = raw.get("more_workers"), raw.get("sentence")
-    if not isinstance(sentence, str):
-        return None
-    if raw.get("sized") is False or (isinstance(more, int) and more > 0):
-        return sentence
-    return None

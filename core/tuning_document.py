@@ -4,7 +4,8 @@
 computed there) and writes `TuningDocument.to_json()`; the reports read a saved one with
 `TuningDocument.from_json` and render from its types. `to_json` only serializes: a figure
 is written as the producer stored it. Its parts, each with its JSON both ways, are in
-`tftune.core.tuning_parts` and `tftune.core.tuning_trials`.
+`tftune.core.tuning_parts`, `tftune.core.tuning_trials` and (what the whole run adds)
+`tftune.core.tuning_run`.
 """
 
 from __future__ import annotations
@@ -24,68 +25,15 @@ from tftune.core.tuning_parts import (
     MeasuredRate,
     SearchedSpace,
     TrialCounts,
-    free_object,
     part_json,
     present,
     put_present,
 )
-from tftune.core.tuning_rewrites import RewriteRow, rows_from_reader, rows_json
+from tftune.core.tuning_run import PlatformInfo, StudyInfo, WholeRun
 from tftune.core.tuning_trials import Instability, TrialRow
 
 SCHEMA = 1
 OBJECTIVES = ("throughput", "gpu-util", "both")
-# The fields of the whole run (`WholeRun`), written after the study's.
-WHOLE_RUN_KEYS = (
-    "break_even",
-    "stop_reason",
-    "training",
-    "record",
-    "findings",
-    "screen",
-    "rewrites",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class WholeRun:
-    """What the whole `tftune optimize` run adds to its study's figures."""
-
-    break_even: Mapping[str, Any] | None = None  # `tftune.tuner.output.breakeven.BreakEven`
-    stop_reason: str | None = None  # why the search stopped, in words
-    training: Mapping[str, Any] | None = None  # what was measured as training
-    record: Mapping[str, Any] | None = None  # the reproducibility record
-    findings: tuple[str, ...] = ()  # the output-layer findings of every run
-    screen: Mapping[str, Any] | Absent | None = ABSENT  # the pipeline screen's ranking
-    # Every rewrite the run considered: measured, checked, refused or not applicable.
-    rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "break_even": self.break_even,
-            "stop_reason": self.stop_reason,
-            "training": self.training,
-            "record": self.record,
-            "findings": list(self.findings),
-        }
-        put_present(out, "screen", self.screen)
-        if not isinstance(self.rewrites, Absent):
-            out["rewrites"] = rows_json(self.rewrites)
-        return out
-
-    @classmethod
-    def from_reader(cls, r: Reader) -> WholeRun | None:
-        """The run's part of a top-level reader, None where the document has none."""
-        if not any(present(r, key) for key in WHOLE_RUN_KEYS):
-            return None
-        return cls(
-            break_even=free_object(r, "break_even"),
-            stop_reason=r.string("stop_reason"),
-            training=free_object(r, "training"),
-            record=free_object(r, "record"),
-            findings=r.strings("findings"),
-            screen=free_object(r, "screen") if present(r, "screen") else ABSENT,
-            rewrites=rows_from_reader(r, "rewrites") if present(r, "rewrites") else ABSENT,
-        )
 
 
 def _learning(r: Reader) -> LearningCheck | Absent:
@@ -116,12 +64,12 @@ class TuningDocument:
     importances: tuple[tuple[str, float], ...] = ()  # in document order
     # Why `importances` is empty (too few complete trials, no knob varied), where it is.
     importances_withheld: str | Absent = ABSENT
-    study: Mapping[str, Any] | None = None  # name, storage, seed
+    study: StudyInfo | None = None
     command: str | None = None
     diff: str | None = None
     snippet: str | None = None
     notes: tuple[str, ...] = ()
-    platform: Mapping[str, Any] | None = None  # python, cores
+    platform: PlatformInfo | None = None
     run: WholeRun | None = None  # None: a study's outcome rendered alone
 
     def to_json(self) -> dict[str, Any]:
@@ -148,12 +96,12 @@ class TuningDocument:
         )
         put_present(out, "importances_withheld", self.importances_withheld)
         out.update(
-            study=self.study,
+            study=part_json(self.study),
             command=self.command,
             diff=self.diff,
             snippet=self.snippet,
             notes=list(self.notes),
-            platform=self.platform,
+            platform=part_json(self.platform),
         )
         if self.run is not None:
             out.update(self.run.to_json())
@@ -171,7 +119,7 @@ class TuningDocument:
         best = BestRun.from_reader(r.required_obj("best"))
         trials, ceiling, space = r.obj("trials"), r.obj("ceiling"), r.obj("space")
         rows = tuple(TrialRow.from_reader(t) for t in r.objects("trials_detail"))
-        instability = r.obj("instability")
+        instability, study, platform = r.obj("instability"), r.obj("study"), r.obj("platform")
         return cls(
             objective=objective,
             baselines=Baselines.from_reader(r.required_obj("baselines")),
@@ -198,12 +146,12 @@ class TuningDocument:
                 if present(r, "importances_withheld")
                 else ABSENT
             ),
-            study=free_object(r, "study"),
+            study=StudyInfo.from_reader(study) if study is not None else None,
             command=r.string("command"),
             diff=r.string("diff"),
             snippet=r.string("snippet"),
             notes=r.strings("notes"),
-            platform=free_object(r, "platform"),
+            platform=PlatformInfo.from_reader(platform) if platform is not None else None,
             run=WholeRun.from_reader(r),
         )
 

@@ -4,10 +4,11 @@ its JSON both ways: `to_json` writes what the producer stored (it computes nothi
 malformed field is one `UserError` line naming the file and the field.
 
 Schema 1 grew fields over time; a field an older document of schema 1 does not have is
-`ABSENT` (not written back), apart from ``null`` ("not measured"). Free-form parts (a
-config, the reproducibility record, the training figures, a crash's lines, the service
-sizing) are carried as the JSON mappings they are. The study's trials (each trial's row,
-the instability found among them) are in `tftune.core.tuning_trials`.
+`ABSENT` (not written back), apart from ``null`` ("not measured"). Every part is typed:
+the winner's config as the config file writes it (`ConfigSettings`), the service sizing
+(`tftune.core.sizing`). The study's trials (each trial's row, the instability found among
+them) are in `tftune.core.tuning_trials`; what the whole run adds in
+`tftune.core.tuning_run`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.document_reading import Reader, share, trial_state
+from tftune.core.sizing import Sizing, sizing_from_reader
 from tftune.core.vocabulary import TrialState
 
 # The baselines every study measures, in the order the document and the reports list them.
@@ -70,12 +72,6 @@ def _numbers(r: Reader, key: str) -> tuple[float, ...]:
     ):
         raise r.error(key, "must be a list of numbers")
     return tuple(values)
-
-
-def free_object(r: Reader, key: str) -> Mapping[str, Any] | None:
-    """A free-form object (None for null)."""
-    sub = r.obj(key)
-    return sub.mapping() if sub is not None else None
 
 
 def text_pairs(r: Reader | None) -> tuple[tuple[str, str], ...]:
@@ -175,6 +171,63 @@ class Baselines:
         return cls(**{k: BaselineRun.from_reader(s) if s else None for k, s in subs.items()})
 
 
+Setting = int | float | str | bool | None  # a knob's value as the config file writes it
+Settings = tuple[tuple[str, Setting], ...]  # an object of settings, in the file's order
+
+
+def _setting(r: Reader, key: str, value: object) -> Setting:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise r.error(key, "must be a knob's value (a number, a string, true, false or null)")
+
+
+def _settings(r: Reader) -> Settings:
+    return tuple((k, _setting(r, k, v)) for k, v in r.mapping().items())
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSettings:
+    """A config as its file writes it (`tftune.tuner.searchspace.config.Config`, whose JSON this
+    writes), less the file's free-form ``meta``: each call site's knobs, then the file's
+    other fields in its order, each a global knob's value or an object of settings (the
+    tf.data service's). A value is as the file has it: ``"AUTOTUNE"``; null is the
+    script's own. A hand-made config may lack ``schema`` and ``sites`` (None)."""
+
+    schema: int | None = None
+    sites: tuple[tuple[str, Settings], ...] | None = None
+    fields: tuple[tuple[str, Setting | Settings], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.schema is not None:
+            out["schema"] = self.schema
+        if self.sites is not None:
+            out["sites"] = {site: dict(knobs) for site, knobs in self.sites}
+        for name, value in self.fields:
+            out[name] = dict(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_reader(cls, r: Reader) -> ConfigSettings:
+        sites = r.obj("sites")
+        fields: list[tuple[str, Setting | Settings]] = []
+        for name in r.fields():
+            if name in ("schema", "sites"):
+                continue
+            value = r.raw(name)
+            found = r.obj(name) if isinstance(value, Mapping) else None
+            fields.append(
+                (name, _settings(found) if found is not None else _setting(r, name, value))
+            )
+        return cls(
+            schema=r.integer("schema"),
+            sites=tuple((s, _settings(sites.required_obj(s))) for s in sites.fields())
+            if sites is not None
+            else None,
+            fields=tuple(fields),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class BestRun:
     """The winner: its trial's figure, its config in the config file's shape, its
@@ -182,7 +235,7 @@ class BestRun:
 
     measured: MeasuredRate
     config_file: str | None = None
-    config: Mapping[str, Any] | None = None
+    config: ConfigSettings | None = None
     description: str | None = None
     role: str | None = None  # as_written | autotune | heuristic | guided | search
     confirmed: MeasuredRate | None = None
@@ -193,7 +246,7 @@ class BestRun:
         out = self.measured.to_json()
         out.update(
             config_file=self.config_file,
-            config=self.config,
+            config=part_json(self.config),
             description=self.description,
             role=self.role,
             confirmed=part_json(self.confirmed),
@@ -204,14 +257,11 @@ class BestRun:
 
     @classmethod
     def from_reader(cls, r: Reader) -> BestRun:
-        again = r.obj("confirmed")
-        config = r.raw("config")
-        if config is not None and not isinstance(config, Mapping):
-            raise r.error("config", "must be an object keyed by call site")
+        again, config = r.obj("confirmed"), r.obj("config")
         return cls(
             measured=MeasuredRate.from_reader(r),
             config_file=r.string("config_file"),
-            config=config,
+            config=ConfigSettings.from_reader(config) if config is not None else None,
             description=r.string("description"),
             role=r.string("role"),
             confirmed=MeasuredRate.from_reader(again) if again is not None else None,
@@ -245,7 +295,12 @@ class CeilingFigures:
     notes: tuple[str, ...] = ()  # why a half was not measured
     pipeline_note: str | Absent | None = ABSENT
     model_note: str | Absent | None = ABSENT
-    service_sizing: Mapping[str, Any] | Absent | None = ABSENT
+    service_sizing: Sizing | Absent | None = ABSENT  # None: not measured
+
+    @property
+    def sizing(self) -> Sizing | None:
+        """The service sizing; None where not measured or an older document has none."""
+        return None if isinstance(self.service_sizing, Absent) else self.service_sizing
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -257,7 +312,7 @@ class CeilingFigures:
         }
         put_present(out, "pipeline_note", self.pipeline_note)
         put_present(out, "model_note", self.model_note)
-        put_present(out, "service_sizing", self.service_sizing)
+        put_present(out, "service_sizing", part_json(self.service_sizing))
         return out
 
     @classmethod
@@ -273,8 +328,12 @@ class CeilingFigures:
             notes=r.strings("notes"),
             pipeline_note=optional("pipeline_note", r.string),
             model_note=optional("model_note", r.string),
-            service_sizing=optional("service_sizing", lambda k: free_object(r, k)),
+            service_sizing=optional("service_sizing", lambda k: _sizing(r.obj(k))),
         )
+
+
+def _sizing(r: Reader | None) -> Sizing | None:
+    return sizing_from_reader(r) if r is not None else None
 
 
 @dataclass(frozen=True, slots=True)

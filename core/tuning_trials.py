@@ -5,27 +5,31 @@ both ways, as the other parts (`tftune.core.tuning_parts`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tftune.core.document_reading import Reader, share, trial_state
+from tftune.core.failures import CrashSummary
+from tftune.core.training import TrainingTime
 from tftune.core.tuning_parts import (
     ABSENT,
     UNFINISHED,
     Absent,
-    free_object,
+    part_json,
     present,
     put_present,
     text_pairs,
 )
 from tftune.core.vocabulary import TrialState
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True, slots=True)
 class TrialRow:
     """One trial of the study (``trials_detail``). A failed trial keeps its stderr tail
-    and its crash (the crash JSON of `tftune.tuner.trial.crashes.CrashSummary`)."""
+    and its crash (`tftune.core.failures.CrashSummary`)."""
 
     number: int
     role: str | None = None
@@ -39,8 +43,8 @@ class TrialRow:
     wall_s: float | None = None
     notes: tuple[str, ...] | Absent = ABSENT
     stderr_tail: str | Absent | None = ABSENT
-    crash: Mapping[str, Any] | Absent | None = ABSENT
-    training: Mapping[str, Any] | Absent | None = ABSENT  # the trial's `TrainingTime`
+    crash: CrashSummary | Absent | None = ABSENT
+    training: TrainingTime | Absent | None = ABSENT
     value: float | Absent | None = ABSENT  # the objective, where a history plots it
 
     @property
@@ -48,13 +52,11 @@ class TrialRow:
         return self.state.value if self.state is not None else "unfinished"
 
     def crash_lines(self) -> tuple[str, ...]:
-        """The crash's ``key_lines``, else its ``headline`` (validated on reading)."""
+        """The crash's key lines, else its headline."""
         crash = self.crash
-        if not isinstance(crash, Mapping):
+        if not isinstance(crash, CrashSummary):
             return ()
-        lines = tuple(str(line) for line in crash.get("key_lines") or ())
-        headline = crash.get("headline")
-        return lines or ((str(headline),) if headline else ())
+        return crash.key_lines or ((crash.headline,) if crash.headline else ())
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -71,8 +73,8 @@ class TrialRow:
         }
         put_present(out, "notes", list(self.notes) if self.notes is not ABSENT else ABSENT)
         put_present(out, "stderr_tail", self.stderr_tail)
-        put_present(out, "crash", self.crash)
-        put_present(out, "training", self.training)
+        put_present(out, "crash", part_json(self.crash))
+        put_present(out, "training", part_json(self.training))
         put_present(out, "value", self.value)
         return out
 
@@ -94,20 +96,18 @@ class TrialRow:
             wall_s=r.number("wall_s"),
             notes=r.strings("notes") if present(r, "notes") else ABSENT,
             stderr_tail=r.string("stderr_tail") if present(r, "stderr_tail") else ABSENT,
-            crash=_crash(r) if present(r, "crash") else ABSENT,
-            training=free_object(r, "training") if present(r, "training") else ABSENT,
+            crash=_part(r, "crash", CrashSummary.from_reader),
+            training=_part(r, "training", TrainingTime.from_reader),
             value=value,
         )
 
 
-def _crash(r: Reader) -> Mapping[str, Any] | None:
-    """A failed trial's crash JSON, its ``key_lines`` and ``headline`` checked."""
-    crash = r.obj("crash")
-    if crash is None:
-        return None
-    crash.strings("key_lines")
-    crash.string("headline")
-    return crash.mapping()
+def _part(r: Reader, key: str, read: Callable[[Reader], T]) -> T | Absent | None:
+    """An optional part: ABSENT where an older document has no such field."""
+    if not present(r, key):
+        return ABSENT
+    found = r.obj(key)
+    return read(found) if found is not None else None
 
 
 @dataclass(frozen=True, slots=True)

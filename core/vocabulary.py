@@ -201,6 +201,11 @@ class TrialState(str, enum.Enum):
     FAILED = "failed"
 
 
+# How a stream was declared training where nothing updated weights (a pipeline benchmark):
+# the busiest dataset loop stands in (`tftune.tuner.child.roles`).
+FALLBACK_HOW = "no optimizer update seen: the busiest dataset loop"
+
+
 class Phase(str, enum.Enum):
     """Where a tuning run is, as its progress shows it (`tftune.optimize`'s ``on_phase``)."""
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
-from tftune.core.vocabulary import percent
+from tftune.core.vocabulary import TrialState, percent
 
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,Roboto,sans-serif"'
 AXIS = "#6b7280"
@@ -242,7 +242,7 @@ def hbars(
 class Point:
     x: float
     y: float | None  # None: no value (pruned or failed), drawn on the axis
-    kind: str  # complete | pruned | failed
+    kind: TrialState
     title: str
 
 
@@ -274,7 +274,7 @@ def _best_so_far(
     best: float | None = None
     path: list[str] = []
     for p in points:
-        if p.kind != "complete" or p.y is None:
+        if p.kind is not TrialState.COMPLETE or p.y is None:
             continue
         if best is None:
             best = p.y
@@ -288,12 +288,12 @@ def _best_so_far(
 
 def _trial_mark(p: Point, cx: float, y_of: Callable[[float], float], base: float) -> str:
     """A complete trial's dot at its value; a pruned or failed one's cross on the axis."""
-    if p.kind == "complete" and p.y is not None:
+    if p.kind is TrialState.COMPLETE and p.y is not None:
         return (
             f'<circle cx="{_f(cx)}" cy="{_f(y_of(p.y))}" r="4.5" fill="#2563eb" '
             f'fill-opacity="0.85"><title>{_e(p.title)}</title></circle>'
         )
-    color = "#dc2626" if p.kind == "failed" else "#9ca3af"
+    color = "#dc2626" if p.kind is TrialState.FAILED else "#9ca3af"
     y = base - 7
     return (
         f'<g><title>{_e(p.title)}</title><path d="M{_f(cx - 4)},{_f(y - 4)}'

@@ -10,7 +10,6 @@ SVG built in Python (`reports._svg`); the shell is `reports._page`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from tftune.core.analysis_advice import Bottleneck
 from tftune.core.analysis_steps import StepRow, StepTable
@@ -33,9 +32,8 @@ from tftune.reports._page import (
     or_nm,
     page,
     stat,
-    timestamp_now,
 )
-from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
+from tftune.reports.analysis_model import AnalysisReport
 from tftune.reports.words import (
     device_label,
     evidence_label,
@@ -58,16 +56,9 @@ _EVENT_CLASSES = {
 }
 
 
-def render_analysis_html(
-    model: AnalysisReport | Mapping[str, Any], *, generated_at: str | None = None
-) -> str:
-    """The analysis report as one self-contained HTML page.
-
-    Given the analysis JSON itself (a mapping) rather than a model, it builds the model
-    first, stamped `generated_at` (default: now, or $SOURCE_DATE_EPOCH).
-    """
-    if not isinstance(model, AnalysisReport):
-        model = build_analysis_model(model, generated_at=generated_at or timestamp_now())
+def render_analysis_html(model: AnalysisReport) -> str:
+    """The analysis report as one self-contained HTML page (`build_analysis_model` makes
+    its model from the document)."""
     ids = ElementIds()
     body = [
         _verdict_section(model),

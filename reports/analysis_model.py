@@ -1,11 +1,12 @@
 """The analysis report model: an analysis document as the page shows it.
 
-`build_analysis_model` reads the JSON with `AnalysisDocument.from_json` (strict on the
-fields a report cannot do without, tolerant of the optional ones; `null` stays `None`,
-"not measured", never 0; anything malformed is one `UserError` line naming the file and
-the field) and adds what only the page needs: the defensive caps, the vocabulary's order
-of the categories, the run's facts in one place, the captions and the capped JSON it
-embeds. It is pure: the same JSON and timestamp give an equal model.
+`build_analysis_model` takes the document (made by `tftune analyze`, or read from a saved
+JSON with `read_analysis_json`: `AnalysisDocument.from_json`, strict on the fields a
+report cannot do without, tolerant of the optional ones; `null` stays `None`, "not
+measured", never 0; anything malformed is one `UserError` line naming the file and the
+field) and adds what only the page needs: the defensive caps, the vocabulary's order of
+the categories, the run's facts in one place, the captions and the capped JSON it embeds.
+It is pure: the same document and timestamp give an equal model.
 
 Renderers (`reports.analysis_html`) only format this model and the document's types.
 """
@@ -21,7 +22,8 @@ from tftune.core.analysis_advice import Bottleneck, NextMove, Verdict
 from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.analysis_steps import StepRow, StepSummary, StepTable
 from tftune.core.analysis_trace import StageRow, Timeline, XProfCheck
-from tftune.core.document_reading import Reader, dump, epoch_stall_of, sizing_caption
+from tftune.core.document_reading import Reader, dump
+from tftune.core.sizing import caption
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
 
 # Defensive caps: the analysis caps its timeline upstream, but a report must stay small
@@ -78,7 +80,7 @@ class AnalysisReport:
     data_json: str  # the (capped) input, embedded in the HTML for scripts
     xprof: XProfCheck | None = None  # None: not cross-checked (or nothing to show)
     next_moves: tuple[NextMove, ...] = ()
-    service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
+    service_sizing: str | None = None  # when one host is not enough (`core.sizing.caption`)
     # An epoch-start stall the step clock named (`tftune profile`'s figures beside the
     # trace): the sentence and its fix as code.
     epoch_stall: str | None = None
@@ -86,24 +88,28 @@ class AnalysisReport:
     timeline_dropped_tracks: int = 0  # tracks left out by the defensive cap
 
 
+def read_analysis_json(data: Mapping[str, Any], *, source: str) -> AnalysisDocument:
+    """A saved analysis JSON (docs/json.md, schema 1) read strictly for a report."""
+    doc = AnalysisDocument.from_json(data, source=source)
+    if "input_bound" not in data:  # the report needs it said, even as null
+        raise Reader(data, source=source).error("input_bound", "is missing")
+    return doc
+
+
 def build_analysis_model(
-    data: Mapping[str, Any],
+    document: AnalysisDocument,
     *,
     generated_at: str,
     source: str = "analysis JSON",
-    document: AnalysisDocument | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> AnalysisReport:
-    """An `AnalysisReport` of an analysis JSON (docs/json.md, schema 1), validated first
-    unless the caller hands over the `document` it was written from (`tftune analyze`:
-    reading its own JSON back, 33,000 step rows on a 54 MB trace, cost more than the
-    analysis)."""
+    """The `AnalysisReport` of an analysis document. `data` is its JSON where the caller
+    has it already (`tftune analyze` wrote it, `tftune report` read it): the page embeds
+    it; else the page embeds `document.to_json()`."""
     doc = document
-    if doc is None:
-        doc = AnalysisDocument.from_json(data, source=source)
-        if "input_bound" not in data:  # the report needs it said, even as null
-            raise Reader(data, source=source).error("input_bound", "is missing")
     timeline = _capped_timeline(doc.timeline)
-    stall = epoch_stall_of(data)
+    stall = doc.training.stall if doc.training is not None else None
+    embedded = data if data is not None else doc.to_json()
     return AnalysisReport(
         source=source,
         generated_at=generated_at,
@@ -120,12 +126,12 @@ def build_analysis_model(
         stages_total=len(doc.stages),
         timeline=timeline,
         notes=doc.notes,
-        data_json=dump(_capped(data, timeline)),
+        data_json=dump(_capped(embedded, timeline)),
         xprof=_xprof(doc.xprof),
         next_moves=doc.next_moves[:MAX_BOTTLENECKS],
-        service_sizing=sizing_caption(doc.service_sizing),
-        epoch_stall=stall[0] if stall else None,
-        epoch_stall_code=stall[1] if stall else None,
+        service_sizing=caption(doc.service_sizing),
+        epoch_stall=stall.sentence if stall is not None else None,
+        epoch_stall_code=(stall.code or None) if stall is not None else None,
         timeline_dropped_tracks=(
             max(0, len(doc.timeline.tracks) - MAX_TIMELINE_TRACKS) if doc.timeline else 0
         ),

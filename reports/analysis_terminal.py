@@ -4,14 +4,13 @@ Readable in ten seconds: the verdict, where the step time goes, the ranked bottl
 the top fix as code, the next moves for the step when the input pipeline is not the
 limit, and the tf.data stages with what AUTOTUNE chose; with ``--xprof``,
 XProf's own step time and input share beside tftune's. It renders only the document
-(`core.analysis_document`, read from the JSON when given a mapping), so it renders a saved
-analysis exactly as a fresh one.
+(`core.analysis_document`; a saved JSON is read with `AnalysisDocument.from_json`), so it
+renders a saved analysis exactly as a fresh one.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console, Group
@@ -22,7 +21,7 @@ from rich.text import Text
 from tftune.core.analysis_advice import Bottleneck
 from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.analysis_trace import XProfCheck
-from tftune.core.document_reading import epoch_stall_of, sizing_caption
+from tftune.core.sizing import caption
 from tftune.core.vocabulary import (
     NOT_MEASURED,
     Band,
@@ -219,22 +218,17 @@ def plain_lines(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.split("\n"))
 
 
-def render(
-    data: AnalysisDocument | Mapping[str, Any], width: int = 100, color: bool = False
-) -> str:
-    """The summary as text: ANSI-styled when `color` (a terminal), else plain lines. An
-    analysis JSON (a mapping) is read first (`AnalysisDocument.from_json`)."""
-    if not isinstance(data, AnalysisDocument):
-        data = AnalysisDocument.from_json(data)
+def render(data: AnalysisDocument, width: int = 100, color: bool = False) -> str:
+    """The summary as text: ANSI-styled when `color` (a terminal), else plain lines."""
     buf = io.StringIO()
     console = text_console(buf, width, color)
     console.print(_header(data))
     console.print(_verdict(data))
-    stall = epoch_stall_of({"training": data.training})
+    stall = data.training.stall if data.training is not None else None
     if stall is not None:  # the step clock's, beside a `tftune profile` trace
-        console.print(Text("Epoch start: ", style="bold yellow").append(stall[0]))
-        if stall[1]:
-            console.print(Padding(Text(stall[1], style="green"), (0, 0, 0, 4)))
+        console.print(Text("Epoch start: ", style="bold yellow").append(stall.sentence))
+        if stall.code:
+            console.print(Padding(Text(stall.code, style="green"), (0, 0, 0, 4)))
     console.print(_breakdown(data))
     xprof = _xprof(data)
     if xprof is not None:
@@ -250,7 +244,7 @@ def render(
     console.print(_stages(data))
     for note in data.notes:
         console.print(Text(f"note: {note}", style="dim"))
-    sizing = sizing_caption(data.service_sizing)
+    sizing = caption(data.service_sizing)
     if sizing is not None:
         console.print(Text(sizing, style="bold"))
     return buf.getvalue() if color else plain_lines(buf.getvalue())

@@ -14,7 +14,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +28,13 @@ METRICS = (("examples_per_s", "examples/s"), ("utilization", "utilization"))
 EXTRA = "pip install tensorboard"
 
 
-def write_hparams(data: TuningDocument | Mapping[str, Any], logdir: str | os.PathLike[str]) -> Path:
+def write_hparams(doc: TuningDocument, logdir: str | os.PathLike[str]) -> Path:
     """Write the document's finished trials (its ``trials_detail``) under `logdir`;
-    returns it. `data` is the document, or its JSON."""
+    returns it."""
     try:
         from tensorboard.plugins.hparams import summary_v2 as hp
     except ImportError:
         raise UserError(f"--tensorboard {logdir}: needs TensorBoard: {EXTRA}") from None
-    doc = data if isinstance(data, TuningDocument) else TuningDocument.from_json(data)
     rows = [r for r in doc.trials_detail if r.state in _FINISHED]
     names = sorted({k for r in rows for k, _ in r.params})
     root = Path(logdir)

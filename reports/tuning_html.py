@@ -11,9 +11,6 @@ shell is `reports._page`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from tftune.core.tuning_parts import Absent
 from tftune.core.vocabulary import NOT_MEASURED, TrialState, knob_value_words, percent
 from tftune.reports import _svg
@@ -32,24 +29,16 @@ from tftune.reports._page import (
     or_nm,
     page,
     stat,
-    timestamp_now,
 )
 from tftune.reports.learning_rows import learning_section
 from tftune.reports.rewrite_rows import rewrites_section
-from tftune.reports.tuning_model import Trial, TuningReport, build_tuning_model
+from tftune.reports.tuning_model import Trial, TuningReport
 from tftune.reports.words import device_label, utilization_label
 
 
-def render_tuning_html(
-    model: TuningReport | Mapping[str, Any], *, generated_at: str | None = None
-) -> str:
-    """The tuning report as one self-contained HTML page.
-
-    Given the tuning JSON itself (a mapping) rather than a model, it builds the model
-    first, stamped `generated_at` (default: now, or $SOURCE_DATE_EPOCH).
-    """
-    if not isinstance(model, TuningReport):
-        model = build_tuning_model(model, generated_at=generated_at or timestamp_now())
+def render_tuning_html(model: TuningReport) -> str:
+    """The tuning report as one self-contained HTML page (`build_tuning_model` makes its
+    model from the document)."""
     ids = ElementIds()
     body = [
         _tuning_hero(model),
@@ -108,9 +97,9 @@ def _tuning_hero(m: TuningReport) -> str:
     trials = [
         f"{v:,} {k}"
         for k, v in (
-            ("complete", m.trials_complete),
-            ("pruned", m.trials_pruned),
-            ("failed", m.trials_failed),
+            (TrialState.COMPLETE.value, m.trials_complete),
+            (TrialState.PRUNED.value, m.trials_pruned),
+            (TrialState.FAILED.value, m.trials_failed),
         )
         if v is not None
     ]
@@ -307,7 +296,7 @@ def _history_section(m: TuningReport) -> str:
     points = []
     for t in m.trials:
         # An unfinished trial has no value yet: drawn on the axis, as a pruned one.
-        kind = t.state.value if t.state is not None else TrialState.PRUNED.value
+        kind = t.state if t.state is not None else TrialState.PRUNED
         value = t.value * scale if t.value is not None else None
         shown = (
             f"{value:.0f}%"
@@ -326,7 +315,7 @@ def _history_section(m: TuningReport) -> str:
         if t.params:
             title += "\n" + "\n".join(f"{k} = {knob_value_words(v)}" for k, v in t.params)
         points.append(
-            _svg.Point(float(t.number), value if kind == "complete" else None, kind, title)
+            _svg.Point(float(t.number), value if kind is TrialState.COMPLETE else None, kind, title)
         )
     refs: list[tuple[float, str, str]] = []
     if not gpu:

@@ -1,12 +1,14 @@
 """The tuning report model: the tuning document as a report shows it.
 
-`build_tuning_model` reads the JSON with `tftune.core.tuning_document.TuningDocument
-.from_json` (strict on the fields a report cannot do without, tolerant of the optional
+`build_tuning_model` takes the tuning document (`tftune.core.tuning_document
+.TuningDocument`: `tftune optimize`'s own, or a saved JSON read with `TuningDocument
+.from_json`, strict on the fields a report cannot do without, tolerant of the optional
 ones; `null` stays `None`, "not measured", never 0; anything malformed is one `UserError`
 line naming the file and the field) and adds only what is the report's own: where the
 document came from and when the report was made, the caps on trials and stderr tails,
-the embedded data, and the report's views (`Trial`, `ConfigEntry`, the sentences). It is
-pure: the same JSON and timestamp give an equal model.
+the embedded data, and the report's views (`Trial`, `ConfigEntry`, the sentences), read
+from the document's types. It is pure: the same document and timestamp give an equal
+model.
 
 Renderers (`reports.tuning_html`) only format this model. Its rows are the four-way
 comparison (`reports.tuning_comparison`), the one the terminal's table shows too.
@@ -19,14 +21,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tftune.core.document_reading import dump, epoch_stall_of, sizing_caption
+from tftune.core.document_reading import dump
+from tftune.core.sizing import caption
+from tftune.core.training import TrainingFacts
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import (
     ABSENT,
+    ConfigSettings,
     KnobChoices,
     MeasuredRate,
     as_text,
 )
+from tftune.core.tuning_run import BreakEven
 from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import PREAMBLE_SAID_S, TrialState
 from tftune.reports.tuning_comparison import ComparisonRow, comparison
@@ -88,7 +94,7 @@ class TuningReport:
     study: tuple[tuple[str, str], ...]  # name, storage, seed, platform ...
     data_json: str  # the document as embedded in the page (capped)
     break_even: str | None = None  # `break_even_sentence`
-    service_sizing: str | None = None  # when one host is not enough (`sizing_caption`)
+    service_sizing: str | None = None  # when one host is not enough (`core.sizing.caption`)
     training: tuple[str, ...] = ()  # what was measured as training (`training_sentences`)
     stall_fix: str | None = None  # the code of an epoch-start stall's fix
 
@@ -211,28 +217,28 @@ def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def break_even_sentence(be: Mapping[str, Any] | None) -> str | None:
+def break_even_sentence(be: BreakEven | None) -> str | None:
     """The tuning document's ``break_even`` (`tftune.tuner.output.breakeven`) in words: what
     tuning cost, what the winner saves per hour of training, and when it has paid for
     itself."""
-    if not isinstance(be, Mapping) or not isinstance(be.get("tuning_s"), (int, float)):
+    if be is None:
         return None
-    head = f"Tuning took {_minutes(float(be['tuning_s']))}"
-    saved, after = be.get("saved_s_per_hour"), be.get("pays_off_after_s")
-    r0, r1 = be.get("as_written_examples_per_s"), be.get("tuned_examples_per_s")
-    if not isinstance(saved, (int, float)) or not isinstance(after, (int, float)):
+    head = f"Tuning took {_minutes(be.tuning_s)}"
+    saved, after = be.saved_s_per_hour, be.pays_off_after_s
+    r0, r1 = be.as_written_examples_per_s, be.tuned_examples_per_s
+    if saved is None or after is None:
         return f"{head}; the script as written stays, so there is nothing to pay it back."
     rates = f" ({r0:,.1f} → {r1:,.1f} ex/s)" if r0 and r1 else ""
     return (
-        f"{head}; at the measured rates{rates} the winner saves {_minutes(float(saved))} of "
-        f"every hour of training, and has paid for itself after {_minutes(float(after))} "
+        f"{head}; at the measured rates{rates} the winner saves {_minutes(saved)} of "
+        f"every hour of training, and has paid for itself after {_minutes(after)} "
         "of training."
     )
 
 
-def _training(doc: TuningDocument) -> Mapping[str, Any]:
+def _training(doc: TuningDocument) -> TrainingFacts:
     training = doc.run.training if doc.run is not None else None
-    return training if isinstance(training, Mapping) else {}
+    return training if training is not None else TrainingFacts()
 
 
 def training_sentences(doc: TuningDocument) -> tuple[str, ...]:
@@ -240,68 +246,78 @@ def training_sentences(doc: TuningDocument) -> tuple[str, ...]:
     loop, what was taken out of the windows, the preamble, and an epoch-start stall."""
     training = _training(doc)
     out: list[str] = []
-    loop = training.get("loop")
-    raw_aw = training.get("as_written")
-    aw: Mapping[str, Any] = raw_aw if isinstance(raw_aw, Mapping) else {}
-    if isinstance(loop, Mapping) and not training.get("busiest_loop"):
-        where = f"built at {loop.get('site')}, " if loop.get("site") else ""
+    loop, aw = training.loop, training.as_written
+    if loop is not None and not training.busiest_loop:
+        where = f"built at {loop.site}, " if loop.site else ""
         out.append(
-            f"measured: training steps of the dataset {where}iterated at {loop.get('place')}"
+            f"measured: training steps of the dataset {where}iterated at {loop.place}"
             + (
                 "; validation and other datasets' passes were taken out of the windows"
-                if (aw.get("excluded_s") or 0) > 0
+                if aw is not None and aw.excluded_s > 0
                 else ""
             )
         )
-    preamble = training.get("preamble_s")
-    if isinstance(preamble, (int, float)) and preamble >= PREAMBLE_SAID_S:
+    preamble = training.preamble_s
+    if preamble is not None and preamble >= PREAMBLE_SAID_S:
         out.append(
             f"the script's preamble ({preamble:.0f} s before its first training step) is "
             "paid by every run and is not training: it is not measured"
         )
-    for key, who in (("as_written", "as written"), ("tuned", "tuned")):
-        part = training.get(key)
-        stall = part.get("stall") if isinstance(part, Mapping) else None
-        if isinstance(stall, Mapping) and stall.get("sentence"):
-            out.append(f"{who}, {stall['sentence']}")
+    for part, who in ((aw, "as written"), (training.tuned, "tuned")):
+        stall = part.stall if part is not None else None
+        if stall is not None and stall.sentence:
+            out.append(f"{who}, {stall.sentence}")
     return tuple(out)
 
 
 def stall_fix(doc: TuningDocument) -> str | None:
     """The code of the as-written epoch-start stall's fix, where one is named."""
-    part = _training(doc).get("as_written")
-    stall = epoch_stall_of({"training": part}) if isinstance(part, Mapping) else None
-    return stall[1] if stall else None
+    aw = _training(doc).as_written
+    stall = aw.stall if aw is not None else None
+    return (stall.code or None) if stall is not None else None
+
+
+def _study(doc: TuningDocument) -> tuple[tuple[str, str], ...]:
+    """The study's name, storage and seed, and the machine's Python and cores, as text."""
+    study, machine = doc.study, doc.platform
+    pairs: list[tuple[str, object]] = []
+    if study is not None:
+        pairs += [("name", study.name), ("storage", study.storage), ("seed", study.seed)]
+    if machine is not None:
+        pairs += [("python", machine.python), ("cores", machine.cores)]
+    return tuple((k, as_text(v)) for k, v in pairs if v is not None)
 
 
 def build_tuning_model(
-    data: Mapping[str, Any], *, generated_at: str, source: str = "tuning JSON"
+    document: TuningDocument,
+    *,
+    generated_at: str,
+    source: str = "tuning JSON",
+    data: Mapping[str, Any] | None = None,
 ) -> TuningReport:
-    """Validate a tuning JSON (docs/json.md, schema 1) into a `TuningReport`."""
-    doc = TuningDocument.from_json(data, source=source)
-    config = doc.best.config or {}
+    """The `TuningReport` of a tuning document. `data` is its JSON where the caller has
+    it already (`tftune report` read it): the page embeds it; else the page embeds
+    `document.to_json()`."""
+    doc = document
+    settings = doc.best.config
+    config = settings.to_json() if settings is not None else {}
     ceiling = doc.ceiling
     return TuningReport(
         source=source,
         generated_at=generated_at,
         document=doc,
         rows=comparison(doc),
-        config=_config_entries(config),
+        config=_config_entries(settings) if settings is not None else (),
         config_json=json.dumps(config, indent=2, sort_keys=True, default=str),
         importances=tuple(sorted(doc.importances, key=lambda kv: (-kv[1], kv[0]))),
         trials=_shown_trials(doc),
         trials_total=len(doc.trials_detail),
         pareto_trials=tuple(p.trial for p in doc.pareto if p.trial is not None),
         notes=doc.notes + (ceiling.notes if ceiling is not None else ()),
-        study=tuple(
-            (k, as_text(v))
-            for part in (doc.study, doc.platform)
-            for k, v in (part or {}).items()
-            if v is not None
-        ),
-        data_json=dump(_capped(data)),
+        study=_study(doc),
+        data_json=dump(_capped(data if data is not None else doc.to_json())),
         break_even=break_even_sentence(doc.run.break_even if doc.run is not None else None),
-        service_sizing=sizing_caption(ceiling.service_sizing if ceiling is not None else None),
+        service_sizing=caption(ceiling.sizing if ceiling is not None else None),
         training=training_sentences(doc),
         stall_fix=stall_fix(doc),
     )
@@ -336,33 +352,23 @@ def _shown_trials(doc: TuningDocument) -> tuple[Trial, ...]:
     return tuple(out)
 
 
-_CONFIG_META_KEYS = frozenset({"schema", "meta"})
-
-
-def _config_entries(config: Mapping[str, Any]) -> tuple[ConfigEntry, ...]:
-    """Flatten a config file: ``{"sites": {site: {knob: v}}, global_knob: v, ...}``.
-
-    A knob that is null is left as the script wrote it, so it is not a change to show.
-    """
-    out = []
-    scoped: dict[str, Any] = {}
-    sites = config.get("sites")
-    if isinstance(sites, Mapping):
-        scoped.update({str(k): v for k, v in sites.items()})
-    for key in sorted(config):
-        value = config[key]
-        if key in _CONFIG_META_KEYS or (key == "sites" and isinstance(value, Mapping)):
-            continue
-        if isinstance(value, Mapping):
-            scoped[str(key)] = value
-        elif value is not None:
-            out.append(ConfigEntry("global", str(key), as_text(value)))
+def _config_entries(config: ConfigSettings) -> tuple[ConfigEntry, ...]:
+    """The config's settings, flattened: the global knobs by name, then each scope's (a
+    call site's, the tf.data service's) by scope and knob. A knob that is null is left
+    as the script wrote it, so it is not a change to show."""
+    out = [
+        ConfigEntry("global", name, as_text(value))
+        for name, value in sorted(config.fields, key=lambda f: f[0])
+        if value is not None and not isinstance(value, tuple)
+    ]
+    scoped = dict(config.sites or ())
+    scoped.update((n, v) for n, v in config.fields if isinstance(v, tuple))
     for scope in sorted(scoped):
-        value = scoped[scope]
-        if isinstance(value, Mapping):
-            for knob in sorted(value):
-                if value[knob] is not None:
-                    out.append(ConfigEntry(scope, str(knob), as_text(value[knob])))
+        out += [
+            ConfigEntry(scope, knob, as_text(value))
+            for knob, value in sorted(scoped[scope], key=lambda k: k[0])
+            if value is not None
+        ]
     return tuple(out)
 
 

@@ -8,9 +8,9 @@
 - `render`: a saved tuning JSON as text: every trial's line (the winner starred), then the
   table, as `tftune optimize` prints them.
 
-They render the tuning document (`tftune.core.tuning_document.TuningDocument`, or its
-JSON as `tftune optimize` writes it, read with `TuningDocument.from_json`), never the
-tuner's objects: a saved tuning JSON renders as a fresh one. The table's rows are
+They render the tuning document (`tftune.core.tuning_document.TuningDocument`: `tftune
+optimize`'s own, or a saved JSON read with `TuningDocument.from_json`), never the tuner's
+objects: a saved tuning JSON renders as a fresh one. The table's rows are
 `tuning_comparison.comparison`'s, as in the HTML: each row's honest figure (the final
 round's, measured side by side with the winner's, where there is one) and its speed-up.
 ``null`` is "not measured", never 0.
@@ -19,14 +19,13 @@ round's, measured side by side with the winner's, where there is one) and its sp
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
-from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tftune.core.document_reading import Reader, sizing_caption
+from tftune.core.failures import CrashSummary, FailureKind
+from tftune.core.sizing import caption
 from tftune.core.trial_notes import ReusedMeasurement
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import Absent, CeilingFigures, MeasuredRate
@@ -45,9 +44,6 @@ from tftune.reports.tuning_comparison import comparison
 from tftune.reports.tuning_model import break_even_sentence, training_sentences
 from tftune.reports.words import utilization_label
 
-# What the terminal renders: the tuning document, or its JSON.
-TuningInput = TuningDocument | Mapping[str, Any]
-
 # At this share of the ceiling, the tuned run has reached it (the rest is noise).
 CEILING_REACHED = 0.9
 # A failed trial's status line is followed by at most this many of its crash's key lines
@@ -55,8 +51,6 @@ CEILING_REACHED = 0.9
 TRIAL_CRASH_LINES = 5
 # ... and, for a Python exception (its reason already names it), where it was raised.
 TRIAL_EXCEPTION_LINES = 1
-# The crash JSON's ``kind`` of a crash in native code (tuner/trial/crashes.py: CrashKind).
-NATIVE_CRASH = "native"
 # What the terminal adds below the instability sentence.
 INSTABILITY_CONSEQUENCE = (
     "its crashes are counted as failed trials, but no knob value is blamed for them; "
@@ -68,10 +62,6 @@ _BASELINE_ROWS = (
     ("AUTOTUNE everywhere", "autotune"),
     ("#cores heuristic", "heuristic"),
 )
-
-
-def _document(data: TuningInput) -> TuningDocument:
-    return data if isinstance(data, TuningDocument) else TuningDocument.from_json(data)
 
 
 def _fmt_eps(x: float | None) -> str:
@@ -92,10 +82,10 @@ _ROW_LABELS = {
 }
 
 
-def table_rows(data: TuningInput) -> list[tuple[str, str, str, str, str]]:
+def table_rows(doc: TuningDocument) -> list[tuple[str, str, str, str, str]]:
     """(row, examples/s, utilization, spread, speed-up) for the four-way comparison."""
     out = []
-    for row in comparison(_document(data)):
+    for row in comparison(doc):
         label, r = _ROW_LABELS.get(row.key), row.measurement
         if label is None:
             continue
@@ -115,10 +105,9 @@ def table_rows(data: TuningInput) -> list[tuple[str, str, str, str, str]]:
     return out
 
 
-def render_table(data: TuningInput) -> Table | Group:
+def render_table(doc: TuningDocument) -> Table | Group:
     """A rich Table (rendered by the CLI's console); when the script crashes on its own
     (the document's ``instability``), a Group of the table and that warning below it."""
-    doc = _document(data)
     util = utilization_label(doc.utilization_kind)
     t = Table(title="tftune optimize: measured in this run", title_justify="left")
     t.add_column("", justify="left")
@@ -127,16 +116,16 @@ def render_table(data: TuningInput) -> Table | Group:
     for row in table_rows(doc):
         t.add_row(*row)
     ceiling, run = doc.ceiling, doc.run
-    caption = []
+    lines = []
     if ceiling is not None and ceiling.ceiling_examples_per_s is not None:
-        caption.append(ceiling_sentence(doc))
+        lines.append(ceiling_sentence(doc))
     if run is not None:
-        caption += [s for s in (break_even_sentence(run.break_even), run.stop_reason) if s]
-    caption += list(training_sentences(doc))
-    sizing = sizing_caption(ceiling.service_sizing if ceiling is not None else None)
-    caption += [sizing] if sizing else []
-    if caption:
-        t.caption = "\n".join(str(s) for s in caption)
+        lines += [s for s in (break_even_sentence(run.break_even), run.stop_reason) if s]
+    lines += list(training_sentences(doc))
+    sizing = caption(ceiling.sizing if ceiling is not None else None)
+    lines += [sizing] if sizing else []
+    if lines:
+        t.caption = "\n".join(str(s) for s in lines)
         t.caption_justify = "left"
     instability = doc.instability
     if instability is None or isinstance(instability, Absent) or not instability.sentence:
@@ -149,13 +138,12 @@ def _rate(x: float | None) -> str:
     return _fmt_eps(x) if x is None else f"{_fmt_eps(x)} ex/s"
 
 
-def ceiling_sentence(data: TuningInput) -> str:
+def ceiling_sentence(doc: TuningDocument) -> str:
     """Where the remaining gap is: the as-written and tuned rates against the ceiling (the
     lower of the pipeline alone and the model alone, both as written; once the tuned run
     is past the pipeline's, the model's), and, below it, whether the tuned run still waits
     for input (the pipeline) or not (the two halves slow each other down when they run
     together, e.g. on shared CPU cores)."""
-    doc = _document(data)
     ceiling = doc.ceiling or CeilingFigures()
     model = ceiling.model_only_examples_per_s
     model_note = ceiling.model_note if isinstance(ceiling.model_note, str) else None
@@ -237,10 +225,9 @@ def _gap(tuned: MeasuredRate, tuned_eps: float, top: float, half: str) -> list[s
     return []
 
 
-def trial_line(record: TrialRow | Mapping[str, Any], best: int | None = None) -> str:
-    """One status line per trial, from its ``trials_detail`` row (or that row's JSON);
-    `best` is the number of the best trial so far (starred)."""
-    row = record if isinstance(record, TrialRow) else _row(record)
+def trial_line(row: TrialRow, best: int | None = None) -> str:
+    """One status line per trial, from its ``trials_detail`` row; `best` is the number of
+    the best trial so far (starred)."""
     head = f"trial {row.number:>3} {row.role!s:<10}"
     reason = row.reason
     if row.state is TrialState.COMPLETE:
@@ -262,22 +249,17 @@ def trial_line(record: TrialRow | Mapping[str, Any], best: int | None = None) ->
     star = " *best*" if best is not None and best == row.number else ""
     line = f"{head} {body}{star}  [{row.description}]"
     crash = row.crash
-    if row.state is not TrialState.FAILED or not isinstance(crash, Mapping):
+    if row.state is not TrialState.FAILED or not isinstance(crash, CrashSummary):
         return line
     # The reason is one line ("killed by signal 6"); the crash says what the script said.
-    shown = [k for k in crash.get("key_lines") or () if k not in (reason or "")]
-    limit = TRIAL_CRASH_LINES if crash.get("kind") == NATIVE_CRASH else TRIAL_EXCEPTION_LINES
+    shown = [k for k in crash.key_lines if k not in (reason or "")]
+    limit = TRIAL_CRASH_LINES if crash.kind is FailureKind.NATIVE else TRIAL_EXCEPTION_LINES
     return "\n".join([line, *(f"    {k}" for k in shown[:limit])])
 
 
-def _row(record: Mapping[str, Any]) -> TrialRow:
-    return TrialRow.from_reader(Reader(record, source="trials_detail row"))
-
-
-def render(data: TuningInput, width: int = 100, color: bool = False) -> str:
+def render(doc: TuningDocument, width: int = 100, color: bool = False) -> str:
     """The tuning document as text (ANSI-styled when `color`, else plain lines): each
     trial's status line, the winner starred, then the table with its caption."""
-    doc = _document(data)
     buf = io.StringIO()
     console = text_console(buf, width, color)
     best = doc.best.measured.trial

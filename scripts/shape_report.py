@@ -9,8 +9,10 @@ package's modules, dependencies that point one way; one name per thing: no two m
 share a file name, no two share a top-level class name; no default spelled in the click
 options of tftune/cli.py (a default is the options' own: tuner/options.py and
 tuner/option_defaults.py); the child's events are matched on their types: no event kind
-is compared as text outside the codec (`EVENT_CODECS`). Reads the source with `ast`;
-imports nothing of the package.
+is compared as text outside the codec (`EVENT_CODECS`); every field of a dataclass in
+core/ (the documents' types) is a typed value: none is annotated ``Mapping[str, Any]``
+or ``dict[str, Any]``, directly or through an alias of its module. Reads the source
+with `ast`; imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -188,6 +190,79 @@ def name_problems() -> list[str]:
     return sorted(problems)
 
 
+# What no field of a dataclass in core/ may be: a JSON object the document cannot type.
+_UNTYPED_BASES = frozenset({"Mapping", "MutableMapping", "dict", "Dict"})
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "dataclass":
+            return True
+    return False
+
+
+def _annotation(node: ast.expr) -> ast.expr:
+    """`node`, or the expression a string annotation holds."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        try:
+            return ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return node
+    return node
+
+
+def _untyped(
+    node: ast.expr, aliases: dict[str, ast.expr], seen: frozenset[str] = frozenset()
+) -> bool:
+    """Whether an annotation holds ``Mapping[str, Any]`` (or ``dict[str, Any]``) anywhere:
+    in a union, an ``X | None``, a string, or an alias the module defines."""
+    for sub in ast.walk(_annotation(node)):
+        if isinstance(sub, ast.Subscript):
+            base = sub.value
+            name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+            args = ast.unparse(sub.slice).replace(" ", "").strip("()")
+            if name in _UNTYPED_BASES and args in ("str,Any", "str,typing.Any"):
+                return True
+        elif (
+            isinstance(sub, ast.Name)
+            and sub.id in aliases
+            and sub.id not in seen
+            and _untyped(aliases[sub.id], aliases, seen | {sub.id})
+        ):
+            return True
+    return False
+
+
+def untyped_fields(path: Path, module: str) -> list[str]:
+    """The fields of the dataclasses in `path` annotated as a free JSON object."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    aliases: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Name):
+                aliases[target.id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            aliases[node.target.id] = node.value  # `X: TypeAlias = ...`
+    problems = []
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef) or not _is_dataclass(cls):
+            continue
+        for stmt in cls.body:
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and _untyped(stmt.annotation, aliases)
+            ):
+                problems.append(
+                    f"{module}:{cls.name}.{stmt.target.id} is "
+                    f"{ast.unparse(stmt.annotation)}: a document's field is a typed value"
+                )
+    return problems
+
+
 # The command-line modules whose click options take their defaults from elsewhere.
 NO_LITERAL_DEFAULTS = ("tftune/cli.py", "tftune/_optimize_flags.py")
 
@@ -315,6 +390,8 @@ def report() -> tuple[str, list[str]]:
             longest.append((size, f"{name}:{fn}"))
             if size > MAX_FUNCTION_LINES:
                 problems.append(f"{name}:{fn}: {size} lines (at most {MAX_FUNCTION_LINES})")
+        if layer_of(name) == "tftune.core":
+            problems += untyped_fields(path, name)
     edges = _package_parents(graph())
     found = cycles(edges)
     problems += [f"import cycle: {' <-> '.join(c)}" for c in found]

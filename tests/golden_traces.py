@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from gputrace import MS, US, GpuStepSpec, XSpaceBuilder, gpu_trace
 
+from tftune.core.training import TrainingTime
 from tftune.probes.live.epoch_stall import PipelineStage, diagnose
-from tftune.probes.live.training_record import TrainingTime
 from tftune.probes.traces.callsites import RecordedSite
 
 ROOT = "Iterator::Root"

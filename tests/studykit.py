@@ -1,6 +1,6 @@
 """What tests of the study share: a two-site space, the latency-bound model of a script,
-the study's settings, and an outcome rendered through its tuning JSON as `tftune
-optimize` renders it. Not a test module: the tests import it."""
+the study's settings, and an outcome's tuning document as `tftune optimize` makes and renders
+it. Not a test module: the tests import it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from tftune.core.tuning_document import TuningDocument
 from tftune.reports import tuning_terminal
 from tftune.tuner.output.assemble import RunFacts, trial_row, tuning_document
 from tftune.tuner.searchspace.bounds import Ceiling
@@ -51,19 +52,19 @@ def settings(tmp_path: Path, **kw: object) -> StudySettings:
     return StudySettings(**base)  # type: ignore[arg-type]
 
 
-def outcome_json(
+def outcome_document(
     out: StudyOutcome,
     ceiling: Ceiling | None = None,
     *,
     script: str = "t.py",
     searched: SearchSpace | None = None,
     run: RunFacts | None = None,
-) -> dict[str, Any]:
-    """`out`'s tuning JSON as written to the file (the terminal's renderers read it):
+) -> TuningDocument:
+    """`out`'s tuning document as `tftune optimize` makes it (and its renderers draw it):
     `script` tuned over `searched` (a one-map space by default), with what the whole run
     adds (`run`)."""
     one_map = [CallSite(f"{script}:3", "map", (), SiteConfig(), None, 1)]
-    data = tuning_document(
+    return tuning_document(
         script=script,
         outcome=out,
         space=searched or build_space(one_map, cores=2),
@@ -75,21 +76,33 @@ def outcome_json(
         snippet="",
         seed=0,
         run=run,
-    ).to_json()
+    )
+
+
+def outcome_json(
+    out: StudyOutcome,
+    ceiling: Ceiling | None = None,
+    *,
+    script: str = "t.py",
+    searched: SearchSpace | None = None,
+    run: RunFacts | None = None,
+) -> dict[str, Any]:
+    """`out`'s tuning JSON as written to the file (`outcome_document`'s)."""
+    data = outcome_document(out, ceiling, script=script, searched=searched, run=run).to_json()
     loaded: dict[str, Any] = json.loads(json.dumps(data))
     return loaded
 
 
 def render_table(out: StudyOutcome, ceiling: Ceiling | None) -> Table | Group:
-    return tuning_terminal.render_table(outcome_json(out, ceiling))
+    return tuning_terminal.render_table(outcome_document(out, ceiling))
 
 
 def table_rows(out: StudyOutcome) -> list[tuple[str, str, str, str, str]]:
-    return tuning_terminal.table_rows(outcome_json(out))
+    return tuning_terminal.table_rows(outcome_document(out))
 
 
 def ceiling_sentence(out: StudyOutcome, ceiling: Ceiling) -> str:
-    return tuning_terminal.ceiling_sentence(outcome_json(out, ceiling))
+    return tuning_terminal.ceiling_sentence(outcome_document(out, ceiling))
 
 
 def trial_line(r: TrialRecord, best: TrialRecord | None) -> str:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tftune.core.errors import UserError
+    from tftune.core.run_record import Environment
     from tftune.probes.advice.analysis import Analysis
-    from tftune.probes.live.environment import Environment
     from tftune.tuner.optimize import HtmlRenderer, OptimizeResult, PhaseCallback, TrialCallback
     from tftune.tuner.options import OptimizeOptions
     from tftune.tuner.searchspace.config import Config
@@ -228,18 +228,15 @@ def optimize(
     show it (None: where IPython runs; live in a Jupyter cell, plain lines elsewhere);
     ``invocation``: the command line for the record; ``runner``, ``environment``: test
     doubles. TensorFlow is imported only in the child processes."""
-    from tftune._notebook import inline
+    from tftune._notebook import inline, tuning_page
     from tftune._notebook_progress import both, shown
     from tftune.tuner.optimize import OptimizeHooks
     from tftune.tuner.optimize import optimize as _optimize
     from tftune.tuner.options import with_overrides
 
     chosen = with_overrides(options, overrides, "tftune.optimize")
-    render_html: HtmlRenderer | None = None
-    if chosen.html_file is not None:  # the tuner draws no page: it never imports reports
-        from tftune.reports.tuning_html import render_tuning_html
-
-        render_html = render_tuning_html
+    # The tuner draws no page (it never imports reports): it is handed the renderer.
+    render_html: HtmlRenderer | None = tuning_page if chosen.html_file is not None else None
     if chosen.tensorboard is not None:  # fail now, not after the study
         import importlib.util
 
@@ -265,7 +262,7 @@ def optimize(
     if chosen.tensorboard is not None:
         from tftune.reports.hparams import write_hparams
 
-        write_hparams(result.report, chosen.tensorboard)
+        write_hparams(result.document, chosen.tensorboard)
     return result
 
 

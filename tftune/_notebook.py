@@ -2,9 +2,10 @@
 result or a saved JSON (`report`), and the same page inline in a cell (`cell`), which
 `Analysis` and `OptimizeResult` show as a cell's last line (`_repr_html_`).
 
-The documents' types live in probes/ and tuner/, which may not import reports/ (the
+The documents' producers live in probes/ and tuner/, which may not import reports/ (the
 layers point one way): `tftune.analyze` and `tftune.optimize` hand each result the
-renderer (`inline`) that draws it.
+renderer (`inline`) that draws the document it holds. A page is rendered from the
+document itself; only a JSON mapping or a saved file is read (strictly) first.
 """
 
 from __future__ import annotations
@@ -15,52 +16,69 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.tuning_document import TuningDocument
+
 # A report inside a notebook cell: tall enough for the verdict, the fix and the charts
 # without a second scroll bar in most notebooks.
 CELL_HEIGHT_PX = 900
+# What the page of `tftune optimize --html` names as its source.
+TUNING_SOURCE = "tuning JSON"
+
+Document = AnalysisDocument | TuningDocument
 
 
-def document_of(obj: object) -> tuple[Mapping[str, Any], str]:
-    """The JSON document of `obj` and the name its report shows: an `Analysis`, an
-    `OptimizeResult`, a JSON mapping, or the path of a saved analysis or tuning JSON."""
+def document_of(obj: object) -> tuple[Document, Mapping[str, Any] | None, str]:
+    """The document of `obj`, its JSON where `obj` is one (the page embeds it as given)
+    and the name its report shows: an `Analysis`, an `OptimizeResult`, a JSON mapping,
+    or the path of a saved analysis or tuning JSON."""
     from tftune.core.userfiles import read_json
     from tftune.probes.advice.analysis import Analysis
+    from tftune.reports import read_report_json
     from tftune.tuner.optimize import OptimizeResult
 
     if isinstance(obj, Analysis):
-        data = obj.to_json()
-        return data, source_of(data)
+        doc: Document = obj.document()
+        return doc, None, source_of(doc)
     if isinstance(obj, OptimizeResult):
-        return obj.report, source_of(obj.report)
+        return obj.document, None, source_of(obj.document)
     if isinstance(obj, Mapping):
-        return obj, source_of(obj)
+        doc = read_report_json(obj, source="report JSON")
+        return doc, obj, source_of(doc)
     if isinstance(obj, (str, os.PathLike)):
         raw = read_json(obj)
         if not isinstance(raw, Mapping):
             from tftune.core.errors import UserError
 
             raise UserError(f"{obj}: not an analysis or tuning JSON (a JSON object expected)")
-        return raw, Path(obj).name
+        name = Path(obj).name
+        return read_report_json(raw, source=name), raw, name
     raise TypeError(
         f"tftune.report takes an Analysis, an OptimizeResult, a JSON mapping or the path of "
         f"a saved JSON, not {type(obj).__name__}"
     )
 
 
-def source_of(data: Mapping[str, Any]) -> str:
-    """What a report of `data` names as its source: the analyzed logdir, or the tuned
+def source_of(doc: Document) -> str:
+    """What a report of `doc` names as its source: the analyzed logdir, or the tuned
     script."""
-    where = data.get("source")
-    if isinstance(where, Mapping) and isinstance(where.get("logdir"), str):
-        return str(where["logdir"])
-    return str(data.get("script") or "JSON")
+    if isinstance(doc, AnalysisDocument):
+        logdir = doc.source.logdir if doc.source is not None else None
+        return logdir or "JSON"
+    return doc.script or "JSON"
 
 
-def page(data: Mapping[str, Any], source: str) -> str:
-    """The self-contained HTML report of an analysis or a tuning JSON."""
-    from tftune.reports import render_report_json, timestamp_now
+def page(doc: Document, source: str, data: Mapping[str, Any] | None = None) -> str:
+    """The self-contained HTML report of an analysis or a tuning document (`data`: its
+    JSON as given, which the page embeds)."""
+    from tftune.reports import render_report, timestamp_now
 
-    return render_report_json(data, generated_at=timestamp_now(), source=source)
+    return render_report(doc, generated_at=timestamp_now(), source=source, data=data)
+
+
+def tuning_page(doc: TuningDocument) -> str:
+    """The page of `tftune optimize --html`: the renderer `tftune.optimize` hands over."""
+    return page(doc, TUNING_SOURCE)
 
 
 def cell(page_html: str) -> str:
@@ -73,9 +91,9 @@ def cell(page_html: str) -> str:
     )
 
 
-def inline(data: Mapping[str, Any]) -> str:
+def inline(doc: Document) -> str:
     """The renderer `Analysis` and `OptimizeResult` are handed: their page in a cell."""
-    return cell(page(data, source_of(data)))
+    return cell(page(doc, source_of(doc)))
 
 
 def report(obj: object, path: str | os.PathLike[str] | None = None) -> str | Path:
@@ -85,8 +103,8 @@ def report(obj: object, path: str | os.PathLike[str] | None = None) -> str | Pat
 
     if path is not None:
         check_writable(path, "path")
-    data, source = document_of(obj)
-    html_text = page(data, source)
+    doc, data, source = document_of(obj)
+    html_text = page(doc, source, data)
     if path is None:
         return html_text
     write_output(path, html_text)

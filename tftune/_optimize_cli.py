@@ -179,13 +179,12 @@ def _run(
 def _summary(console: Any, result: OptimizeResult) -> None:
     """What the run found, drawn from its tuning JSON: the table, the rewrites, the
     learning check, the stall's fix, the winner, its diff and the command."""
-    from tftune.core.tuning_document import TuningDocument
     from tftune.reports.learning_rows import learning_lines
     from tftune.reports.rewrite_rows import rewrite_lines
     from tftune.reports.tuning_model import stall_fix
     from tftune.reports.tuning_terminal import render_table
 
-    doc = TuningDocument.from_json(result.report)  # the tuning JSON, as written to --json
+    doc = result.document  # what --json wrote
     console.print(render_table(doc))
     for line in (*rewrite_lines(doc), *learning_lines(doc)):
         console.print(line, markup=False, highlight=False)

@@ -186,7 +186,7 @@ def profile(
         say(words, f"  {seen.role}: the dataset {seen.where()} ({seen.elements:,} elements)")
     stall = result.training.stall if result.training is not None else None
     if stall is not None:
-        say(words, f"step clock: {stall.sentence()}")
+        say(words, f"step clock: {stall.sentence}")
     if result.note is not None:
         say(words, f"step clock: {result.note}")
     say(words, f"next: tftune analyze {logdir}")
@@ -368,7 +368,7 @@ def analyze(
         from tftune.reports.analysis_model import build_analysis_model
 
         model = build_analysis_model(
-            data, generated_at=timestamp_now(), source=str(logdir), document=document
+            document, generated_at=timestamp_now(), source=str(logdir), data=data
         )
         html = render_analysis_html(model)
         write_output(output, html)

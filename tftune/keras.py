@@ -136,11 +136,10 @@ class Profile(keras.callbacks.Callback):  # type: ignore[misc]
             self.error = str(exc)
             self._say(f"no analysis of {steps}: {exc}")
             return
-        data = self.analysis.to_json()
-        self._say(f"{steps} profiled. {data['verdict']['sentence']}")
-        fixes = data.get("recommendations") or []
-        if fixes:
-            self._say(f"top fix: {fixes[0]['summary']}")
+        doc = self.analysis.document()
+        self._say(f"{steps} profiled. {doc.verdict.sentence}")
+        if doc.recommendations:
+            self._say(f"top fix: {doc.recommendations[0].summary}")
         if self.report:
             run_dir = Path(self.analysis.run.path)
             self.report_path = Path(tftune.report(self.analysis, run_dir / REPORT_FILE))

@@ -50,11 +50,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from tftune.core.failures import FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
 from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import TrialState
 from tftune.probes.live.clock import percentile
-from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.searchspace.bounds import with_bound_mode
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.study.contract import Mode, RepeatCallback, Runner

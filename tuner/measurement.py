@@ -8,32 +8,18 @@ shape: the figures nested under ``"metrics"`` (None when nothing was measured).
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tftune.core.failures import CrashSummary, FailureKind
 from tftune.core.learning import LossCurve, OptimizerSeen
+from tftune.core.training import StreamSeen, TrainingTime
 from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import TrialState
 from tftune.probes.advice.service_sizing import CpuUsage
-from tftune.probes.live.training_record import TrainingTime
 
 if TYPE_CHECKING:
     from tftune.tuner.searchspace.config import Config
-    from tftune.tuner.trial.crashes import CrashSummary
-    from tftune.tuner.trial.watch import StreamSeen
-
-
-class FailureKind(str, enum.Enum):
-    """Why a run failed."""
-
-    EXCEPTION = "exception"
-    EXIT = "exit"
-    OOM = "oom"
-    STALL = "stall"
-    NAN = "nan"
-    NO_STEPS = "no_steps"
-    TIMEOUT = "timeout"
 
 
 @dataclass(frozen=True, slots=True)

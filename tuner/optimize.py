@@ -12,7 +12,7 @@ returns a frozen `OptimizeResult`. The steps before the study live where their j
 are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
-`tftune.reports.tuning_html.render_tuning_html`): the tuner never imports the reports.
+`tftune._notebook.tuning_page`): the tuner never imports the reports.
 The public facade is `tftune.optimize`; `tftune optimize` (cli.py) only builds the
 options, shows progress and prints what this returns.
 """
@@ -23,18 +23,21 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.run_record import Environment, Record
 from tftune.core.trial_notes import FLOAT32_OUTPUT_FIX
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_parts import ABSENT
+from tftune.core.tuning_run import ScreenRanking
 from tftune.core.userfiles import check_writable, write_output
 from tftune.core.vocabulary import Phase
-from tftune.probes.live.environment import Environment, collect
+from tftune.probes.live.environment import collect
 from tftune.probes.live.nvml import gpu_visible
 from tftune.tuner.fixes.rewrite_check import RewritePlan, step_limited
 from tftune.tuner.options import (
@@ -94,12 +97,14 @@ __all__ = [
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
 PhaseCallback = Callable[[Phase], None]
-HtmlRenderer = Callable[[dict[str, Any]], str]  # the tuning JSON → one HTML page
+HtmlRenderer = Callable[[TuningDocument], str]  # the tuning document → one HTML page
 
 
 @dataclass(frozen=True, slots=True)
 class OptimizeResult:
-    """What `optimize` measured and wrote."""
+    """What `optimize` measured and wrote: the study's outcome, the space, the ceiling,
+    the files, the winner as code, and the tuning document (`document`; its JSON,
+    `report`, is what ``--json`` wrote)."""
 
     outcome: StudyOutcome
     space: SearchSpace
@@ -110,21 +115,24 @@ class OptimizeResult:
     command: str
     diff: str
     snippet: str
-    report: dict[str, Any]
+    document: TuningDocument
     # What draws it in a notebook cell (`tftune.optimize` hands it in: the tuner may not
     # import reports/); None: the cell shows `__repr__`.
-    inline: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
+    inline: Callable[[TuningDocument], str] | None = field(default=None, compare=False)
 
     @property
     def best_config(self) -> Config:
         return self.outcome.best_config
 
+    @property
+    def report(self) -> dict[str, Any]:
+        """The tuning JSON (docs/json.md), as ``--json`` writes it."""
+        return self.document.to_json()
+
     def __repr__(self) -> str:
         """One line: the winner, its rate and speed-up over the script as written, and
         where its config is."""
-        best, speedup = self.report.get("best") or {}, None
-        if isinstance(best, Mapping):
-            speedup = best.get("speedup_vs_as_written")
+        speedup = self.document.best.speedup_vs_as_written
         o = self.outcome
         rate = f", {o.best.examples_per_s:,.1f} ex/s" if o.best.examples_per_s else ""
         gain = f", {speedup:.2f}x the script as written" if speedup else ""
@@ -134,14 +142,14 @@ class OptimizeResult:
         )
 
     def _repr_html_(self) -> str | None:
-        return self.inline(self.report) if self.inline is not None else None
+        return self.inline(self.document) if self.inline is not None else None
 
 
 @dataclass(frozen=True, slots=True)
 class OptimizeHooks:
     """What the caller plugs into a run beside its options; none of it changes what is
     searched. ``on_trial``, ``on_start``, ``on_note``, ``on_phase`` (as each `Phase`
-    begins): progress. ``render_html``: draws ``html_file`` (the tuning JSON → the page;
+    begins): progress. ``render_html``: draws ``html_file`` (the tuning document → the page;
     no page without it). ``invocation``: the command line as typed, for the
     reproducibility record (None: the API call is recorded). ``runner`` replaces the
     script's trials and ``environment`` `probes.live.environment.collect` (tests, the API)."""
@@ -151,7 +159,7 @@ class OptimizeHooks:
     on_note: Callable[[str], None] | None = None
     on_phase: PhaseCallback | None = None
     render_html: HtmlRenderer | None = None
-    inline: Callable[[Mapping[str, Any]], str] | None = None  # `OptimizeResult.inline`
+    inline: Callable[[TuningDocument], str] | None = None  # `OptimizeResult.inline`
     invocation: Sequence[str] | None = None
     runner: Runner | None = None
     environment: Callable[[], Environment] | None = None
@@ -201,12 +209,12 @@ def optimize(
         outcome = _run_study(space, pool, settings, h, note)
     record = _record(script, path, args, o, h.invocation, env_future)
     won = emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
-    screened = screen.to_json() if screen is not None else None
-    report = _tuning_report(
+    screened = screen.ranking() if screen is not None else None
+    document = _tuning_report(
         script, won, found, space, ceiling, gpu, o.seed, record, started, screened, plan
     )
-    json_path = _write_json(report, o.json_file)
-    html_path = _write_html(report, o.html_file, h.render_html)
+    json_path = _write_json(document, o.json_file)
+    html_path = _write_html(document, o.html_file, h.render_html)
     return OptimizeResult(
         outcome,
         space,
@@ -217,7 +225,7 @@ def optimize(
         won.command,
         won.diff,
         won.snippet,
-        report,
+        document,
         inline=h.inline,
     )
 
@@ -379,7 +387,7 @@ def _record(
     options: OptimizeOptions,
     invocation: Sequence[str] | None,
     env_future: Future[Environment],
-) -> dict[str, Any]:
+) -> Record:
     """The reproducibility record: the command line as typed, or the API call."""
     argv = (
         list(invocation)
@@ -398,7 +406,7 @@ def _record(
         ]
     )
     env = env_future.result()
-    return build_record(path, args, argv=argv, seed=options.seed, environment=env).to_json()
+    return build_record(path, args, argv=argv, seed=options.seed, environment=env)
 
 
 def _tuning_report(
@@ -409,18 +417,18 @@ def _tuning_report(
     ceiling: Ceiling | None,
     gpu: bool,
     seed: int,
-    record: dict[str, Any],
+    record: Record,
     started: float,
-    screen: dict[str, Any] | None,
+    screen: ScreenRanking | None,
     plan: RewritePlan,
-) -> dict[str, Any]:
+) -> TuningDocument:
     """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
     record, the precision findings and the pipeline screen's ranking."""
     from tftune.tuner.output import assemble
 
     run = assemble.RunFacts(
         wall_s=time.monotonic() - started,
-        training=assemble.training_json(found, won.outcome),
+        training=assemble.run_training(found, won.outcome),
         record=record,
         findings=tuple(f.message() for f in won.findings),
         advice=won.advice,
@@ -440,24 +448,26 @@ def _tuning_report(
         snippet=won.snippet,
         seed=seed,
         run=run,
-    ).to_json()
+    )
 
 
-def _write_json(report: dict[str, Any], json_file: str | os.PathLike[str] | None) -> Path | None:
+def _write_json(document: TuningDocument, json_file: str | os.PathLike[str] | None) -> Path | None:
     from tftune.tuner.output import assemble
 
-    return assemble.write_json_atomic(report, json_file) if json_file is not None else None
+    if json_file is None:
+        return None
+    return assemble.write_json_atomic(document.to_json(), json_file)
 
 
 def _write_html(
-    report: dict[str, Any],
+    document: TuningDocument,
     html_file: str | os.PathLike[str] | None,
     render_html: HtmlRenderer | None,
 ) -> Path | None:
     """The HTML tuning report, where the caller gave a renderer."""
     if html_file is None or render_html is None:
         return None
-    write_output(html_file, str(render_html(report)), ConfigError)
+    write_output(html_file, str(render_html(document)), ConfigError)
     return Path(html_file)
 
 

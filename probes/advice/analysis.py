@@ -9,7 +9,7 @@ JSON's optional `xprof` object; absent otherwise). Nothing here imports TensorFl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,14 +27,16 @@ from tftune.core.analysis_trace import (
     TraceSource,
     XProfCheck,
 )
+from tftune.core.sizing import Sizing
+from tftune.core.training import TrainingTime
 from tftune.core.units import NS_PER_MS, PS_PER_MS
 from tftune.core.vocabulary import TRAINING_LOOP
 from tftune.probes.advice.findings import Findings, FoundBottleneck, dedupe, find
 from tftune.probes.advice.ideas import OPTIMIZE_MEASURES, STEP_IDEAS
 from tftune.probes.advice.next_moves import StepFacts, moves_from, step_facts
 from tftune.probes.advice.recommendations import Recommendation
-from tftune.probes.advice.service_sizing import trace_sizing_json
-from tftune.probes.live.training_record import TrainingTime, read_clock_file
+from tftune.probes.advice.service_sizing import trace_sizing
+from tftune.probes.live.training_record import read_clock_file
 from tftune.probes.traces.breakdown import Breakdown, compute_breakdown, extract_timeline
 from tftune.probes.traces.callsites import read_sites
 from tftune.probes.traces.locate import locate
@@ -75,10 +77,10 @@ class Analysis:
     # optimize` reads them from its guided profile, `step_advice`); the service sizing.
     recommendations: tuple[Recommendation, ...] = ()
     moves: tuple[NextMove, ...] = ()
-    service_sizing: dict[str, Any] | None = None
+    service_sizing: Sizing | None = None
     # What draws it in a notebook cell (`tftune.analyze` hands it in: probes/ may not
     # import reports/); None: the cell shows `__repr__`.
-    inline: Callable[[Mapping[str, Any]], str] | None = field(default=None, compare=False)
+    inline: Callable[[AnalysisDocument], str] | None = field(default=None, compare=False)
     # The URL of a logdir in object storage, analyzed from a local copy (`probes.traces.remote`),
     # and each copied file's URL by its name: the JSON names them, not the copy.
     origin: str | None = None
@@ -104,7 +106,7 @@ class Analysis:
         return (text + top_words + step_words)[:290] + ">"
 
     def _repr_html_(self) -> str | None:
-        return self.inline(self.to_json()) if self.inline is not None else None
+        return self.inline(self.document()) if self.inline is not None else None
 
     def _where(self, p: Path) -> str:
         """`p` as the JSON names it: for a copy of a logdir in object storage, the URL
@@ -176,7 +178,7 @@ class Analysis:
             timeline=self.timeline,
             next_moves=tuple(replace(m, evidence=jsonable(m.evidence)) for m in self.moves),
             notes=tuple(notes),
-            training=self.training.to_json() if self.training is not None else None,
+            training=self.training,
             xprof=self.xprof,
             service_sizing=self.service_sizing,
         )
@@ -195,21 +197,18 @@ def _moves(findings: Findings, facts: StepFacts | None, bd: Breakdown) -> tuple[
     return tuple(m for m in moves if m.kind not in fixed)
 
 
-def step_advice(data: Mapping[str, Any]) -> tuple[str, ...]:
-    """The moves for the step in words, best first, from an analysis JSON, for `tftune
-    optimize` to say when the input pipeline is not the limit: the top fix where it is
-    one for the step itself (compile an eager step, several steps per call, the best move
-    of a compute-bound step), then the next moves. Empty for an input-bound run."""
-
-    def words(m: Mapping[str, Any]) -> str:
-        return f"{m['summary']} ({m['code']})" if m.get("code") else str(m["summary"])
-
-    moves = [m for m in data.get("next_moves") or [] if isinstance(m, Mapping)]
-    recs = [r for r in data.get("recommendations") or [] if isinstance(r, Mapping)]
-    if data.get("input_bound") is not False:
+def step_advice(doc: AnalysisDocument) -> tuple[str, ...]:
+    """The moves for the step in words, best first, from an analysis document, for
+    `tftune optimize` to say when the input pipeline is not the limit: the top fix where
+    it is one for the step itself (compile an eager step, several steps per call, the
+    best move of a compute-bound step), then the next moves. Empty for an input-bound
+    run."""
+    if doc.verdict.input_bound is not False:
         return ()
-    top = recs[:1] if recs and recs[0].get("kind") in STEP_IDEAS else []
-    return tuple(words(m) for m in [*top, *moves] if m.get("summary"))
+    recs = doc.recommendations
+    top = recs[:1] if recs and recs[0].kind in STEP_IDEAS else ()
+    said = [(f.summary, f.code) for f in top] + [(m.summary, m.code) for m in doc.next_moves]
+    return tuple(f"{summary} ({code})" if code else summary for summary, code in said if summary)
 
 
 def _fix(r: Recommendation, expected_gain: float | None = None) -> Fix:
@@ -328,7 +327,7 @@ def analyze_run(logdir: Path, run: RunTrace, tool_version: str, xprof: bool = Fa
     check = compare_with_xprof(host.path, steps, bd) if xprof else None
     # When one host is not enough (probes/advice/service_sizing.py): tf.data CPU vs step time.
     cores = tree.root_knobs.get("cpu_budget")
-    sizing = trace_sizing_json(host, steps, fractions.get("input_wait"), cores, findings.unsized)
+    sizing = trace_sizing(host, steps, fractions.get("input_wait"), cores, findings.unsized)
     return Analysis(
         logdir,
         run,

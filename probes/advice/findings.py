@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tftune.core.analysis_advice import Verdict
+from tftune.core.sizing import NotSized, Unsized
 from tftune.core.vocabulary import (
     EAGER_STEP,
     INPUT_CATEGORIES,
@@ -39,7 +40,7 @@ from tftune.probes.advice.recommendations import (
     in_place,
     runs_python,
 )
-from tftune.probes.advice.service_sizing import NotSized, Unsized
+from tftune.probes.advice.service_sizing import not_sized
 from tftune.probes.advice.step_fixes import compute_rec, eager_rec, h2d_rec, loop_rec, marker_rec
 from tftune.probes.traces.callsites import PY_DATASET_CALLS, RecordedSite, site_for_stage
 from tftune.probes.traces.input_work import StageWork, input_split, ms, opens_files
@@ -256,7 +257,7 @@ def unsized(tree: StageTree, works: Sequence[StageWork], cores: int | None) -> N
     if not api:
         return None
     waits = any(w.latency_bound for w in works)
-    return NotSized(
+    return not_sized(
         "steps", Unsized.WAITING if waits else Unsized.PYTHON, None, cores, tuple(sorted(api))
     )
 

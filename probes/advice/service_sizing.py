@@ -14,27 +14,29 @@ Both give a per-core rate of the pipeline (units per core-second, measured) and 
 the model consumes; the pipeline needs ``model rate / per-core rate`` cores, and the
 sentence says how many more hosts like this one that is.
 
-That arithmetic holds only for a pipeline whose limit is CPU. A pipeline is not sized
-(`NotSized`, with the reason and what to do instead) when it runs Python functions
-(`py_function`, `numpy_function`, `from_generator`: a tf.data service worker cannot run
-them, they run only in the program that defined them; where they wait rather than
-compute, a latency-bound read, they need calls in flight, not cores), or when at its best
-measured config it left this host's cores idle (`sizing_at_best`: then the limit is not
-CPU). Nothing here imports TensorFlow.
+The figures are rounded as the JSON writes them, and the sentence worded, here; the
+types (`core.sizing`) only hold them. That arithmetic holds only for a pipeline whose
+limit is CPU. A pipeline is not sized (`not_sized`, with the reason and what to do
+instead) when it runs Python functions (`py_function`, `numpy_function`,
+`from_generator`: a tf.data service worker cannot run them, they run only in the program
+that defined them; where they wait rather than compute, a latency-bound read, they need
+calls in flight, not cores), or when at its best measured config it left this host's
+cores idle (`sizing_at_best`: then the limit is not CPU). Nothing here imports
+TensorFlow.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tftune.core.sizing import NotSized, ServiceSizing, Unsized
 from tftune.core.units import PS_PER_S
 from tftune.probes.traces.intervals import union_ps
 
@@ -68,81 +70,43 @@ class CpuUsage:
         return CpuUsage(float(busy), float(rate))
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceSizing:
-    """How many more hosts like this one the pipeline needs to reach the model's rate.
-
-    Rates are in `unit` per second (``examples`` from a tuning run, ``steps`` from a
-    trace). `per_core_rate` is measured: what one busy core of the pipeline delivers.
-    """
-
-    unit: str
-    per_core_rate: float
-    busy_cores: float
-    host_cores: int
-    model_rate: float
-    pipeline_rate: float  # as measured
-    cores_needed: float  # model_rate / per_core_rate
-    host_best_rate: float  # per_core_rate × host_cores: this host, every core busy
-    saturated: bool  # the measured pipeline kept the host's cores busy
-    more_workers: int  # 0: this host can reach the model's rate
-
-    @property
-    def enough(self) -> bool:
-        return self.more_workers == 0
-
-    def sentence(self) -> str:
-        """One line for the reports."""
-        u = self.unit
-        if self.enough:
-            return (
-                f"one host is enough: the pipeline delivers {self.per_core_rate:,.1f} {u}/s "
-                f"per busy core, so this host's {self.host_cores} cores can reach "
-                f"{self.host_best_rate:,.1f} {u}/s against the model's "
-                f"{self.model_rate:,.1f} {u}/s"
-            )
-        workers = "worker" if self.more_workers == 1 else "workers"
-        need = (
-            f"about {self.more_workers} more {workers} like this host ({self.host_cores} "
-            f"cores each) to reach the model's rate ({self.model_rate:,.1f} {u}/s)"
-        )
-        cost = (
-            f"the pipeline delivers {self.per_core_rate:,.1f} {u}/s per busy core and needs "
-            f"{self.cores_needed:,.1f} cores; this host peaks near {self.host_best_rate:,.1f} "
-            f"{u}/s (a tf.data service on more hosts: tftune data-service)"
-        )
-        if self.saturated:
-            return f"one host is not enough: {need}: {cost}"
+def _sizing_sentence(
+    unit: str,
+    per_core: float,
+    busy_cores: float,
+    host_cores: int,
+    model_rate: float,
+    needed: float,
+    host_best: float,
+    saturated: bool,
+    more_workers: int,
+) -> str:
+    """The sizing in one line for the reports (from the unrounded figures)."""
+    u = unit
+    if more_workers == 0:
         return (
-            f"one host will not be enough: the pipeline kept {self.busy_cores:.1f} of "
-            f"{self.host_cores} cores busy, so tune it first; even with every core busy, "
-            f"{need}: {cost}"
+            f"one host is enough: the pipeline delivers {per_core:,.1f} {u}/s "
+            f"per busy core, so this host's {host_cores} cores can reach "
+            f"{host_best:,.1f} {u}/s against the model's "
+            f"{model_rate:,.1f} {u}/s"
         )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sized": True,
-            "unit": self.unit,
-            "per_core_rate": round(self.per_core_rate, 3),
-            "busy_cores": round(self.busy_cores, 3),
-            "host_cores": self.host_cores,
-            "model_rate": round(self.model_rate, 3),
-            "pipeline_rate": round(self.pipeline_rate, 3),
-            "cores_needed": round(self.cores_needed, 3),
-            "host_best_rate": round(self.host_best_rate, 3),
-            "saturated": self.saturated,
-            "more_workers": self.more_workers,
-            "sentence": self.sentence(),
-        }
-
-
-class Unsized(str, enum.Enum):
-    """Why a pipeline gets no tf.data service sizing: more CPUs on other hosts would not
-    make it faster."""
-
-    PYTHON = "python"  # runs Python functions: service workers cannot run them at all
-    WAITING = "waiting"  # its Python functions wait (I/O, sleeps): calls in flight, not cores
-    IDLE_CORES = "idle_cores"  # at its best config it left this host's cores idle
+    workers = "worker" if more_workers == 1 else "workers"
+    need = (
+        f"about {more_workers} more {workers} like this host ({host_cores} "
+        f"cores each) to reach the model's rate ({model_rate:,.1f} {u}/s)"
+    )
+    cost = (
+        f"the pipeline delivers {per_core:,.1f} {u}/s per busy core and needs "
+        f"{needed:,.1f} cores; this host peaks near {host_best:,.1f} "
+        f"{u}/s (a tf.data service on more hosts: tftune data-service)"
+    )
+    if saturated:
+        return f"one host is not enough: {need}: {cost}"
+    return (
+        f"one host will not be enough: the pipeline kept {busy_cores:.1f} of "
+        f"{host_cores} cores busy, so tune it first; even with every core busy, "
+        f"{need}: {cost}"
+    )
 
 
 _UNSIZED_WHY = {
@@ -168,35 +132,27 @@ _UNSIZED_WHY = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class NotSized:
-    """No tf.data service sizing for this pipeline, and why (`Unsized`): the figures it was
-    measured with, and what to do instead of adding hosts."""
-
-    unit: str
-    reason: Unsized
-    busy_cores: float | None
-    host_cores: int | None
-    what: tuple[str, ...] = ()  # the Python functions (their APIs), where they are the cause
-
-    def sentence(self) -> str:
-        why = _UNSIZED_WHY[self.reason].format(
-            what=", ".join(self.what) or "py_function, numpy_function or from_generator",
-            busy=self.busy_cores or 0.0,
-            cores=self.host_cores,
-        )
-        return f"no tf.data service sizing: {why}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "sized": False,
-            "unit": self.unit,
-            "reason": self.reason.value,
-            "busy_cores": None if self.busy_cores is None else round(self.busy_cores, 3),
-            "host_cores": self.host_cores,
-            "more_workers": None,
-            "sentence": self.sentence(),
-        }
+def not_sized(
+    unit: str,
+    reason: Unsized,
+    busy_cores: float | None,
+    host_cores: int | None,
+    what: Sequence[str] = (),
+) -> NotSized:
+    """No sizing, and why: `what` are the Python functions (their APIs), where they are
+    the cause."""
+    why = _UNSIZED_WHY[reason].format(
+        what=", ".join(what) or "py_function, numpy_function or from_generator",
+        busy=busy_cores or 0.0,
+        cores=host_cores,
+    )
+    return NotSized(
+        unit=unit,
+        reason=reason,
+        busy_cores=None if busy_cores is None else round(busy_cores, 3),
+        host_cores=host_cores,
+        sentence=f"no tf.data service sizing: {why}",
+    )
 
 
 def size_service(
@@ -217,17 +173,21 @@ def size_service(
     needed = model_rate / per_core
     host_best = per_core * host_cores
     hosts = 1 if host_best >= KEEPS_UP_SHARE * model_rate else math.ceil(needed / host_cores)
+    saturated, more = busy_cores >= SATURATED_SHARE * host_cores, max(0, hosts - 1)
     return ServiceSizing(
         unit=unit,
-        per_core_rate=per_core,
-        busy_cores=busy_cores,
+        per_core_rate=round(per_core, 3),
+        busy_cores=round(busy_cores, 3),
         host_cores=host_cores,
-        model_rate=model_rate,
-        pipeline_rate=pipeline_rate,
-        cores_needed=needed,
-        host_best_rate=host_best,
-        saturated=busy_cores >= SATURATED_SHARE * host_cores,
-        more_workers=max(0, hosts - 1),
+        model_rate=round(model_rate, 3),
+        pipeline_rate=round(pipeline_rate, 3),
+        cores_needed=round(needed, 3),
+        host_best_rate=round(host_best, 3),
+        saturated=saturated,
+        more_workers=more,
+        sentence=_sizing_sentence(
+            unit, per_core, busy_cores, host_cores, model_rate, needed, host_best, saturated, more
+        ),
     )
 
 
@@ -245,7 +205,7 @@ def sizing_at_best(
     GIL-bound Python function), and no hosts are counted; else `size_service`."""
     idle = busy_cores < SATURATED_SHARE * host_cores
     if idle and busy_cores > 0 and pipeline_rate < KEEPS_UP_SHARE * model_rate:
-        return NotSized(unit, Unsized.IDLE_CORES, busy_cores, host_cores)
+        return not_sized(unit, Unsized.IDLE_CORES, busy_cores, host_cores)
     return size_service(
         pipeline_rate=pipeline_rate,
         busy_cores=busy_cores,
@@ -359,19 +319,19 @@ def sizing_from_trace(
     )
 
 
-def trace_sizing_json(
+def trace_sizing(
     host: Any,
     steps: Any,
     input_wait_share: float | None,
     cores: object,
     unsized: NotSized | None = None,
-) -> dict[str, Any] | None:
+) -> ServiceSizing | NotSized | None:
     """The analysis JSON's ``service_sizing`` (`sizing_from_trace`), None when the trace
     cannot give one (no host plane, no steps, no core count). `unsized`: the pipeline's
     limit is not CPU (`probes.advice.findings` tells it from the stages), so that is said instead
     of any count of hosts."""
     if unsized is not None:
-        return unsized.to_json()
+        return unsized
     plane = host.host_plane
     if plane is None or not isinstance(cores, int) or cores < 1:
         return None
@@ -382,4 +342,4 @@ def trace_sizing_json(
         input_wait_share=input_wait_share,
         host_cores=cores,
     )
-    return sizing.to_json() if sizing is not None else None
+    return sizing

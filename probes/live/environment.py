@@ -16,9 +16,10 @@ import os
 import platform
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from tftune.core.run_record import Environment, Gpu
 
 TF_PROBE_TIMEOUT_S = 120.0
 PIP_FREEZE_TIMEOUT_S = 60.0
@@ -32,33 +33,6 @@ _TF_PROBE = (
     "print(json.dumps({'version': tf.__version__, 'cuda': info.get('cuda_version'),\n"
     "                  'cudnn': info.get('cudnn_version')}, default=str))\n"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    index: int
-    name: str
-    driver: str
-    memory_mib: int
-
-
-@dataclass(frozen=True, slots=True)
-class Environment:
-    date: str
-    python: str
-    python_executable: str
-    platform: str
-    cpu_model: str | None
-    cores: int
-    tensorflow: str | None
-    cuda: str | None  # the CUDA version TensorFlow was built against (its build info)
-    cudnn: str | None  # likewise cuDNN
-    gpus: tuple[Gpu, ...]
-    gpu_note: str | None
-    pip_freeze: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cpu_model() -> str | None:

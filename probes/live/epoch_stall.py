@@ -1,6 +1,6 @@
-"""An epoch-start stall: what it costs, why, and the fix.
+"""An epoch-start stall: what it costs, why, and the fix (`core.training.EpochStall`).
 
-The step clock times each epoch's first step (`probes.live.training_time.EpochCost`). Profiled
+The step clock times each epoch's first step (`core.training.EpochCost`). Profiled
 steps in the middle of an epoch are steady, so a profile alone never shows it, yet a
 shuffle buffer filled through an expensive map can cost half of every epoch. A stall
 that costs `STALL_SHARE_NAMED` of training time or more is named (`diagnose`) with its
@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tftune.core.training import EpochStall
 
 # A stall costing this share of an epoch's training time or more is named.
 STALL_SHARE_NAMED = 0.05
@@ -110,58 +112,6 @@ def chain_from_json(raw: object) -> tuple[PipelineStage, ...]:
     return tuple(s for s in (PipelineStage.from_json(r) for r in items) if s is not None)
 
 
-@dataclass(frozen=True, slots=True)
-class EpochStall:
-    """A named epoch-start stall: its cost, cause and fix."""
-
-    stall_s: float  # extra time of each epoch's first step
-    steps_per_epoch: int
-    share: float  # of an epoch's training time
-    # SHUFFLE_BEHIND_MAP | NO_CACHE | REBUILT | NEW_ITERATOR | DISTRIBUTED_ITERATOR
-    # | PYTHON_SOURCE | UNEXPLAINED
-    cause: str
-    summary: str
-    code: str | None
-    sites: tuple[str, ...] = ()  # the lines involved
-
-    def sentence(self) -> str:
-        measured = OPTIMIZED_CAUSES.get(self.cause)
-        tried = f"; tftune optimize measures this fix ({measured})" if measured else ""
-        return (
-            f"each epoch opens with a {self.stall_s:.2f} s stall ({self.share:.0%} of its "
-            f"training time, {self.steps_per_epoch} steps an epoch): {self.summary}{tried}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "stall_s": round(self.stall_s, 4),
-            "steps_per_epoch": self.steps_per_epoch,
-            "share": round(self.share, 4),
-            "cause": self.cause,
-            "summary": self.summary,
-            "code": self.code,
-            "sites": list(self.sites),
-            "sentence": self.sentence(),  # what reports print, said once here
-        }
-
-    @staticmethod
-    def from_json(raw: object) -> EpochStall | None:
-        if not isinstance(raw, dict):
-            return None
-        try:
-            return EpochStall(
-                float(raw["stall_s"]),
-                int(raw["steps_per_epoch"]),
-                float(raw["share"]),
-                str(raw["cause"]),
-                str(raw["summary"]),
-                raw.get("code") if isinstance(raw.get("code"), str) else None,
-                tuple(str(s) for s in raw.get("sites") or ()),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
 # Stages that run a function of the script's over each element.
 MAPPING_KINDS = frozenset({"map", "interleave", "flat_map"})
 # Stages whose work an epoch start repeats, unless a cache below holds their output.
@@ -204,7 +154,26 @@ def diagnose(
         cause, summary, code, sites = _new_iterator(made_s, steps_per_epoch)
     else:
         cause, summary, code, sites = _cause(chain, rebuilt)
-    return EpochStall(stall_s, steps_per_epoch, share, cause, summary, code, sites)
+    return EpochStall(
+        stall_s=round(stall_s, 4),
+        steps_per_epoch=steps_per_epoch,
+        share=round(share, 4),
+        cause=cause,
+        summary=summary,
+        code=code,
+        sentence=_sentence(stall_s, steps_per_epoch, share, cause, summary),
+        sites=sites,
+    )
+
+
+def _sentence(stall_s: float, steps: int, share: float, cause: str, summary: str) -> str:
+    """The stall in one line, as the reports print it."""
+    measured = OPTIMIZED_CAUSES.get(cause)
+    tried = f"; tftune optimize measures this fix ({measured})" if measured else ""
+    return (
+        f"each epoch opens with a {stall_s:.2f} s stall ({share:.0%} of its "
+        f"training time, {steps} steps an epoch): {summary}{tried}"
+    )
 
 
 def _new_iterator(made_s: float, steps: int) -> tuple[str, str, str | None, tuple[str, ...]]:

@@ -46,11 +46,12 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tftune.core.training import EpochCost, TrainingTime
 from tftune.core.units import NS_PER_S
 from tftune.probes.live.clock import StepRecord, percentile
 from tftune.probes.live.clock_events import ChildEvent, EpochStart, ScriptStarted
 from tftune.probes.live.epoch_stall import PipelineStage, recurs
-from tftune.probes.live.training_record import EpochCost, TrainingTime
+from tftune.probes.live.training_record import training_time_of
 
 # A step is dry (its element was not waiting in a buffer) when the consumer waited at
 # least this long for it, and at least DRY_SHARE of a typical step. A buffered element
@@ -132,7 +133,7 @@ class PassTimeline:
         preamble = None
         if self._started_ns is not None and records:
             preamble = (records[0].request_ns - self._started_ns) / NS_PER_S
-        return TrainingTime.of(
+        return training_time_of(
             self.epoch_cost(stream, records),
             typical_step_s,
             excluded_s,

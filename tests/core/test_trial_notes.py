@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tftune.core.document_reading import Reader
 from tftune.core.errors import UserError
 from tftune.core.trial_notes import (
     FINDING_PREFIX,
@@ -12,6 +13,7 @@ from tftune.core.trial_notes import (
     OutputPrecisionFinding,
     ReusedMeasurement,
 )
+from tftune.core.tuning_trials import TrialRow
 from tftune.reports.tuning_terminal import trial_line
 
 
@@ -33,7 +35,7 @@ def test_the_terminal_shows_the_reused_note_and_no_other() -> None:
         "examples_per_s": 100.0,
         "notes": ["each measured window held only 8 steps", ReusedMeasurement(3).text()],
     }
-    line = trial_line(row)
+    line = trial_line(TrialRow.from_reader(Reader(row, source="trials_detail row")))
     assert line.endswith("; the same config as trial 3: its measurement is reused  [map=4]")
     assert "8 steps" not in line
 

@@ -16,15 +16,20 @@ from golden.make_tuning_input import SPACE, outcome
 from repo_paths import FIXTURES, ROOT
 
 from tftune.core.errors import UserError
+from tftune.core.failures import CrashSummary, FailureKind
+from tftune.core.run_record import Environment, Record
+from tftune.core.sizing import ServiceSizing
+from tftune.core.training import TrainingFacts, TrainingTime
 from tftune.core.tuning_document import TuningDocument
-from tftune.core.tuning_parts import ABSENT, MeasuredRate
+from tftune.core.tuning_parts import ABSENT, ConfigSettings, MeasuredRate
+from tftune.core.tuning_run import ScreenCandidate, ScreenRanking
 from tftune.core.tuning_trials import Instability, TrialRow
 from tftune.core.vocabulary import TrialState
-from tftune.probes.live.training_record import TrainingTime
-from tftune.reports.tuning_model import build_tuning_model
+from tftune.probes.advice.service_sizing import size_service
+from tftune.reports import read_report_json
 from tftune.tuner.output.assemble import RunFacts, tuning_document
 from tftune.tuner.searchspace.bounds import Ceiling
-from tftune.tuner.trial.crashes import CrashKind, CrashSummary, Run, find_instability
+from tftune.tuner.trial.crashes import Run, crash_summary, find_instability
 
 TUNING_FIXTURES = sorted(FIXTURES.glob("tuning_*.json"))
 
@@ -59,13 +64,23 @@ def test_an_older_document_keeps_its_absent_fields_absent() -> None:
     assert "instability" not in doc.to_json() and "notes" not in doc.to_json()["trials_detail"][0]
 
 
+MACHINE = Environment(
+    date="2026-12-01T00:00:00+00:00", python="3.11.7", python_executable="/usr/bin/python3",
+    platform="Linux", cpu_model=None, cores=16, tensorflow="2.21.0", cuda=None, cudnn=None,
+    gpus=(), gpu_note="NVML found no GPU", pip_freeze=("numpy==2.1.0",),
+)  # fmt: skip
+RECORD = Record(
+    command="tftune optimize train.py", argv=("tftune", "optimize", "train.py"), cwd="/w",
+    script="/w/train.py", script_args=(), script_sha256="0" * 64, seed=0, environment=MACHINE,
+)  # fmt: skip
+
+
 def _run_facts(screen: Any = ABSENT) -> RunFacts:
     stall = TrainingTime(preamble_s=12.5, excluded_s=1.5, epoch_stall_s=0.4, epochs_seen=2)
     return RunFacts(
         wall_s=1400.256,
-        training={"loop": None, "busiest_loop": None, "preamble_s": 12.5,
-                  "as_written": stall.to_json(), "tuned": None},
-        record={"command": "tftune optimize train.py", "seed": 0},
+        training=TrainingFacts(preamble_s=12.5, as_written=stall),
+        record=RECORD,
         findings=("the output layer computes in float16",),
         advice="keep the output layer in float32",
         requires='keep the output layer in float32: `Dense(..., dtype="float32")`',
@@ -73,16 +88,16 @@ def _run_facts(screen: Any = ABSENT) -> RunFacts:
     )  # fmt: skip
 
 
-def _producers_document(run: RunFacts | None) -> TuningDocument:
+def _producers_document(run: RunFacts | None, ceiling: Ceiling | None = None) -> TuningDocument:
     out = outcome()
-    crash = CrashSummary(CrashKind.NATIVE, signal="SIGSEGV", returncode=-11)
+    crash = crash_summary(FailureKind.NATIVE, signal="SIGSEGV", returncode=-11)
     runs = [Run(0, True, {}, crash), Run(6, False, {"threadpool_size": 64}, crash)]
     out = replace(out, instability=find_instability(runs))
     return tuning_document(
         script="train.py",
         outcome=out,
         space=SPACE,
-        ceiling=Ceiling(4200.0, None, None, "not measured (no model step seen)"),
+        ceiling=ceiling or Ceiling(4200.0, None, None, "not measured (no model step seen)"),
         device="GPU",
         config_file="tftune-best.json",
         command="tftune run --config tftune-best.json train.py",
@@ -110,15 +125,39 @@ def test_the_producers_document_is_what_its_json_reads_back_to(whole_run: bool) 
         assert "break_even" not in written and "requires" not in written["best"]
 
 
-@pytest.mark.parametrize(
-    "screen", [None, {"wall_s": 3.5, "reason": None, "candidates": []}], ids=["none", "ranked"]
-)
-def test_the_screen_is_the_whole_runs_last_field(screen: Any) -> None:
+RANKED = ScreenRanking(3.5, None, (ScreenCandidate("as written", 120.5, busy_cores=1.5),))
+
+
+@pytest.mark.parametrize("screen", [None, RANKED], ids=["none", "ranked"])
+def test_the_screen_is_the_whole_runs_last_field(screen: ScreenRanking | None) -> None:
     doc = _producers_document(_run_facts(screen))
     written = as_written_json(doc.to_json())
-    assert list(written)[-1] == "screen" and written["screen"] == screen
+    assert list(written)[-1] == "screen"
+    assert written["screen"] == (None if screen is None else as_written_json(screen.to_json()))
     assert TuningDocument.from_json(written) == doc
     assert "screen" not in _producers_document(_run_facts()).to_json()
+
+
+def test_every_part_is_a_typed_value_that_reads_back_equal() -> None:
+    """The parts the producers above core make (training, record, break-even, sizing,
+    screen, the winner's config, a crash) are the document's own types, not JSON."""
+    sizing = size_service(
+        pipeline_rate=900.0, busy_cores=7.5, model_rate=4000.0, host_cores=8, unit="examples"
+    )
+    ceiling = Ceiling(900.0, 4000.0, sizing=sizing)
+    doc = _producers_document(_run_facts(RANKED), ceiling)
+    run = doc.run
+    assert run is not None and isinstance(run.training, TrainingFacts)
+    assert run.record == RECORD and run.screen == RANKED and run.break_even is not None
+    assert isinstance(doc.best.config, ConfigSettings) and doc.best.config.schema == 1
+    assert doc.ceiling is not None and isinstance(doc.ceiling.sizing, ServiceSizing)
+    assert doc.ceiling.sizing.more_workers == 4 and "4 more workers" in doc.ceiling.sizing.sentence
+    written = as_written_json(doc.to_json())
+    assert TuningDocument.from_json(written) == doc
+    saved = TuningDocument.from_json(load(FIXTURES / "tuning_gpu_both.json"))
+    crash = saved.trials_detail[6].crash
+    assert isinstance(crash, CrashSummary) and crash.kind is FailureKind.NATIVE
+    assert crash.key_lines[0] == crash.headline
 
 
 def test_the_winners_speedup_is_the_producers_and_stored() -> None:
@@ -183,6 +222,31 @@ MALFORMED = [
     (lambda d: d["trials_detail"][1].pop("number"), "t.json: field 'trials_detail[1].number'"),
     (lambda d: d["best"].update(config=[1]), "t.json: field 'best.config' must be an object"),
     (
+        lambda d: d["best"]["config"]["sites"]["train.py:41"].update(num_parallel_calls=[8]),
+        "t.json: field 'best.config.sites.train.py:41.num_parallel_calls' must be a knob's value",
+    ),
+    (
+        lambda d: d["trials_detail"][6]["crash"].update(kind="exit"),
+        "t.json: field 'trials_detail[6].crash.kind' must be one of native, exception, killed",
+    ),
+    (
+        lambda d: d["trials_detail"][6]["crash"].pop("headline"),
+        "t.json: field 'trials_detail[6].crash.headline' is missing",
+    ),
+    (
+        lambda d: d["ceiling"].update(service_sizing={"sized": False, "reason": "x"}),
+        "t.json: field 'ceiling.service_sizing.reason' must be one of python, waiting",
+    ),
+    (
+        lambda d: d.update(break_even={"tuning_s": "long"}),
+        "t.json: field 'break_even.tuning_s' must be a number",
+    ),
+    (
+        lambda d: d.update(training={"as_written": {"stall": {"stall_s": 1.0}}}),
+        "t.json: field 'training.as_written.stall.steps_per_epoch' is missing",
+    ),
+    (lambda d: d.update(study={"seed": "seven"}), "t.json: field 'study.seed' must be an integer"),
+    (
         lambda d: d["importances"].update(batch_size="high"),
         "t.json: field 'importances.batch_size' must be a number",
     ),
@@ -206,8 +270,8 @@ def test_a_malformed_document_is_one_line_naming_the_field(mutate: Any, message:
     with pytest.raises(UserError) as from_json:
         TuningDocument.from_json(bad, source="t.json")
     assert str(from_json.value).startswith(message) and "\n" not in str(from_json.value)
-    with pytest.raises(UserError) as report:
-        build_tuning_model(bad, generated_at="2026-12-01 00:00 UTC", source="t.json")
+    with pytest.raises(UserError) as report:  # what `tftune report` reads a JSON with
+        read_report_json(bad, source="t.json")
     assert str(report.value) == str(from_json.value)
 
 

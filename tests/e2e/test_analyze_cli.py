@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tftune.core.analysis_document import AnalysisDocument
 from tftune.reports.analysis_terminal import render
 
 
@@ -87,7 +88,7 @@ def test_terminal_summary_renders_a_saved_analysis_without_the_trace() -> None:
         "stages": [],
         "notes": ["no steps"],
     }
-    text = render(data, width=80)
+    text = render(AnalysisDocument.from_json(data), width=80)
     assert "No steps were found." in text and "with Trace(...):" in text
     assert "not measured" in text and "0%" not in text
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import golden_traces
 import pytest
-from studykit import latency_bound, outcome_json, settings, space
+from studykit import latency_bound, outcome_document, settings, space
 
 import tftune
 from tftune._notebook import inline
@@ -87,7 +87,7 @@ def test_a_tuning_result_is_one_short_line_and_its_report_inline(tmp_path: Path)
         "tftune run --config tftune-best.json t.py",
         "",
         "",
-        outcome_json(out),
+        outcome_document(out),
         inline=inline,
     )
     line = repr(result)
@@ -95,3 +95,21 @@ def test_a_tuning_result_is_one_short_line_and_its_report_inline(tmp_path: Path)
     cell = result._repr_html_()
     assert cell is not None and "Tuned (tftune)" in html.unescape(cell)
     assert tftune.report(result).startswith("<!DOCTYPE html>")
+
+
+def test_a_tuning_result_holds_its_document_and_renders_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`OptimizeResult.document` is the typed tuning document (`report` its JSON); the
+    notebook draws the document it holds, the same page as `tftune report` of its JSON."""
+    from tftune._notebook import document_of
+    from tftune.core.tuning_document import TuningDocument
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1767225600")
+    out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=6))
+    doc = outcome_document(out)
+    result = OptimizeResult(out, space(), None, tmp_path / "b.json", None, None, "c", "", "", doc)
+    assert isinstance(result.document, TuningDocument) and result.report == doc.to_json()
+    assert TuningDocument.from_json(result.report) == doc
+    assert document_of(result) == (doc, None, "t.py")  # the document itself, no JSON
+    assert tftune.report(result) == tftune.report(result.report)

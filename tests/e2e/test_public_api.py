@@ -64,7 +64,7 @@ def test_optimize_keywords_become_the_options(tuner_calls: list[tuple[Any, ...]]
 def test_optimize_overrides_replace_fields_of_the_options_given(
     tuner_calls: list[tuple[Any, ...]],
 ) -> None:
-    from tftune.reports.tuning_html import render_tuning_html
+    from tftune._notebook import tuning_page
     from tftune.tuner.options import OptimizeOptions
 
     base = OptimizeOptions(seed=3, workers=2, trials=9)
@@ -76,7 +76,7 @@ def test_optimize_overrides_replace_fields_of_the_options_given(
     assert list(args) == ["--epochs", "1"]
     assert options == dataclasses.replace(base, trials=4, html_file="r.html")
     assert (options.seed, options.workers) == (3, 2)  # what was not overridden is kept
-    assert hooks.render_html is render_tuning_html
+    assert hooks.render_html is tuning_page
     hooks.on_note("a note")  # the caller's callback, beside the progress's
     assert notes == ["a note"]
     tftune.optimize("train.py", options=base)

@@ -7,6 +7,7 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from repo_paths import ROOT
@@ -64,6 +65,75 @@ def test_shape_limits() -> None:
         text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+UNTYPED_DOCUMENT = """\
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tftune.core.document_reading import JsonValue
+
+Free = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    evidence: Mapping[str, JsonValue]  # typed: JSON values
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Document:
+    training: Mapping[str, Any] | None
+    sizing: "dict[str, Any]"
+    record: Free | None = None
+    part: Part | None = None
+
+
+@dataclasses.dataclass
+class Loose:
+    extra: dict[str, Any]
+
+
+class NotADataclass:
+    anything: Mapping[str, Any]
+"""
+
+
+def _shape_report() -> Any:
+    """scripts/shape_report.py as a module (it is a script, not part of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "shape_report", ROOT / "scripts" / "shape_report.py"
+    )
+    assert spec is not None and spec.loader is not None
+    shape = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shape)
+    return shape
+
+
+def test_shape_check_refuses_a_free_json_object_in_a_core_document(tmp_path: Path) -> None:
+    """A dataclass field in core/ annotated ``Mapping[str, Any]`` or ``dict[str, Any]``
+    (in a union, a string, or an alias of its module) is a shape problem naming it; a
+    mapping of typed JSON values, or a class that is no dataclass, is not. `report` runs
+    the check on core/'s modules only, and the package passes it (`test_shape_limits`)."""
+    shape = _shape_report()
+    path = tmp_path / "document.py"
+    path.write_text(UNTYPED_DOCUMENT)
+    problems = shape.untyped_fields(path, "tftune.core.document")
+    assert sorted(p.split(" is ")[0] for p in problems) == [
+        "tftune.core.document:Document.record",
+        "tftune.core.document:Document.sizing",
+        "tftune.core.document:Document.training",
+        "tftune.core.document:Loose.extra",
+    ], problems
+    assert all(p.endswith("a document's field is a typed value") for p in problems)
+    assert shape.untyped_fields(ROOT / "core" / "tuning_document.py", "core") == []
 
 
 def test_shape_check_finds_a_default_spelled_in_a_click_option() -> None:

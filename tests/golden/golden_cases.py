@@ -33,9 +33,12 @@ import golden_study
 import golden_traces
 from gputrace import XSpaceBuilder
 
+from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.training import TrainingTime
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.userfiles import json_text
 from tftune.probes.advice.analysis import Analysis, analyze
-from tftune.probes.live.training_record import TrainingTime, write_clock_file
+from tftune.probes.live.training_record import write_clock_file
 from tftune.probes.traces.callsites import RecordedSite, write_sites
 from tftune.reports import analysis_terminal, render_report_json, tuning_terminal
 
@@ -163,21 +166,27 @@ def render(case: Case) -> dict[str, str]:
         data = json.loads(text)  # as `tftune report` and the terminal read it back
         return {
             "tuning.json": text,
-            "terminal.txt": tuning_terminal.render(data, width=WIDTH, color=False),
+            "terminal.txt": tuning_terminal.render(
+                TuningDocument.from_json(data), width=WIDTH, color=False
+            ),
         }
     if isinstance(case, AnalysisCase):
         text = analysis_json(case)
         data = json.loads(text)  # the saved JSON, as `tftune report` reads it back
         return {
             "analysis.json": text,
-            "terminal.txt": analysis_terminal.render(data, width=WIDTH, color=False),
+            "terminal.txt": analysis_terminal.render(
+                AnalysisDocument.from_json(data), width=WIDTH, color=False
+            ),
             "report.html": render_report_json(
                 data, generated_at=GENERATED_AT, source="analysis.json"
             ),
         }
     data = json.loads(case.source.read_text(encoding="utf-8"))
     return {
-        "terminal.txt": tuning_terminal.render(data, width=WIDTH, color=False),
+        "terminal.txt": tuning_terminal.render(
+            TuningDocument.from_json(data), width=WIDTH, color=False
+        ),
         "report.html": render_report_json(data, generated_at=GENERATED_AT, source=case.source.name),
     }
 

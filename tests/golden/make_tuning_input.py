@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.output.assemble import tuning_document, write_json_atomic
 from tftune.tuner.output.emit import globals_snippet, source_diff
@@ -27,7 +28,7 @@ from tftune.tuner.searchspace.config import AUTOTUNE, SiteConfig
 from tftune.tuner.searchspace.space import config_from_values
 from tftune.tuner.searchspace.space_build import build_space
 from tftune.tuner.study import Objective, Role, StudyOutcome, TrialRecord
-from tftune.tuner.trial.crashes import CrashKind, CrashSummary
+from tftune.tuner.trial.crashes import crash_summary
 from tftune.tuner.trial.discovery import CallSite
 
 TARGET = Path(__file__).resolve().parents[1] / "fixtures" / "tuning_gpu_both.json"
@@ -48,8 +49,8 @@ SITES = [
     CallSite(PREFETCH, "prefetch", ("buffer_size",), SiteConfig(buffer_size=1), None, 1),
 ]
 SPACE = build_space(SITES, cores=16, gpu_visible=True, uses_keras=True)
-CRASH = CrashSummary(
-    CrashKind.NATIVE,
+CRASH = crash_summary(
+    FailureKind.NATIVE,
     signal="SIGABRT",
     returncode=-6,
     fatal_error="Fatal Python error: Aborted",

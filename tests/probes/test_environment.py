@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sys
 
 from conftest import requires_tf
 
-from tftune.probes.live.environment import Environment, Gpu, collect, differences
+from tftune.core.document_reading import Reader
+from tftune.core.run_record import Environment, Gpu
+from tftune.probes.live.environment import collect, differences
 
 
 def _fixed() -> Environment:
@@ -26,8 +29,9 @@ def test_record_fields_from_injected_readers() -> None:
     assert rec["date"] == "2026-11-30T12:00:00+00:00"
     assert rec["tensorflow"] == "2.21.0"
     assert rec["gpus"][0]["name"] == "NVIDIA H200" and rec["gpus"][0]["driver"] == "570.1"
-    assert rec["pip_freeze"] == ("numpy==2.4.6", "tensorflow==2.21.0")
+    assert rec["pip_freeze"] == ["numpy==2.4.6", "tensorflow==2.21.0"]
     assert rec["cores"] >= 1 and rec["python"].count(".") == 2
+    assert Environment.from_reader(Reader(json.loads(json.dumps(rec)), source="r")) == env
 
 
 @requires_tf

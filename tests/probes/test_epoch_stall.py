@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tftune.core.document_reading import Reader
+from tftune.core.errors import UserError
+from tftune.core.training import EpochStall
 from tftune.probes.live.epoch_stall import (
     DISTRIBUTED_ITERATOR,
     NEW_ITERATOR,
@@ -13,7 +16,6 @@ from tftune.probes.live.epoch_stall import (
     SHUFFLE_BEHIND_MAP,
     STALL_SHARE_NAMED,
     UNEXPLAINED,
-    EpochStall,
     PipelineStage,
     chain_from_json,
     diagnose,
@@ -32,7 +34,7 @@ def test_a_shuffle_buffer_behind_a_map_refills_through_it() -> None:
     assert stall.sites == ("train.py:10", "train.py:11")
     assert "(line 11)" in stall.summary and "Python function" in stall.summary
     assert stall.code is not None and "ds.shuffle(buffer_size)" in stall.code
-    assert stall.sentence().startswith("each epoch opens with a 14.00 s stall (45% of its")
+    assert stall.sentence.startswith("each epoch opens with a 14.00 s stall (45% of its")
 
 
 def test_a_cache_between_the_map_and_the_shuffle_leaves_no_map_to_refill() -> None:
@@ -60,11 +62,21 @@ def test_small_or_unmeasured_stalls_are_not_named(
     assert diagnose(stall_s, steps, share, (SOURCE, MAP, SHUFFLE)) is None
 
 
+def test_the_sentence_is_worded_from_the_stall_as_measured() -> None:
+    """The JSON rounds the stall to 4 digits; its sentence is worded before that, once, by
+    the producer, and read back as written (never worded again from rounded figures)."""
+    stall = diagnose(0.0149996, 40, 0.12496, (SOURCE, MAP, BATCH))
+    assert stall is not None and (stall.stall_s, stall.share) == (0.015, 0.125)
+    assert "a 0.01 s stall (12% of its training time" in stall.sentence
+    assert EpochStall.from_reader(Reader(stall.to_json(), source="t")).sentence == stall.sentence
+
+
 def test_round_trips() -> None:
     stall = diagnose(2.0, 50, 0.3, (SOURCE, MAP, SHUFFLE, BATCH))
     assert stall is not None
-    assert EpochStall.from_json(stall.to_json()) == stall
-    assert EpochStall.from_json({"stall_s": 1.0}) is None
+    assert EpochStall.from_reader(Reader(stall.to_json(), source="t")) == stall
+    with pytest.raises(UserError, match=r"^t: field 'steps_per_epoch' is missing$"):
+        EpochStall.from_reader(Reader({"stall_s": 1.0}, source="t"))
     chain = (SOURCE, MAP, SHUFFLE)
     assert chain_from_json([s.to_json() for s in chain]) == chain
     assert chain_from_json([{"site": "x"}, "junk", None]) == ()

@@ -15,21 +15,21 @@ import pytest
 import tracegen_loops  # noqa: F401  (registers the cases)
 from repo_paths import FIXTURES
 
-from tftune.core.document_reading import sizing_caption
+from tftune.core.analysis_document import AnalysisDocument
+from tftune.core.document_reading import Reader
+from tftune.core.sizing import NotSized, ServiceSizing, Unsized, caption, sizing_from_reader
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import EAGER_STEP, TRAINING_LOOP, percent
 from tftune.probes.advice.analysis import Analysis, analyze, step_advice
 from tftune.probes.advice.findings import dedupe, find, verdict
 from tftune.probes.advice.next_moves import StepFacts
 from tftune.probes.advice.recommendations import Recommendation, distributed_iterator_stage
-from tftune.probes.advice.service_sizing import (
-    NotSized,
-    ServiceSizing,
-    Unsized,
-    sizing_at_best,
-)
+from tftune.probes.advice.service_sizing import sizing_at_best
 from tftune.probes.traces.loop_work import LoopWork
 from tftune.probes.traces.stages import StageTree
+from tftune.reports import render_report_json
 from tftune.reports.analysis_html import render_analysis_html
+from tftune.reports.analysis_model import build_analysis_model
 from tftune.reports.analysis_terminal import MAX_MORE_RECS, render
 from tftune.reports.tuning_terminal import render_table
 
@@ -68,13 +68,13 @@ def test_every_report_reads_a_share_under_1_percent_as_under_1() -> None:
 
     data = json.loads((FIXTURES / "analysis_cpu_pyfunc.json").read_text())
     data["breakdown"] = {**data["breakdown"], "host_compute": 0.006, "other": 0.064}
-    text = _flat(render(data, width=120))
+    text = _flat(render(AnalysisDocument.from_json(data), width=120))
     assert "host compute under 1%" in text and " 0%" not in text
-    html = render_analysis_html(data, generated_at=WHEN)
+    html = render_report_json(data, generated_at=WHEN, source="a.json")
     assert "Host compute under 1%" in html
     tuning = json.loads((FIXTURES / "tuning_latency.json").read_text())
     tuning["baselines"]["as_written"]["utilization"] = 0.004
-    (as_written, *_) = table_rows(tuning)
+    (as_written, *_) = table_rows(TuningDocument.from_json(tuning))
     assert as_written[2] == "under 1%"
 
 
@@ -129,10 +129,11 @@ def test_a_pipeline_with_idle_cores_at_its_best_is_not_sized() -> None:
         pipeline_rate=2582.1, busy_cores=1.162, model_rate=8352.9, host_cores=2, unit="examples"
     )
     assert isinstance(idle, NotSized) and idle.reason is Unsized.IDLE_CORES
-    assert "1.2 of this host's 2 cores" in idle.sentence()
+    assert "1.2 of this host's 2 cores" in idle.sentence
     raw = idle.to_json()
     assert raw["sized"] is False and raw["more_workers"] is None
-    assert sizing_caption(raw) == idle.sentence() and "more worker" not in idle.sentence()
+    assert caption(idle) == idle.sentence and "more worker" not in idle.sentence
+    assert sizing_from_reader(Reader(raw, source="t")) == idle
     busy = sizing_at_best(
         pipeline_rate=300.0, busy_cores=2.0, model_rate=1000.0, host_cores=2, unit="examples"
     )
@@ -151,15 +152,22 @@ def test_the_tuner_sizes_no_service_for_latency_bounds_screen() -> None:
     assert ceiling is not None and isinstance(ceiling.sizing, NotSized)
     tuning = json.loads((FIXTURES / "tuning_latency.json").read_text())
     tuning["ceiling"] = ceiling.to_json()
-    caption = _flat(str(render_table(tuning).caption))
-    assert "no tf.data service sizing" in caption and "more worker" not in caption
+    said = _flat(str(render_table(TuningDocument.from_json(tuning)).caption))
+    assert "no tf.data service sizing" in said and "more worker" not in said
 
 
 def test_saved_sizings_render_as_before() -> None:
     """A sizing saved before `sized` existed still shows when more workers are needed."""
-    old = {"more_workers": 2, "sentence": "one host is not enough: about 2 more workers"}
-    assert sizing_caption(old) == old["sentence"]
-    assert sizing_caption({**old, "more_workers": 0}) is None
+    old = {
+        "unit": "examples", "per_core_rate": 100.0, "busy_cores": 2.0, "host_cores": 2,
+        "model_rate": 600.0, "pipeline_rate": 200.0, "cores_needed": 6.0,
+        "host_best_rate": 200.0, "saturated": True, "more_workers": 2,
+        "sentence": "one host is not enough: about 2 more workers",
+    }  # fmt: skip
+    sizing = sizing_from_reader(Reader(old, source="t"))
+    assert isinstance(sizing, ServiceSizing) and caption(sizing) == old["sentence"]
+    enough = sizing_from_reader(Reader({**old, "more_workers": 0}, source="t"))
+    assert caption(enough) is None
 
 
 # -- recorded traces ----------------------------------------------------------------------
@@ -186,13 +194,13 @@ def test_an_eager_step_is_told_to_compile(trace_case) -> None:  # type: ignore[n
     assert kinds.count("precision") == 1 and kinds.index("compile") < kinds.index("precision")
     shown = {r.kind for r in a.findings.recommendations}
     assert not {m.kind for m in a.moves} & (shown | {"xla"})
-    data = a.to_json()
-    assert data["recommendations"][0]["kind"] == "compile"
-    text = _flat(render(data, width=120))
+    doc = a.document()
+    assert doc.recommendations[0].kind == "compile"
+    text = _flat(render(doc, width=120))
     assert "Top fix: The step runs eagerly" in text and "@tf.function" in text
-    html = render_analysis_html(data, generated_at=WHEN)
+    html = render_analysis_html(build_analysis_model(doc, generated_at=WHEN))
     assert "Step run eagerly" in html and "@tf.function" in html
-    assert step_advice(data)[0].startswith("The step runs eagerly")
+    assert step_advice(doc)[0].startswith("The step runs eagerly")
 
 
 def test_a_distributed_loop_is_not_told_to_move_its_iterators_ops(trace_case) -> None:  # type: ignore[no-untyped-def]
@@ -219,7 +227,7 @@ def test_a_distributed_loop_is_not_told_to_move_its_iterators_ops(trace_case) ->
     # Fixes rank by gain: under load the wait for the distributed dataset can outrank the
     # loop's own work, so the loop fix is shown as the top fix (with its code) or as an
     # "also:" line (its summary).
-    text = _flat(render(a.to_json(), width=120))
+    text = _flat(render(a.document(), width=120))
     recs = a.findings.recommendations
     assert recs.index(fix) <= MAX_MORE_RECS and "the distributed iterator's own" in text
     assert f"Top fix: {_flat(recs[0].summary)}" in text
@@ -231,13 +239,13 @@ def test_a_python_tokenizer_gets_no_service_sizing(trace_case, case: str) -> Non
     a = analyze(trace_case(case))
     assert a.input_bound and _top(a).category == "tokenization"
     assert a.findings.unsized is not None and a.findings.unsized.reason is Unsized.PYTHON
-    data = a.to_json()
-    sizing = data["service_sizing"]
+    doc = a.document()
+    sizing = doc.to_json()["service_sizing"]
     assert sizing["sized"] is False and sizing["reason"] == "python"
     assert "per_core_rate" not in sizing and sizing["more_workers"] is None
-    text = _flat(render(data, width=120))
+    text = _flat(render(doc, width=120))
     assert "more workers like this host" not in text
     assert "no tf.data service sizing" in text and "tf.py_function" in text
     assert "Replace them with TensorFlow ops first" in text
-    html = render_analysis_html(data, generated_at=WHEN)
+    html = render_analysis_html(build_analysis_model(doc, generated_at=WHEN))
     assert "Replace them with TensorFlow ops first" in html and "more workers" not in html

@@ -16,7 +16,7 @@ from tftune.probes.advice.findings import NOT_THE_LIMIT
 from tftune.probes.advice.recommendations import in_place
 from tftune.probes.traces.callsites import RecordedSite, write_sites
 from tftune.probes.traces.locate import locate
-from tftune.reports.analysis_html import render_analysis_html
+from tftune.reports import render_report_json
 from tftune.reports.analysis_terminal import render
 
 
@@ -91,7 +91,7 @@ def test_python_work_in_the_training_loop_is_its_own_finding(trace_case, tmp_pat
     sites = [RecordedSite("train.py:20", "batch"), RecordedSite("train.py:20", "prefetch")]
     placed = _top(analyze(_with_sites(logdir, tmp_path, sites)))
     assert placed.recommendation.code.startswith("# train.py:20: add the map before this prefetch")
-    text = render(data, width=120)
+    text = render(a.document(), width=120)
     assert "training_loop" in text and "Top fix" in text and "prefetch" in text
 
 
@@ -117,8 +117,8 @@ def test_compute_bound_keras_steps_get_ranked_next_moves(trace_case) -> None:  #
     data = a.to_json()
     assert [m["kind"] for m in data["next_moves"]] == kinds
     assert data["recommendations"][0]["kind"] == "xla"
-    assert "Next moves for the step" in render(data, width=120)
-    html = render_analysis_html(data, generated_at="2026-12-01T00:00:00Z")
+    assert "Next moves for the step" in render(a.document(), width=120)
+    html = render_report_json(data, generated_at="2026-12-01T00:00:00Z", source="a.json")
     assert 'id="next-moves"' in html and 'data-move="precision"' in html
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from tftune.core.errors import UserError
+from tftune.core.training import TrainingTime
 from tftune.probes.live.clock import StepRecord
 from tftune.probes.live.clock_events import EpochStart, decode_event
-from tftune.probes.live.training_record import TrainingTime
+from tftune.probes.live.training_record import training_time_of
 from tftune.probes.live.training_time import (
     PassTimeline,
     drained_prefix,
@@ -221,13 +223,13 @@ def test_a_runs_rate_pools_its_windows_time_not_their_rates() -> None:
 def test_training_time_round_trips_through_json() -> None:
     timeline, records = _epochs(3, 20, 100)
     cost = timeline.epoch_cost(1, records)
-    t = TrainingTime.of(cost, 0.010, 2.5, 12.25, False)
-    assert t.steps_per_epoch == 20 and t.stall_share == pytest.approx(0.1 / 0.3)
+    t = training_time_of(cost, 0.010, 2.5, 12.25, False)
+    assert t.steps_per_epoch == 20 and t.stall_share == pytest.approx(0.1 / 0.3, abs=5e-5)
     back = TrainingTime.from_json(t.to_json())
-    assert back is not None
-    assert back.to_json() == t.to_json()
-    assert TrainingTime.from_json(None) is None
-    assert TrainingTime.of(None, 0.01, 0.0, None, True).first_window_dropped
+    assert back == t and back.to_json() == t.to_json()
+    with pytest.raises(UserError, match=r"^training JSON: expected a JSON object, got null$"):
+        TrainingTime.from_json(None)
+    assert training_time_of(None, 0.01, 0.0, None, True).first_window_dropped
 
 
 def test_an_epoch_cost_tells_the_iterators_making_from_the_first_elements_wait() -> None:

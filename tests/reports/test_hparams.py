@@ -23,11 +23,12 @@ def test_the_trials_read_back_from_tensorboards_hparams(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing import event_accumulator, plugin_event_multiplexer
     from tensorboard.plugins.hparams import metadata
 
+    from tftune.core.tuning_document import TuningDocument
     from tftune.core.vocabulary import knob_value_words
     from tftune.reports.hparams import write_hparams
 
     data = json.loads((FIXTURES / "tuning_latency.json").read_text())
-    write_hparams(data, tmp_path / "tb")
+    write_hparams(TuningDocument.from_json(data), tmp_path / "tb")
     runs = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb"))
     runs.Reload()
     content = runs.PluginRunToTagToContent(metadata.PLUGIN_NAME)
@@ -62,9 +63,10 @@ def test_writing_imports_no_tensorflow_and_prints_nothing(tmp_path: Path) -> Non
     pytest.importorskip("tensorboard")
     code = (
         "import json, sys\n"
+        "from tftune.core.tuning_document import TuningDocument\n"
         "from tftune.reports.hparams import write_hparams\n"
-        f"write_hparams(json.loads(open({str(FIXTURES / 'tuning_latency.json')!r}).read()),"
-        f" {str(tmp_path / 'tb')!r})\n"
+        f"data = json.loads(open({str(FIXTURES / 'tuning_latency.json')!r}).read())\n"
+        f"write_hparams(TuningDocument.from_json(data), {str(tmp_path / 'tb')!r})\n"
         "sys.exit(3 if 'tensorflow' in sys.modules else 0)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}

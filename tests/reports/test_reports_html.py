@@ -13,11 +13,9 @@ from typing import Any
 import pytest
 from repo_paths import FIXTURES
 
+from tftune.core.tuning_document import TuningDocument
 from tftune.reports import render_report_json
-from tftune.reports.analysis_html import render_analysis_html
-from tftune.reports.analysis_model import build_analysis_model
-from tftune.reports.tuning_html import render_tuning_html
-from tftune.reports.tuning_model import build_tuning_model
+from tftune.reports.analysis_model import AnalysisReport, build_analysis_model, read_analysis_json
 
 WHEN = "2026-11-30 03:40 UTC"
 
@@ -27,12 +25,17 @@ def load(name: str) -> dict[str, Any]:
     return data
 
 
-def analysis(data: dict[str, Any]) -> str:
-    return render_analysis_html(build_analysis_model(data, generated_at=WHEN, source="a.json"))
+def analysis(data: dict[str, Any], when: str = WHEN) -> str:
+    return render_report_json(data, generated_at=when, source="a.json")
 
 
 def tuning(data: dict[str, Any]) -> str:
-    return render_tuning_html(build_tuning_model(data, generated_at=WHEN, source="t.json"))
+    return render_report_json(data, generated_at=WHEN, source="t.json")
+
+
+def analysis_model(data: dict[str, Any]) -> AnalysisReport:
+    doc = read_analysis_json(data, source="a.json")
+    return build_analysis_model(doc, generated_at=WHEN, source="a.json", data=data)
 
 
 def text_of(page: str) -> str:
@@ -84,7 +87,7 @@ def test_analysis_page_leads_with_the_verdict_and_carries_every_section() -> Non
     assert page.count('data-cat="input_wait"') >= 21
     assert "step 5" in visible and "EagerPyFunc" in page
     assert "mean 37.2 ms" in visible
-    assert embedded(page) == json.loads(build_analysis_model(data, generated_at=WHEN).data_json)
+    assert embedded(page) == json.loads(analysis_model(data).data_json)
 
 
 def test_not_measured_is_never_shown_as_zero() -> None:
@@ -122,9 +125,7 @@ def test_an_outlier_step_is_cut_instead_of_flattening_the_others() -> None:
 def test_output_is_deterministic_and_only_the_timestamp_moves() -> None:
     data = load("analysis_gpu_h2d.json")
     assert analysis(data) == analysis(load("analysis_gpu_h2d.json"))
-    other = render_analysis_html(
-        build_analysis_model(data, generated_at="2030-01-01 00:00 UTC", source="a.json")
-    )
+    other = analysis(data, "2030-01-01 00:00 UTC")
     assert other.replace("2030-01-01 00:00 UTC", WHEN) == analysis(data)
     assert tuning(load("tuning_latency.json")) == tuning(load("tuning_latency.json"))
 
@@ -294,15 +295,21 @@ def test_tuning_history_follows_the_objective(objective: str) -> None:
         assert "trial 16 (complete): 7,400 ex/s · on the Pareto front" in page
 
 
-def test_renderers_also_take_the_json_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`tftune optimize` hands its tuning dict straight to the renderer."""
+def test_the_page_of_a_document_is_the_page_of_its_saved_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`tftune optimize --html` renders the document it holds (no JSON read back): the
+    same page, byte for byte, as `tftune report` of the JSON it wrote."""
+    from tftune._notebook import tuning_page
+
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1796000000")
     data = load("tuning_latency.json")
-    page = render_tuning_html(data)
+    page = tuning_page(TuningDocument.from_json(data))
     assert "generated 2026-11-30 00:53 UTC" in page
-    model = build_tuning_model(data, generated_at="2026-11-30 00:53 UTC", source="tuning JSON")
-    assert page == render_tuning_html(model)
-    page = render_analysis_html(load("analysis_gpu_h2d.json"), generated_at=WHEN)
+    assert page == render_report_json(
+        data, generated_at="2026-11-30 00:53 UTC", source="tuning JSON"
+    )
+    page = analysis(load("analysis_gpu_h2d.json"))
     assert f"generated {WHEN}" in page and "prefetch_to_device" in page
 
 
@@ -356,7 +363,7 @@ def test_device_to_device_is_a_category_like_any_other() -> None:
     assert "Device → device 4%" in visible
     assert re.search(r'fill="#0369a1" data-cat="device_to_device"', page) is not None
     # ... in the documented order: after the other device categories, before "other".
-    order = [k for k, _ in build_analysis_model(data, generated_at=WHEN).breakdown]
+    order = [k for k, _ in analysis_model(data).breakdown]
     assert order.index("device_to_device") == order.index("other") - 1
 
 

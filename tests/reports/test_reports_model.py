@@ -12,16 +12,34 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from repo_paths import FIXTURES
 
+from tftune.core.analysis_document import AnalysisDocument
 from tftune.core.analysis_trace import XProfCheck
 from tftune.core.errors import UserError
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import TrialState, stage_kind
 from tftune.reports import analysis_model, detect_kind, tuning_model
 from tftune.reports.analysis_html import render_analysis_html
-from tftune.reports.analysis_model import build_analysis_model
+from tftune.reports.analysis_model import AnalysisReport, build_analysis_model
 from tftune.reports.tuning_html import render_tuning_html
-from tftune.reports.tuning_model import build_tuning_model
+from tftune.reports.tuning_model import TuningReport, build_tuning_model
 
 WHEN = "2026-11-30 03:40 UTC"
+
+
+def analysis_report(
+    data: dict[str, Any], *, generated_at: str = WHEN, source: str = "analysis JSON"
+) -> AnalysisReport:
+    """The model of a saved analysis JSON, as `tftune report` makes it."""
+    doc = analysis_model.read_analysis_json(data, source=source)
+    return build_analysis_model(doc, generated_at=generated_at, source=source, data=data)
+
+
+def tuning_report(
+    data: dict[str, Any], *, generated_at: str = WHEN, source: str = "tuning JSON"
+) -> TuningReport:
+    """The model of a saved tuning JSON, as `tftune report` makes it."""
+    doc = TuningDocument.from_json(data, source=source)
+    return build_tuning_model(doc, generated_at=generated_at, source=source, data=data)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -35,10 +53,10 @@ TUNING = "tuning_latency.json"
 
 
 def test_same_input_gives_equal_models_and_the_timestamp_is_injected() -> None:
-    a = build_analysis_model(load(CPU), generated_at=WHEN, source=CPU)
-    b = build_analysis_model(load(CPU), generated_at=WHEN, source=CPU)
+    a = analysis_report(load(CPU), generated_at=WHEN, source=CPU)
+    b = analysis_report(load(CPU), generated_at=WHEN, source=CPU)
     assert a == b
-    later = build_analysis_model(load(CPU), generated_at="2027-01-01 00:00 UTC", source=CPU)
+    later = analysis_report(load(CPU), generated_at="2027-01-01 00:00 UTC", source=CPU)
     assert later != a
     assert dataclasses.replace(later, generated_at=WHEN) == a
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -46,7 +64,7 @@ def test_same_input_gives_equal_models_and_the_timestamp_is_injected() -> None:
 
 
 def test_cpu_fixture_reads_as_the_run_it_describes() -> None:
-    m = build_analysis_model(load(CPU), generated_at=WHEN, source=CPU)
+    m = analysis_report(load(CPU), generated_at=WHEN, source=CPU)
     assert m.verdict.level == "high"
     assert m.input_bound is True and m.input_share == pytest.approx(0.93)
     assert m.steps.count == 20 and len(m.per_step) == 20 == m.per_step_total
@@ -76,7 +94,7 @@ def test_cpu_fixture_reads_as_the_run_it_describes() -> None:
 
 
 def test_null_stays_not_measured() -> None:
-    m = build_analysis_model(load(GPU), generated_at=WHEN, source=GPU)
+    m = analysis_report(load(GPU), generated_at=WHEN, source=GPU)
     assert m.run.tf_version is None
     assert dict(m.breakdown)["kernel_launch"] is None
     assert dict(m.breakdown)["compilation"] == 0.0
@@ -95,14 +113,14 @@ def test_minimal_guide_json_is_enough_and_the_verdict_is_derived() -> None:
         "breakdown": {"input_wait": 0.62, "host_compute": 0.3, "other": 0.08},
         "bottlenecks": [{"category": "io", "share": 0.5, "stage": None, "call_site": None}],
     }
-    m = build_analysis_model(minimal, generated_at=WHEN)
+    m = analysis_report(minimal, generated_at=WHEN)
     assert m.verdict.level == "high" and "62%" in m.verdict.sentence
     assert m.stages == () and m.per_step == () and m.timeline is None
     assert m.bottlenecks[0].recommendation is None and m.run.hosts == ()
     low = {**minimal, "input_bound": False, "input_share": 0.01}
-    assert build_analysis_model(low, generated_at=WHEN).verdict.level == "low"
+    assert analysis_report(low, generated_at=WHEN).verdict.level == "low"
     unknown = {**minimal, "input_bound": None, "input_share": None}
-    assert "not measured" in build_analysis_model(unknown, generated_at=WHEN).verdict.sentence
+    assert "not measured" in analysis_report(unknown, generated_at=WHEN).verdict.sentence
 
 
 @pytest.mark.parametrize(
@@ -131,7 +149,7 @@ def test_malformed_analysis_fails_naming_file_and_field(mutate: Any, field: str)
     data = load(CPU)
     mutate(data)
     with pytest.raises(UserError) as err:
-        build_analysis_model(data, generated_at=WHEN, source="run.json")
+        analysis_report(data, generated_at=WHEN, source="run.json")
     message = str(err.value)
     assert message.startswith("run.json: field ") and field in message
     assert "\n" not in message
@@ -152,7 +170,7 @@ def test_timeline_and_steps_are_capped_keeping_the_longest_events() -> None:
     events.append([5.0, 30.0, "IteratorGetNext"])
     data["timeline"]["tracks"][0]["events"] = events
     data["per_step"] = data["per_step"] * 400  # 8000 rows
-    m = build_analysis_model(data, generated_at=WHEN, source=CPU)
+    m = analysis_report(data, generated_at=WHEN, source=CPU)
     assert m.timeline is not None
     kept = m.timeline.tracks[0]
     assert len(kept.events) <= analysis_model.MAX_TIMELINE_EVENTS
@@ -166,8 +184,8 @@ def test_timeline_and_steps_are_capped_keeping_the_longest_events() -> None:
 
 
 def test_tuning_model() -> None:
-    m = build_tuning_model(load(TUNING), generated_at=WHEN, source=TUNING)
-    assert m == build_tuning_model(load(TUNING), generated_at=WHEN, source=TUNING)
+    m = tuning_report(load(TUNING), generated_at=WHEN, source=TUNING)
+    assert m == tuning_report(load(TUNING), generated_at=WHEN, source=TUNING)
     assert [r.key for r in m.rows] == ["as_written", "autotune", "heuristic", "guided", "tuned"]
     speedups = {r.key: r.speedup for r in m.rows}
     assert speedups["as_written"] == pytest.approx(1.0)
@@ -197,7 +215,7 @@ def test_tuning_rows_prefer_the_final_rounds_side_by_side_figures() -> None:
     data = load(TUNING)
     data["baselines"]["as_written"]["confirmed"] = {"examples_per_s": 365.5, "spread": 0.1}
     data["baselines"]["autotune"]["confirmed"] = {"examples_per_s": 731.0}
-    m = build_tuning_model(data, generated_at=WHEN, source=TUNING)
+    m = tuning_report(data, generated_at=WHEN, source=TUNING)
     rows = {r.key: r for r in m.rows}
     assert rows["as_written"].measurement is not None
     assert rows["as_written"].measurement.examples_per_s == 365.5
@@ -212,13 +230,13 @@ def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
     for key in ("trials_detail", "importances", "diff", "command", "ceiling", "notes"):
         data.pop(key)
     del data["baselines"]["heuristic"]
-    m = build_tuning_model(data, generated_at=WHEN)
+    m = tuning_report(data, generated_at=WHEN)
     assert m.trials == () and m.importances == () and m.ceiling is None
     # The heuristic is optional (no trial where the pipeline screen drained it): no row.
     assert [r.key for r in m.rows] == ["as_written", "autotune", "guided", "tuned"]
     guide_shape = load(TUNING)  # GUIDE.md's config shape: {call site: {knob: value}}
     guide_shape["best"]["config"] = {"train.py:18": {"num_parallel_calls": 32}, "global": {"x": 1}}
-    entries = build_tuning_model(guide_shape, generated_at=WHEN).config
+    entries = tuning_report(guide_shape, generated_at=WHEN).config
     assert entries == (
         tuning_model.ConfigEntry("global", "x", "1"),
         tuning_model.ConfigEntry("train.py:18", "num_parallel_calls", "32"),
@@ -227,7 +245,7 @@ def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
     gpu = load(TUNING)
     gpu["objective"] = "gpu-util"
     gpu["trials_detail"][0]["utilization"] = 0.3
-    assert build_tuning_model(gpu, generated_at=WHEN).trials[0].value == 0.3
+    assert tuning_report(gpu, generated_at=WHEN).trials[0].value == 0.3
 
     for mutate, field in [
         (lambda d: d.pop("best"), "'best' is missing"),
@@ -240,7 +258,7 @@ def test_tuning_tolerates_missing_optional_and_rejects_bad_required() -> None:
         bad = load(TUNING)
         mutate(bad)
         with pytest.raises(UserError, match=field.replace("[", r"\[").replace("]", r"\]")):
-            build_tuning_model(bad, generated_at=WHEN, source="t.json")
+            tuning_report(bad, generated_at=WHEN, source="t.json")
 
 
 _JSON_VALUES = st.recursive(
@@ -288,13 +306,17 @@ def test_any_corrupted_field_gives_a_model_or_a_user_error(
     target[path[-1]] = value
     try:
         if which:
-            html = render_analysis_html(build_analysis_model(data, generated_at=WHEN, source=name))
+            html = render_analysis_html(analysis_report(data, generated_at=WHEN, source=name))
         else:
-            html = render_tuning_html(build_tuning_model(data, generated_at=WHEN, source=name))
+            html = render_tuning_html(tuning_report(data, generated_at=WHEN, source=name))
     except UserError as exc:
         assert str(exc).startswith(name + ": ") and "\n" not in str(exc)
     else:
         assert html.startswith("<!DOCTYPE html>")
+
+
+def _doc(data: dict[str, Any]) -> AnalysisDocument:
+    return AnalysisDocument.from_json(data)
 
 
 XPROF = {
@@ -308,20 +330,20 @@ XPROF = {
 
 def test_the_xprof_cross_check_is_read_when_present() -> None:
     data = load(CPU)
-    assert build_analysis_model(data, generated_at=WHEN).xprof is None
-    m = build_analysis_model({**data, "xprof": XPROF}, generated_at=WHEN)
+    assert analysis_report(data, generated_at=WHEN).xprof is None
+    m = analysis_report({**data, "xprof": XPROF}, generated_at=WHEN)
     assert m.xprof == XProfCheck(12.3, 0.54, 12.4, 0.55, None)
     # null, or an object without a figure or a note: nothing to show
-    assert build_analysis_model({**data, "xprof": None}, generated_at=WHEN).xprof is None
+    assert analysis_report({**data, "xprof": None}, generated_at=WHEN).xprof is None
     empty = {**data, "xprof": dict.fromkeys(XPROF)}
-    assert build_analysis_model(empty, generated_at=WHEN).xprof is None
+    assert analysis_report(empty, generated_at=WHEN).xprof is None
     for bad, field in [
         ([1], "'xprof' must be an object"),
         ({**XPROF, "input_share": 54}, "'xprof.input_share' must be a fraction"),
         ({**XPROF, "steptime_ms": "fast"}, "'xprof.steptime_ms' must be a number"),
     ]:
         with pytest.raises(UserError, match=field):
-            build_analysis_model({**data, "xprof": bad}, generated_at=WHEN, source="a.json")
+            analysis_report({**data, "xprof": bad}, generated_at=WHEN, source="a.json")
 
 
 def test_the_terminal_summary_has_one_xprof_line_when_cross_checked() -> None:
@@ -329,15 +351,15 @@ def test_the_terminal_summary_has_one_xprof_line_when_cross_checked() -> None:
 
     data = load(CPU)
     line = "XProf: step 12.3 ms, input 54% · tftune: step 12.4 ms, input 55%"
-    text = render({**data, "xprof": XPROF}, width=200)
+    text = render(_doc({**data, "xprof": XPROF}), width=200)
     assert [row for row in text.splitlines() if row.startswith("XProf")] == [line]
-    noted = render({**data, "xprof": {**XPROF, "note": "3 steps fewer in XProf"}}, width=200)
+    noted = render(_doc({**data, "xprof": {**XPROF, "note": "3 steps fewer in XProf"}}), width=200)
     assert f"{line} (3 steps fewer in XProf)" in noted
-    partial = render({**data, "xprof": {**XPROF, "input_share": None}}, width=200)
+    partial = render(_doc({**data, "xprof": {**XPROF, "input_share": None}}), width=200)
     assert "XProf: step 12.3 ms, input not measured · tftune" in partial
     for absent in (None, dict.fromkeys(XPROF)):
-        assert "XProf" not in render({**data, "xprof": absent}, width=200)
-    assert "XProf" not in render(data, width=200)
+        assert "XProf" not in render(_doc({**data, "xprof": absent}), width=200)
+    assert "XProf" not in render(_doc(data), width=200)
 
 
 def test_the_terminal_speaks_the_vocabulary() -> None:
@@ -345,8 +367,8 @@ def test_the_terminal_speaks_the_vocabulary() -> None:
 
     data = load(GPU)
     data["breakdown"]["device_to_device"] = 0.04
-    text = render(data, width=200)
+    text = render(_doc(data), width=200)
     assert "host → device 23%" in text and "device → device 4%" in text
     # Bottlenecks name a stage by its kind and its consumer; the stage tree by its kind.
-    text = render(load(CPU), width=200)
+    text = render(_doc(load(CPU)), width=200)
     assert "│ Prefetch::MapAndBatch │" in text and "│     MapAndBatch ◀ │" in text

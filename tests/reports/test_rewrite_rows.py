@@ -11,8 +11,8 @@ from repo_paths import FIXTURES
 
 from tftune.core.tuning_document import TuningDocument
 from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
+from tftune.reports import render_report_json
 from tftune.reports.rewrite_rows import rewrite_lines, rewrites_section
-from tftune.reports.tuning_html import render_tuning_html
 from tftune.reports.tuning_terminal import render
 
 ROWS = (
@@ -71,16 +71,16 @@ def test_the_terminal_says_where_each_rewrite_stands() -> None:
     assert "in the winner" in cache
     assert "refused: random op RandomUniform" in order
     assert "does not apply: the epoch's length is unknown" in iterator
-    text = render(_with_rows(ROWS), width=200)
+    text = render(doc, width=200)
     assert "pipeline rewrites:" in text and cache.strip() in text
 
 
 def test_the_page_has_a_table_of_the_rewrites(tmp_path: Path) -> None:
-    page = render_tuning_html(_with_rows(ROWS), generated_at="2026-12-05 00:00 UTC")
+    page = render_report_json(_with_rows(ROWS), generated_at="2026-12-05 00:00 UTC", source="t")
     assert '<section id="rewrites">' in page
     assert "equal to the script&#x27;s own over 256 elements" in page
     assert "refused" in page and "does not apply" in page
     none = TuningDocument.from_json(_with_rows(()))
     assert "allows none of the rewrites" in rewrites_section(none)
     older = json.loads((FIXTURES / "tuning_latency.json").read_text())
-    assert '<section id="rewrites">' not in render_tuning_html(older, generated_at="x")
+    assert '<section id="rewrites">' not in render_report_json(older, generated_at="x", source="t")

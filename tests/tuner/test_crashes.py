@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from stderr_samples import GLIBC_ABORT, TF_NOISE
 
+from tftune.core.errors import UserError
+from tftune.core.failures import CRASH_KINDS, CrashSummary, FailureKind
 from tftune.tuner.trial.crashes import (
     MAX_FRAMES,
     MAX_LINE_CHARS,
     STORED_TAIL_CHARS,
     STORED_TAIL_LINES,
-    CrashKind,
-    CrashSummary,
     Run,
     bounded_tail,
     find_instability,
@@ -44,14 +44,14 @@ TRACEBACK = (
 
 def test_a_glibc_abort_gives_the_message_the_fatal_error_and_the_crashing_thread() -> None:
     s = summarize_crash(GLIBC_ABORT, -6)
-    assert s is not None and s.kind is CrashKind.NATIVE and s.native
+    assert s is not None and s.kind is FailureKind.NATIVE and s.native
     assert s.signal == "SIGABRT" and s.returncode == -6
     assert s.headline == "corrupted double-linked list"
     assert s.fatal_error == "Fatal Python error: Aborted"
     # The crashing thread, not the first one dumped; most recent call first.
     assert s.stack[0] == "…/site-packages/tensorflow/python/eager/execute.py:53 in quick_execute"
     assert s.stack[2:] == ("/home/u/train.py:41 in train", "/home/u/train.py:60 in <module>")
-    lines = s.key_lines()
+    lines = s.key_lines
     assert lines[:2] == ("corrupted double-linked list", "Fatal Python error: Aborted")
     assert lines[2].startswith("at ") and "quick_execute" in lines[2]
     assert not any("threading.py" in line for line in lines)
@@ -69,7 +69,7 @@ def test_a_deep_library_stack_shows_the_scripts_own_frame() -> None:
     s = summarize_crash(text, -11)
     assert s is not None
     # An installed package's frame is shown from its site-packages on.
-    assert s.key_lines()[1:] == (
+    assert s.key_lines[1:] == (
         "at …/site-packages/tensorflow/python/m0.py:0 in f0",
         "at …/site-packages/tensorflow/python/m1.py:1 in f1",
         "called from /home/u/train.py:41 in train",
@@ -97,7 +97,7 @@ def test_the_launchers_frames_are_dropped_and_a_deep_scripts_frame_is_kept() -> 
     assert s is not None and len(s.stack) == MAX_FRAMES
     assert s.stack[-1] == "/tmp/e2e/crash.py:9 in train_step"
     assert not any("runpy" in f or "bootstrap.py" in f for f in s.stack)
-    assert s.key_lines()[-1] == "called from /tmp/e2e/crash.py:9 in train_step"
+    assert s.key_lines[-1] == "called from /tmp/e2e/crash.py:9 in train_step"
     shallow = summarize_crash(text.replace(deep, ""), -6)
     assert shallow is not None
     assert shallow.stack == (
@@ -111,7 +111,7 @@ def test_a_segfault_under_faulthandler() -> None:
     assert s is not None and s.native and s.signal == "SIGSEGV"
     assert s.headline == "Fatal Python error: Segmentation fault"
     assert s.stack[1] == "/home/u/train.py:13 in train_step"
-    assert "at /home/u/train.py:13 in train_step" in s.key_lines()
+    assert "at /home/u/train.py:13 in train_step" in s.key_lines
 
 
 def test_the_signal_is_read_from_stderr_when_the_exit_status_does_not_say() -> None:
@@ -127,7 +127,7 @@ def test_the_signal_is_read_from_stderr_when_the_exit_status_does_not_say() -> N
 
 def test_a_python_traceback_gives_its_last_exception() -> None:
     s = summarize_crash(TRACEBACK, 1)
-    assert s is not None and s.kind is CrashKind.EXCEPTION and not s.native
+    assert s is not None and s.kind is FailureKind.EXCEPTION and not s.native
     assert s.exception == "ValueError: loss became NaN under mixed_float16"
     assert s.headline == s.exception
     assert s.stack[0] == "/home/u/train.py:33 in loss_fn"  # most recent call first
@@ -195,14 +195,14 @@ def test_native_runtime_messages(text: str, message: str) -> None:
     [
         ("", None, None),  # nothing to say
         (TF_NOISE, 1, None),  # a plain exit code: the runner's reason says it
-        ("", -9, CrashKind.KILLED),  # the OOM killer, or tftune's own cleanup
-        (TF_NOISE, -15, CrashKind.KILLED),  # a stall or a timeout, stopped by tftune
+        ("", -9, FailureKind.KILLED),  # the OOM killer, or tftune's own cleanup
+        (TF_NOISE, -15, FailureKind.KILLED),  # a stall or a timeout, stopped by tftune
         ("Training Aborted by the user\n", 1, None),  # not the shell's "Aborted"
         ("corrupted record at 12\n", 1, None),  # a data error, not glibc
     ],
 )
 def test_what_is_not_a_native_crash(
-    text: str, returncode: int | None, kind: CrashKind | None
+    text: str, returncode: int | None, kind: FailureKind | None
 ) -> None:
     s = summarize_crash(text, returncode)
     assert (s.kind if s is not None else None) is kind
@@ -224,10 +224,25 @@ def test_a_summary_survives_storage_as_json() -> None:
     assert s is not None
     data = s.to_json()
     assert data["headline"] == "corrupted double-linked list"
-    assert data["key_lines"] == list(s.key_lines())
+    assert data["key_lines"] == list(s.key_lines)
     assert CrashSummary.from_json(data) == s
-    for junk in (None, "x", {"kind": "nonsense"}, {"headline": "h"}):
-        assert CrashSummary.from_json(junk) is None
+    for junk, field in (
+        (None, "expected a JSON object"),
+        ("x", "expected a JSON object"),
+        ({"kind": "nonsense"}, "field 'kind' must be one of native, exception, killed"),
+        ({"kind": "oom", "headline": "h"}, "field 'kind' must be one of"),
+        ({"headline": "h"}, "field 'kind' is missing"),
+        ({"kind": "native"}, "field 'headline' is missing"),
+    ):
+        with pytest.raises(UserError, match=f"^trial 3: {field}"):
+            CrashSummary.from_json(junk, source="trial 3")
+
+
+def test_one_taxonomy_names_how_a_run_failed() -> None:
+    """A crash's kind is one of the runner's kinds of failure (one enum, in core)."""
+    assert {k.value for k in CRASH_KINDS} == {"native", "exception", "killed"}
+    assert all(isinstance(k, FailureKind) for k in CRASH_KINDS)
+    assert FailureKind("oom") is FailureKind.OOM and FailureKind("native") is FailureKind.NATIVE
 
 
 def test_bounded_tail_keeps_the_end_within_the_limits() -> None:

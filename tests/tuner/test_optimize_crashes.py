@@ -24,11 +24,12 @@ from studykit import (
 )
 
 from tftune.core.errors import ScriptError
+from tftune.core.failures import FailureKind
+from tftune.core.tuning_document import TuningDocument
 from tftune.core.vocabulary import TrialState
-from tftune.reports.tuning_html import render_tuning_html
-from tftune.reports.tuning_model import build_tuning_model
+from tftune.reports import render_report_json
+from tftune.reports.tuning_model import TuningReport, build_tuning_model
 from tftune.testing import Failure, FakeRunner, FigureLike
-from tftune.tuner.measurement import FailureKind
 from tftune.tuner.searchspace.bounds import Ceiling
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.searchspace.space import SearchSpace
@@ -206,6 +207,11 @@ FIXTURE = FIXTURES / "tuning_latency.json"
 WHEN = "2026-11-30 03:40 UTC"
 
 
+def _model(data: dict[str, Any]) -> TuningReport:
+    """The report model of a saved tuning JSON, as `tftune report` makes it."""
+    return build_tuning_model(TuningDocument.from_json(data), generated_at=WHEN, data=data)
+
+
 def _with_crash() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(FIXTURE.read_text())
     failed = next(t for t in data["trials_detail"] if t["state"].lower().startswith("fail"))
@@ -230,19 +236,19 @@ def _with_crash() -> dict[str, Any]:
 
 def test_the_report_model_reads_the_crash_and_the_instability() -> None:
     data = _with_crash()
-    m = build_tuning_model(data, generated_at=WHEN)
+    m = _model(data)
     failed = next(t for t in m.trials if t.crash)
     assert failed.crash[0] == "corrupted double-linked list"
     assert failed.stderr_tail is not None and failed.stderr_tail.endswith("Aborted")
     assert m.instability is not None and m.instability.trials[0] == 0
     assert all(not t.crash and t.stderr_tail is None for t in m.trials if t is not failed)
     # Older JSON (no crash, no instability) still reads.
-    plain = build_tuning_model(json.loads(FIXTURE.read_text()), generated_at=WHEN)
+    plain = _model(json.loads(FIXTURE.read_text()))
     assert plain.instability is None and all(not t.crash for t in plain.trials)
 
 
 def test_the_html_report_shows_the_crash_lines_escaped() -> None:
-    page = render_tuning_html(_with_crash(), generated_at=WHEN)
+    page = render_report_json(_with_crash(), generated_at=WHEN, source="tuning JSON")
     assert '<section id="instability">' in page
     assert "The script is unstable on its own: it crashed in 4 of 12 runs" in page
     assert "corrupted double-linked list &lt;&amp;&gt;" in page
@@ -259,7 +265,7 @@ def test_the_report_keeps_only_a_few_stderr_tails() -> None:
     data = json.loads(FIXTURE.read_text())
     row = dict(data["trials_detail"][0], state="FAIL", stderr_tail="x" * 4000)
     data["trials_detail"] = [dict(row, number=i) for i in range(MAX_STDERR_TAILS + 10)]
-    m = build_tuning_model(data, generated_at=WHEN)
+    m = _model(data)
     assert sum(1 for t in m.trials if t.stderr_tail) == MAX_STDERR_TAILS
     assert len(m.data_json) < len(json.dumps(data)) - 9 * 4000
 

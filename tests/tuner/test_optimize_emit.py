@@ -310,13 +310,19 @@ def test_what_the_whole_run_adds_is_part_of_the_one_document() -> None:
     """`tftune optimize`'s JSON is assembled in one step: the run's wall time replaces the
     study's, and the break-even, stop reason, training, record, findings, the precision
     advice (a note) and what the winner requires all sit in it."""
+    from tftune.core.run_record import Environment, Record
+    from tftune.core.training import TrainingFacts
     from tftune.tuner.output.assemble import RunFacts
 
     out = replace(_outcome(), stop_reason="ran the 5 trials asked for (--trials 5)")
+    env = Environment(
+        "2026-12-01", "3.11.7", "python", "Linux", None, 2, None, None, None, (), None, ()
+    )
+    record = Record("t.py", ("t.py",), "/w", "/w/t.py", (), "0" * 64, 0, env)
     run = RunFacts(
         wall_s=61.234,
-        training={"loop": None},
-        record={"argv": ["t.py"]},
+        training=TrainingFacts(preamble_s=6.5),
+        record=record,
         findings=("mixed precision: ...",),
         advice="keep the output layer in float32",
         requires="Dense(..., dtype='float32')",
@@ -326,7 +332,8 @@ def test_what_the_whole_run_adds_is_part_of_the_one_document() -> None:
     assert data["break_even"]["tuning_s"] == 61.23
     assert data["break_even"]["tuned_examples_per_s"] == 4000.0
     assert data["stop_reason"] == out.stop_reason
-    assert data["training"] == {"loop": None} and data["record"] == {"argv": ["t.py"]}
+    assert data["training"]["preamble_s"] == 6.5 and data["training"]["loop"] is None
+    assert data["record"]["argv"] == ["t.py"] and data["record"]["environment"]["cores"] == 2
     assert data["findings"] == ["mixed precision: ..."]
     assert data["notes"][-1] == "keep the output layer in float32"
     assert data["best"]["requires"] == ["Dense(..., dtype='float32')"]

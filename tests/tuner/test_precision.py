@@ -145,8 +145,8 @@ def test_trial_under_a_16bit_policy_reports_the_output_layer(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_inf_loss_under_a_16bit_policy_fails_the_trial_with_that_reason(tmp_path: Path) -> None:
     """Inputs of 1e5 overflow float16 (max 65504) in the first Dense: the loss is NaN."""
+    from tftune.core.failures import FailureKind
     from tftune.core.vocabulary import TrialState
-    from tftune.tuner.measurement import FailureKind
     from tftune.tuner.trial import MeasureSpec, run_trial
 
     script = tmp_path / "overflow.py"

@@ -15,8 +15,8 @@ from conftest import requires_tf
 from repo_paths import ROOT
 
 from tftune.core.errors import ScriptError
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
-from tftune.tuner.measurement import FailureKind
 from tftune.tuner.option_defaults import EXTRA_WINDOWS
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig, save_config
 from tftune.tuner.trial import MeasureSpec, discover, run_script, run_trial

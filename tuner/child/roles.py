@@ -37,9 +37,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tftune.core.vocabulary import FALLBACK_HOW
+
 # Consecutive updates a stream must have fed, eagerly, to be training.
 CONFIRM_UPDATES = 2
-FALLBACK_HOW = "no optimizer update seen: the busiest dataset loop"
 
 
 class Roles:

@@ -3,14 +3,14 @@
 - `tuning_document`: the `tftune.core.tuning_document.TuningDocument`, with what the
   whole run adds (`RunFacts`); `write_json_atomic` writes its JSON; `trial_row`: one
   trial as its ``trials_detail`` holds it;
-  `training_json`: what was measured as training;
+  `run_training`: what was measured as training;
 - `best_config_with_metrics`: the winning `Config` with what was measured (and its noise)
   in ``meta``; `tftune.tuner.searchspace.config.save_config` writes it atomically.
 
 Every derived figure (the winner's speed-up, the break-even) is computed here and stored
 in the document, which only serializes it. Rendering is the reports' job:
-`tftune.reports.tuning_terminal` draws the table and the per-trial lines from this JSON,
-`tftune.reports.tuning_html` the page.
+`tftune.reports.tuning_terminal` draws the table and the per-trial lines from the
+document, `tftune.reports.tuning_html` the page.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
-from tftune.core.tuning_document import SCHEMA, TuningDocument, WholeRun
+from tftune.core.run_record import Record
+from tftune.core.training import TrainingFacts
+from tftune.core.tuning_document import SCHEMA, TuningDocument
 from tftune.core.tuning_parts import (
     ABSENT,
     Absent,
@@ -38,11 +40,12 @@ from tftune.core.tuning_parts import (
     TrialCounts,
 )
 from tftune.core.tuning_rewrites import RewriteRow
+from tftune.core.tuning_run import PlatformInfo, ScreenRanking, StudyInfo, WholeRun
 from tftune.core.tuning_trials import TrialRow
 from tftune.core.userfiles import write_output
 from tftune.core.vocabulary import TrialState
 from tftune.tuner.fixes.rewrite_check import measured_rewrites
-from tftune.tuner.output.breakeven import BreakEven
+from tftune.tuner.output.breakeven import break_even
 from tftune.tuner.searchspace.bounds import Ceiling
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.searchspace.space import SearchSpace, format_value
@@ -87,8 +90,8 @@ def trial_row(r: TrialRecord) -> TrialRow:
         wall_s=_round(r.wall_s),
         notes=tuple(r.notes),
         stderr_tail=(r.stderr_tail or None) if failed else None,
-        crash=r.crash.to_json() if failed and r.crash is not None else None,
-        training=r.training.to_json() if r.training is not None else None,
+        crash=r.crash if failed else None,
+        training=r.training,
     )
 
 
@@ -134,14 +137,14 @@ class RunFacts:
     JSON (all absent for an outcome rendered alone, as tests do)."""
 
     wall_s: float | None = None  # the command end to end (None: the study's own time)
-    training: dict[str, Any] | None = None  # `training_json`
-    record: dict[str, Any] | None = None  # how to run it again (`tuner.output.repro`)
+    training: TrainingFacts | None = None  # `run_training`
+    record: Record | None = None  # how to run it again (`tuner.output.repro`)
     findings: tuple[str, ...] = ()  # the precision findings of the winner's run
     advice: str | None = None  # the float32-output-layer advice, where it applies
     requires: str | None = None  # what the winner's config needs of the user's code
     # The pipeline screen's ranking (`tuner.searchspace.screen`; None: it did not run); ABSENT: not
     # part of the document.
-    screen: Mapping[str, Any] | Absent | None = ABSENT
+    screen: ScreenRanking | Absent | None = ABSENT
     # The rewrites considered before the study (`tuner.fixes.rewrite_check`), their figures
     # filled in from the trials here; ABSENT: not part of the document (--no-rewrites).
     rewrites: tuple[RewriteRow, ...] | Absent = ABSENT
@@ -199,12 +202,12 @@ def tuning_document(
         importances_withheld=(
             outcome.importances_withheld if outcome.importances_withheld is not None else ABSENT
         ),
-        study={"name": outcome.study_name, "storage": outcome.storage, "seed": seed},
+        study=StudyInfo(outcome.study_name, outcome.storage, seed),
         command=command,
         diff=diff,
         snippet=snippet,
         notes=tuple(notes),
-        platform={"python": platform.python_version(), "cores": os.cpu_count()},
+        platform=PlatformInfo(platform.python_version(), os.cpu_count()),
         run=_whole_run(outcome, space, wall_s, run) if run is not None else None,
     )
 
@@ -214,7 +217,7 @@ def _best(outcome: StudyOutcome, config_file: str, requires: str | None) -> Best
     return BestRun(
         measured=_rate(outcome.best),
         config_file=config_file,
-        config=outcome.best_config.to_json(),
+        config=outcome.best_config.settings(),
         description=outcome.best.description,
         role=outcome.best.role.value,
         confirmed=_rate(outcome.confirm) if outcome.confirm is not None else None,
@@ -241,13 +244,12 @@ def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: Ru
     what was measured as training, its record and findings."""
     best = outcome_best(outcome)
     kept = outcome.best.role is Role.AS_WRITTEN
-    break_even = BreakEven(
-        wall_s,
-        best.as_written.examples_per_s if best.as_written is not None else None,
-        None if kept else best.figure.examples_per_s,
-    )
     return WholeRun(
-        break_even=break_even.to_json(),
+        break_even=break_even(
+            wall_s,
+            best.as_written.examples_per_s if best.as_written is not None else None,
+            None if kept else best.figure.examples_per_s,
+        ),
         stop_reason=outcome.stop_reason,
         training=run.training,
         record=run.record,
@@ -261,21 +263,17 @@ def _whole_run(outcome: StudyOutcome, space: SearchSpace, wall_s: float, run: Ru
     )
 
 
-def training_json(found: Discovery, outcome: StudyOutcome) -> dict[str, Any]:
+def run_training(found: Discovery, outcome: StudyOutcome) -> TrainingFacts:
     """What was measured as training (the tuning JSON's ``training``): the loop, the
     preamble every run pays, and, for the script as written and the winner, what was
     taken out of their windows and the epoch-start stall with its cause and fix (the
     winner's only where it is not the script as written)."""
-    trains = found.training
     aw = outcome.baselines.get(Role.AS_WRITTEN)
-    return {
-        "loop": trains.to_json() if trains is not None else None,
-        "busiest_loop": found.busiest_loop,
-        "preamble_s": _round(found.preamble_s),
-        "as_written": aw.training.to_json() if aw is not None and aw.training else None,
-        "tuned": (
-            outcome.best.training.to_json()
-            if outcome.best.training and outcome.best.role is not Role.AS_WRITTEN
-            else None
-        ),
-    }
+    best = outcome.best
+    return TrainingFacts(
+        loop=found.training,
+        busiest_loop=found.busiest_loop,
+        preamble_s=_round(found.preamble_s),
+        as_written=aw.training if aw is not None and aw.training else None,
+        tuned=best.training if best.training and best.role is not Role.AS_WRITTEN else None,
+    )

@@ -11,43 +11,30 @@ back, which the JSON says with ``null``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from tftune.core.tuning_run import BreakEven
 
 
-@dataclass(frozen=True, slots=True)
-class BreakEven:
-    tuning_s: float
-    as_written_examples_per_s: float | None
-    tuned_examples_per_s: float | None
+def saved_fraction(as_written: float | None, tuned: float | None) -> float | None:
+    """The share of training time the winner saves (None: no gain was measured)."""
+    if not as_written or not tuned or tuned <= as_written:
+        return None
+    return 1.0 - as_written / tuned
 
-    @property
-    def saved_fraction(self) -> float | None:
-        """The share of training time the winner saves (None: no gain was measured)."""
-        r0, r1 = self.as_written_examples_per_s, self.tuned_examples_per_s
-        if not r0 or not r1 or r1 <= r0:
-            return None
-        return 1.0 - r0 / r1
 
-    @property
-    def saved_s_per_hour(self) -> float | None:
-        f = self.saved_fraction
-        return None if f is None else 3600.0 * f
+def break_even(
+    tuning_s: float, as_written_examples_per_s: float | None, tuned_examples_per_s: float | None
+) -> BreakEven:
+    """The break-even of a tuning run that took `tuning_s` (the tuning document's
+    ``break_even``, rounded as it writes it)."""
+    f = saved_fraction(as_written_examples_per_s, tuned_examples_per_s)
+    return BreakEven(
+        tuning_s=round(tuning_s, 2),
+        as_written_examples_per_s=_r(as_written_examples_per_s),
+        tuned_examples_per_s=_r(tuned_examples_per_s),
+        saved_s_per_hour=_r(None if f is None else 3600.0 * f),
+        pays_off_after_s=_r(None if f is None else tuning_s / f),
+    )
 
-    @property
-    def pays_off_after_s(self) -> float | None:
-        """Seconds of training (at the as-written pace) that pay the tuning run back."""
-        f = self.saved_fraction
-        return None if f is None else self.tuning_s / f
 
-    def to_json(self) -> dict[str, Any]:
-        def r(x: float | None) -> float | None:
-            return None if x is None else round(x, 2)
-
-        return {
-            "tuning_s": r(self.tuning_s),
-            "as_written_examples_per_s": r(self.as_written_examples_per_s),
-            "tuned_examples_per_s": r(self.tuned_examples_per_s),
-            "saved_s_per_hour": r(self.saved_s_per_hour),
-            "pays_off_after_s": r(self.pays_off_after_s),
-        }
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)

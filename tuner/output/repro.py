@@ -20,11 +20,11 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tftune.probes.live.environment import Environment, collect, differences
+from tftune.core.run_record import Environment, Record
+from tftune.probes.live.environment import collect, differences
 
 # The distributions that provide ``import tensorflow``, most common first.
 TENSORFLOW_DISTRIBUTIONS = (
@@ -35,38 +35,6 @@ TENSORFLOW_DISTRIBUTIONS = (
     "tensorflow-intel",
     "tf-nightly",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """What reproduces a measurement: how it was run, on what, and when."""
-
-    argv: tuple[str, ...]  # the command as typed (or the API call, as one string)
-    cwd: str
-    script: str  # absolute path
-    script_args: tuple[str, ...]
-    script_sha256: str
-    seed: int
-    environment: Environment
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.argv) if len(self.argv) > 1 else "".join(self.argv)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "command": self.command,
-            "argv": list(self.argv),
-            "cwd": self.cwd,
-            "script": {
-                "path": self.script,
-                "args": list(self.script_args),
-                "sha256": self.script_sha256,
-            },
-            "seed": self.seed,
-            "date": self.environment.date,
-            "environment": self.environment.to_json(),
-        }
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -94,6 +62,7 @@ def build_record(
 ) -> Record:
     path = Path(script).resolve()
     return Record(
+        command=shlex.join(argv) if len(argv) > 1 else "".join(argv),
         argv=tuple(argv),
         cwd=os.getcwd(),
         script=str(path),

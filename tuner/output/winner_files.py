@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.core.run_record import Record
 from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.tuner.fixes.precision import recommendation
 from tftune.tuner.fixes.rewrite_check import RewritePlan
@@ -43,7 +44,7 @@ def emit_winner(
     found: Discovery,
     outcome: StudyOutcome,
     best_file: str | os.PathLike[str],
-    record: dict[str, Any],
+    record: Record,
     note: Callable[[str], None],
     plan: RewritePlan,
 ) -> WinnerFiles:
@@ -58,7 +59,10 @@ def emit_winner(
     best_path = Path(best_file)
     command = emit.run_command(str(script), args, str(best_path))
     best = assemble.best_config_with_metrics(outcome, command)
-    extra: dict[str, Any] = {"record": record, "findings": [f.message() for f in findings]}
+    extra: dict[str, Any] = {
+        "record": record.to_json(),
+        "findings": [f.message() for f in findings],
+    }
     if advice is not None:
         extra["notes"] = [advice]
     save_config(replace(best, meta={**best.meta, **extra}), best_path)

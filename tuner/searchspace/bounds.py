@@ -26,14 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
+from tftune.core.sizing import NotSized, ServiceSizing
 from tftune.core.tuning_parts import CeilingFigures
-from tftune.probes.advice.service_sizing import (
-    CpuMeter,
-    CpuUsage,
-    NotSized,
-    ServiceSizing,
-    host_cores,
-)
+from tftune.probes.advice.service_sizing import CpuMeter, CpuUsage, host_cores
 from tftune.probes.advice.service_sizing import size_service as _size_service
 from tftune.tuner.searchspace.config import Config
 
@@ -109,7 +104,7 @@ class Ceiling:
             notes=tuple(n for n in (self.pipeline_note, self.model_note) if n),
             pipeline_note=self.pipeline_note,
             model_note=self.model_note,
-            service_sizing=self.sizing.to_json() if self.sizing is not None else None,
+            service_sizing=self.sizing,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
+from tftune.core.tuning_parts import ConfigSettings, Setting, Settings
 from tftune.core.userfiles import read_json, write_text_atomic
 from tftune.tuner.searchspace.service import ServiceConfig, service_from_json
 
@@ -165,19 +166,25 @@ class Config:
             and self.data_service is None
         )
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "schema": SCHEMA,
-            "sites": {k: v.to_json() for k, v in sorted(self.sites.items())},
-        }
+    def settings(self) -> ConfigSettings:
+        """What this config sets, as its file writes it (the tuning document holds the
+        winner's so): every global knob, the tf.data service where there is one, and
+        the rewrites and switches where set."""
+        fields: list[tuple[str, Setting | Settings]] = []
         for name in _GLOBALS:
             value = getattr(self, name)
-            out[name] = _knob_to_json(value) if name in AUTOTUNABLE_KNOBS else value
+            fields.append((name, _knob_to_json(value) if name in AUTOTUNABLE_KNOBS else value))
         if self.data_service is not None:
-            out["data_service"] = self.data_service.to_json()
-        for name in _WHERE_SET:
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
+            fields.append(("data_service", tuple(self.data_service.to_json().items())))
+        fields += [(n, getattr(self, n)) for n in _WHERE_SET if getattr(self, n) is not None]
+        return ConfigSettings(
+            schema=SCHEMA,
+            sites=tuple((k, tuple(v.to_json().items())) for k, v in sorted(self.sites.items())),
+            fields=tuple(fields),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = self.settings().to_json()
         if self.meta:
             out["meta"] = dict(self.meta)
         return out

@@ -230,22 +230,17 @@ def profile_hint(
             if not prof.captured:
                 note(f"guided guess without a profile: {prof.reason}")
                 return None
-            data = analyze(Path(logdir), tool_version="optimize").to_json()
+            doc = analyze(Path(logdir), tool_version="optimize").document()
         except UserError as exc:
             note(f"guided guess without a profile: {exc}")
             return None
-    share = data.get("input_share")
-    sites = tuple(  # each once (io and preprocessing in one stage share its site)
-        dict.fromkeys(
-            str(b["call_site"])
-            for b in data.get("bottlenecks", [])
-            if isinstance(b, dict) and b.get("call_site")
-        )
-    )
+    share = doc.verdict.input_share
+    # Each once (io and preprocessing in one stage share its site).
+    sites = tuple(dict.fromkeys(b.call_site for b in doc.bottlenecks if b.call_site))
     note(
         "profile of the script as written: "
         + (f"{share:.0%} of each step waits for input" if share is not None else "no steps")
         + (f"; bottleneck at {', '.join(sites)}" if sites else "")
     )
-    moves = step_advice(data)  # the top fix where it is one for the step, then the moves
-    return GuidedHint(share if isinstance(share, float) else None, sites, next_moves=moves)
+    moves = step_advice(doc)  # the top fix where it is one for the step, then the moves
+    return GuidedHint(share, sites, next_moves=moves)

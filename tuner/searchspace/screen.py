@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tftune.core.tuning_run import ScreenCandidate, ScreenRanking
 from tftune.probes.advice.service_sizing import host_cores, sizing_at_best
 from tftune.tuner.child.screen_drain import SCREEN_META_KEY, STOPPED_KEY
 from tftune.tuner.option_defaults import FIRST_STEP_S
@@ -141,21 +142,18 @@ class Screen:
             line += f", as written {written:,.1f}"
         return line + f"; the search starts from the {min(SEEDS, len(best))} best"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "wall_s": round(self.wall_s, 2),
-            "reason": self.reason,
-            "candidates": [
-                {
-                    "description": e.description,
-                    "examples_per_s": _round(e.examples_per_s),
-                    "error": e.error,
-                    "missing": list(e.missing),
-                    "busy_cores": e.busy_cores,
-                }
+    def ranking(self) -> ScreenRanking:
+        """The screen as the tuning document holds it (``screen``)."""
+        return ScreenRanking(
+            wall_s=round(self.wall_s, 2),
+            reason=self.reason,
+            candidates=tuple(
+                ScreenCandidate(
+                    e.description, _round(e.examples_per_s), e.error, e.missing, e.busy_cores
+                )
                 for e in self.entries
-            ],
-        }
+            ),
+        )
 
 
 def search_seeds(space: SearchSpace, screen: Screen | None) -> list[dict[str, KnobValue]]:

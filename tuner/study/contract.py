@@ -28,12 +28,12 @@ from tftune.tuner.option_defaults import Trials as Trials
 from tftune.tuner.options import Objective as Objective
 
 if TYPE_CHECKING:
+    from tftune.core.failures import CrashSummary
+    from tftune.core.training import TrainingTime
     from tftune.core.tuning_trials import Instability
-    from tftune.probes.live.training_record import TrainingTime
     from tftune.tuner.measurement import Measurement
     from tftune.tuner.searchspace.config import Config
     from tftune.tuner.searchspace.space import KnobValue
-    from tftune.tuner.trial.crashes import CrashSummary
 
 # What the study's objective values are, by objective (the values `objective.store`
 # returns, in order), named in the study for optuna-dashboard (`opening.open_study`).

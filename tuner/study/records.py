@@ -6,7 +6,7 @@ baselines out of a study's records, and tells which knob values keep making the 
 fail (`dead_values`), so that the search stops measuring them.
 
 A failed trial keeps the end of its stderr (`crashes.bounded_tail`) and what it says
-(`crashes.CrashSummary.to_json`). When the script crashes on its own
+(`core.failures.CrashSummary.to_json`, read back strictly). When the script crashes on its own
 (`crashes.find_instability`: the script as written crashed too, or one crash showed in
 configs that share no knob value), a native crash is no knob value's fault, and
 `dead_values` does not count it.
@@ -15,20 +15,23 @@ configs that share no knob value), a native crash is no knob value's fault, and
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
+from tftune.core.failures import CrashSummary
+from tftune.core.training import TrainingTime
 from tftune.core.trial_notes import OutputPrecisionFinding
 from tftune.core.vocabulary import OPTUNA_STATES, TrialState
-from tftune.probes.live.training_record import TrainingTime
 from tftune.tuner.study.contract import Role, TrialRecord
 from tftune.tuner.study.storage import SKIPPED_ATTR
-from tftune.tuner.trial.crashes import CrashSummary, Run, find_instability
+from tftune.tuner.trial.crashes import Run, find_instability
 
 if TYPE_CHECKING:
     import optuna
 
     from tftune.tuner.searchspace.space import KnobValue, SearchSpace
+
+T = TypeVar("T")
 
 # A trial whose script failed (crash, OOM, stall, NaN) is stored as PRUNED with this set:
 # see `search.Search.objective`.
@@ -86,8 +89,8 @@ def record_of(t: optuna.trial.FrozenTrial, space: SearchSpace | None = None) -> 
             for f in ua.get(FINDINGS_ATTR, ())
         ),
         stderr_tail=str(ua.get(STDERR_TAIL_ATTR) or ""),
-        crash=CrashSummary.from_json(ua.get(CRASH_ATTR)),
-        training=TrainingTime.from_json(ua.get(TRAINING_ATTR)),
+        crash=_stored(t, CRASH_ATTR, CrashSummary.from_json),
+        training=_stored(t, TRAINING_ATTR, TrainingTime.from_json),
     )
 
 
@@ -109,7 +112,14 @@ def ran_to_end(trials: Sequence[optuna.trial.FrozenTrial]) -> list[optuna.trial.
 def stored_crash(t: optuna.trial.FrozenTrial) -> CrashSummary | None:
     if not t.user_attrs.get(FAILED_ATTR):
         return None
-    return CrashSummary.from_json(t.user_attrs.get(CRASH_ATTR))
+    return _stored(t, CRASH_ATTR, CrashSummary.from_json)
+
+
+def _stored(t: optuna.trial.FrozenTrial, key: str, read: Callable[..., T]) -> T | None:
+    """A part a trial stored as its JSON (`to_json`), read back strictly; None where the
+    trial stored none."""
+    raw = t.user_attrs.get(key)
+    return read(raw, source=f"the study's trial {t.number}, {key}") if raw is not None else None
 
 
 def trial_runs(trials: Sequence[optuna.trial.FrozenTrial]) -> list[Run]:

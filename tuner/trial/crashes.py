@@ -1,11 +1,12 @@
 """What a failed trial's stderr says, and whether the script crashes on its own.
 
-- `summarize_crash(stderr_tail, returncode)` → `CrashSummary | None`: the signal that
+- `summarize_crash(stderr_tail, returncode)` → `CrashSummary | None`
+  (`tftune.core.failures`, its kind one of the one `FailureKind`'s): the signal that
   killed the script, Python's "Fatal Python error" line (faulthandler, enabled in the
   trial child), the native runtime's own message (glibc's heap checks, a C++ terminate, a
   TensorFlow/absl fatal log line, the shell's "Segmentation fault"), the last Python
-  exception, and the first frames of the crashing thread's stack. `key_lines` is the
-  short form every display shows.
+  exception, and the first frames of the crashing thread's stack; its `headline` and
+  `key_lines` (the short form every display shows) are worded here (`crash_summary`).
 - `find_instability(runs)` → `Instability | None` (the tuning document's own type,
   `tftune.core.tuning_trials`): the script crashes whatever the config when the script as
   written crashed too, or when one crash shows in configs that share no knob value.
@@ -17,13 +18,12 @@ Pure text work on what the runner captured: no process, no TensorFlow, no Optuna
 
 from __future__ import annotations
 
-import enum
 import re
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from tftune.core.failures import CrashSummary, FailureKind
 from tftune.core.tuning_trials import Instability
 
 # Stored with every failed trial (Optuna user attrs, the tuning JSON): the last lines of
@@ -94,101 +94,72 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::.*)?$")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
-class CrashKind(str, enum.Enum):
-    """How the script ended."""
+def headline(
+    signal_name: str | None,
+    fatal_error: str | None,
+    native_message: str | None,
+    exception: str | None,
+) -> str:
+    """The one line that says the most: the runtime's own message first."""
+    for line in (native_message, fatal_error, exception):
+        if line:
+            return line
+    return f"killed by {signal_name}" if signal_name else "crashed"
 
-    NATIVE = "native"  # a crash in native code: a crash signal, a fatal error, a heap check
-    EXCEPTION = "exception"  # a Python exception
-    KILLED = "killed"  # a signal from outside (the OOM killer, a stop)
+
+def key_lines(
+    head: str,
+    signal_name: str | None,
+    fatal_error: str | None,
+    native_message: str | None,
+    exception: str | None,
+    stack: Sequence[str],
+) -> tuple[str, ...]:
+    """The short form: the headline, the other messages, the first frames."""
+    lines: list[str] = []
+    for line in (
+        head,
+        fatal_error,
+        native_message,
+        exception,
+        f"killed by {signal_name}" if signal_name and not fatal_error else None,
+    ):
+        if line and line not in lines:
+            lines.append(line)
+    shown = [f"at {frame}" for frame in stack[:SHOWN_FRAMES]]
+    own = _own(stack)
+    if own is not None and own not in stack[:SHOWN_FRAMES]:
+        shown[-1] = f"called from {own}"
+    return tuple(lines + shown)
 
 
-@dataclass(frozen=True, slots=True)
-class CrashSummary:
-    """The lines of a failed run's stderr that say why it ended. None is "not in the
-    tail"; `stack` is the crashing thread's frames, most recent call first, as
-    ``path:line in function``."""
+def crash_summary(
+    kind: FailureKind,
+    signal: str | None = None,
+    returncode: int | None = None,
+    fatal_error: str | None = None,
+    native_message: str | None = None,
+    exception: str | None = None,
+    stack: tuple[str, ...] = (),
+) -> CrashSummary:
+    """A `CrashSummary` of what stderr said, with its headline and key lines."""
+    head = headline(signal, fatal_error, native_message, exception)
+    return CrashSummary(
+        kind=kind,
+        headline=head,
+        key_lines=key_lines(head, signal, fatal_error, native_message, exception, stack),
+        signal=signal,
+        returncode=returncode,
+        fatal_error=fatal_error,
+        native_message=native_message,
+        exception=exception,
+        stack=stack,
+    )
 
-    kind: CrashKind
-    signal: str | None = None  # "SIGABRT"
-    returncode: int | None = None
-    fatal_error: str | None = None  # "Fatal Python error: Aborted"
-    native_message: str | None = None  # "corrupted double-linked list"
-    exception: str | None = None  # "ValueError: ..."
-    stack: tuple[str, ...] = ()
 
-    @property
-    def native(self) -> bool:
-        return self.kind is CrashKind.NATIVE
-
-    @property
-    def headline(self) -> str:
-        """The one line that says the most: the runtime's own message first."""
-        for line in (self.native_message, self.fatal_error, self.exception):
-            if line:
-                return line
-        return f"killed by {self.signal}" if self.signal else "crashed"
-
-    @property
-    def signature(self) -> str:
-        """What tells one crash from another across runs (addresses vary)."""
-        return f"{self.kind.value}|{self.signal or ''}|{_ADDRESS.sub('0x', self.headline)}"
-
-    def key_lines(self) -> tuple[str, ...]:
-        """The short form: the headline, the other messages, the first frames."""
-        lines: list[str] = []
-        for line in (
-            self.headline,
-            self.fatal_error,
-            self.native_message,
-            self.exception,
-            f"killed by {self.signal}" if self.signal and not self.fatal_error else None,
-        ):
-            if line and line not in lines:
-                lines.append(line)
-        shown = [f"at {frame}" for frame in self.stack[:SHOWN_FRAMES]]
-        own = _own(self.stack)
-        if own is not None and own not in self.stack[:SHOWN_FRAMES]:
-            shown[-1] = f"called from {own}"
-        return tuple(lines + shown)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "signal": self.signal,
-            "returncode": self.returncode,
-            "headline": self.headline,
-            "fatal_error": self.fatal_error,
-            "native_message": self.native_message,
-            "exception": self.exception,
-            "stack": list(self.stack),
-            "key_lines": list(self.key_lines()),
-        }
-
-    @classmethod
-    def from_json(cls, data: Any) -> CrashSummary | None:
-        """Read back `to_json` (from storage); None for anything else."""
-        if not isinstance(data, Mapping):
-            return None
-        try:
-            kind = CrashKind(data.get("kind"))
-        except ValueError:
-            return None
-
-        def text(key: str) -> str | None:
-            value = data.get(key)
-            return value if isinstance(value, str) else None
-
-        code = data.get("returncode")
-        stack = data.get("stack")
-        return cls(
-            kind=kind,
-            signal=text("signal"),
-            returncode=code if isinstance(code, int) and not isinstance(code, bool) else None,
-            fatal_error=text("fatal_error"),
-            native_message=text("native_message"),
-            exception=text("exception"),
-            stack=tuple(s for s in stack if isinstance(s, str)) if isinstance(stack, list) else (),
-        )
+def signature(crash: CrashSummary) -> str:
+    """What tells one crash from another across runs (addresses vary)."""
+    return f"{crash.kind.value}|{crash.signal or ''}|{_ADDRESS.sub('0x', crash.headline)}"
 
 
 def _cut(line: str) -> str:
@@ -301,8 +272,8 @@ def summarize_crash(stderr_tail: str, returncode: int | None) -> CrashSummary | 
     the signal that killed it); None when neither says anything.
 
     A crash signal, a "Fatal Python error" or a native runtime's message make it
-    `CrashKind.NATIVE`; else a Python traceback makes it an exception; else a signal from
-    outside (SIGKILL, SIGTERM) makes it `KILLED`."""
+    `FailureKind.NATIVE`; else a Python traceback makes it an exception; else a signal
+    from outside (SIGKILL, SIGTERM) makes it `KILLED`."""
     lines = stderr_tail.splitlines()
     sig = _signal_name(returncode)
     fatal = next((_cut(x) for x in reversed(lines) if _FATAL_PYTHON.match(x.strip())), None)
@@ -313,14 +284,14 @@ def summarize_crash(stderr_tail: str, returncode: int | None) -> CrashSummary | 
     exception, tb_frames = _last_exception(lines)
     stack = _kept(_without_launcher(_current_stack(lines) or tb_frames))
     if sig in CRASH_SIGNALS or fatal is not None or message is not None:
-        kind = CrashKind.NATIVE
+        kind = FailureKind.NATIVE
     elif exception is not None:
-        kind = CrashKind.EXCEPTION
+        kind = FailureKind.EXCEPTION
     elif sig is not None:
-        kind = CrashKind.KILLED
+        kind = FailureKind.KILLED
     else:
         return None
-    return CrashSummary(
+    return crash_summary(
         kind=kind,
         signal=sig,
         returncode=returncode,
@@ -372,7 +343,7 @@ def _share_nothing(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
 
 def find_instability(runs: Sequence[Run]) -> Instability | None:
     """Whether the script crashes on its own: some runs ended in a native crash, and
-    either the script as written is among them, or one crash (`CrashSummary.signature`)
+    either the script as written is among them, or one crash (its `signature`)
     showed in two configs that share no knob value. None otherwise: crashes that follow a
     knob value are that value's."""
     crashed = [r for r in runs if r.crash is not None and r.crash.native]
@@ -381,7 +352,7 @@ def find_instability(runs: Sequence[Run]) -> Instability | None:
     by_signature: dict[str, list[Run]] = {}
     for r in crashed:
         assert r.crash is not None
-        by_signature.setdefault(r.crash.signature, []).append(r)
+        by_signature.setdefault(signature(r.crash), []).append(r)
     unrelated = [
         group
         for group in by_signature.values()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tftune.core.errors import ScriptError
+from tftune.core.training import StreamSeen
 from tftune.core.vocabulary import PREAMBLE_SAID_S
 from tftune.probes.live.clock_events import (
     ClockLineError,
@@ -39,14 +40,13 @@ from tftune.tuner.child.discovery_events import (
     SiteFound,
     StepFunctionFound,
 )
-from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.child.state import IterationInfo, SiteCall
 from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
 from tftune.tuner.option_defaults import FIRST_STEP_S
 from tftune.tuner.searchspace.config import Config, SiteConfig
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir
 from tftune.tuner.trial.script_text import fallback_s
-from tftune.tuner.trial.watch import FALLBACK_S, StreamSeen, StreamWatch
+from tftune.tuner.trial.watch import FALLBACK_S, StreamWatch
 from tftune.tuner.trial.watch import describe_streams as _describe_streams
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ class Discovery:
     @property
     def busiest_loop(self) -> bool:
         """Nothing was updated: the busiest loop stands in for training (`child.roles`)."""
-        return self.training is not None and self.training.how == FALLBACK_HOW
+        return self.training is not None and self.training.busiest
 
     def no_training(self) -> str:
         """Why no training was found, in one paragraph: for the user."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import signal
 
+from tftune.core.failures import FailureKind
 from tftune.probes.live.clock_events import ScriptRaised
-from tftune.tuner.measurement import FailureKind
 
 OOM_MARKERS = ("ResourceExhaustedError", "MemoryError", "OOM when allocating", "out of memory")
 OOM_EXCEPTIONS = frozenset({"ResourceExhaustedError", "MemoryError"})

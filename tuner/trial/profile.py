@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tftune.core.training import StreamSeen, TrainingTime
 from tftune.probes.live.clock import StepRecord, percentile
 from tftune.probes.live.clock_events import (
     ChildEvent,
@@ -26,7 +27,7 @@ from tftune.probes.live.clock_events import (
     ScriptFinished,
     ScriptRaised,
 )
-from tftune.probes.live.training_record import TrainingTime, write_clock_file
+from tftune.probes.live.training_record import write_clock_file
 from tftune.probes.live.training_time import PassTimeline
 from tftune.probes.traces.callsites import newest_run_dir
 from tftune.tuner.searchspace.config import Config
@@ -41,7 +42,7 @@ from tftune.tuner.trial.launch import (
     workdir,
 )
 from tftune.tuner.trial.script_text import fallback_s as script_fallback_s
-from tftune.tuner.trial.watch import StreamSeen, StreamWatch, describe_streams
+from tftune.tuner.trial.watch import StreamWatch, describe_streams
 
 # After the trace, a run that has seen one epoch start goes on to the second, where the
 # rest of the first epoch takes at most this long: its stall prices an epoch start.

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.probes.advice.service_sizing import CpuUsage
 from tftune.probes.live.clock import StepRecord, percentile, spread
@@ -38,7 +39,7 @@ from tftune.probes.live.clock_events import (
 from tftune.probes.live.nvml import GpuFigures, NotMeasured, NvmlSampler
 from tftune.probes.live.training_time import PassTimeline, first_window_drained, pooled_rates
 from tftune.tuner.fixes.precision import SIXTEEN_BIT_POLICIES
-from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial.failure import classify_exit
 from tftune.tuner.trial.launch import (

@@ -16,11 +16,10 @@ Python: no TensorFlow here.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
+from tftune.core.training import StreamSeen
 from tftune.probes.live.clock import StepRecord
 from tftune.probes.live.clock_events import ChildEvent, StreamFound, TrainingFound
-from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.option_defaults import FIRST_STEP_S, STALL_FACTOR, STALL_FLOOR_S
 
 # The deadlines' defaults (``--step-timeout`` says them) are `tuner.option_defaults`': the
@@ -35,41 +34,6 @@ FALLBACK_S = 20.0
 # to deliver more than a peek or a count at the start.
 KNOWN_BUSIEST_S = 3.0
 EARLY_KEPT = 4096  # records kept per stream until it is known whether it trains
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSeen:
-    """One stream as the parent saw it."""
-
-    stream: int
-    site: str | None  # the call site that built its dataset
-    place: str | None  # the line that iterates it (a `for`, `next`, `fit`, `adapt`...)
-    elements: int
-    training: bool
-    how: str | None = None  # how it was told to be training
-
-    def where(self) -> str:
-        built = f"built at {self.site}" if self.site else "built in a library"
-        return f"{built}, iterated at {self.place}" if self.place else built
-
-    @property
-    def role(self) -> str:
-        if not self.training:
-            return "not training"
-        return "the busiest loop (nothing updated)" if self.how == FALLBACK_HOW else "training"
-
-    def describe(self) -> str:
-        return f"#{self.stream} ({self.where()}): {self.elements:,} elements, {self.role}"
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "stream": self.stream,
-            "site": self.site,
-            "place": self.place,
-            "elements": self.elements,
-            "training": self.training,
-            "how": self.how,
-        }
 
 
 def describe_streams(streams: tuple[StreamSeen, ...]) -> str:

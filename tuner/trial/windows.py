@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tftune.core.training import EpochCost
 from tftune.probes.live.clock import StepRecord, percentile, spread
-from tftune.probes.live.training_record import EpochCost
 from tftune.probes.live.training_time import (
     PassTimeline,
     WindowStats,

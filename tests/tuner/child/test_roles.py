@@ -7,7 +7,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from tftune.tuner.child.roles import FALLBACK_HOW, Roles  # noqa: E402
+from tftune.core.vocabulary import FALLBACK_HOW  # noqa: E402
+from tftune.tuner.child.roles import Roles  # noqa: E402
 
 
 def _roles(**kwargs: float) -> tuple[Roles, list[tuple[int, str]]]:

@@ -116,14 +116,14 @@ def test_the_summary_prints_the_install_hint_as_written(
     import io
 
     from rich.console import Console
-    from studykit import outcome_json
+    from studykit import outcome_document
 
     from tftune._optimize_cli import _summary
     from tftune.tuner.optimize import OptimizeResult
 
     out = run_study(space(), FakeRunner(latency_bound), settings(tmp_path, n_trials=6))
     result = OptimizeResult(
-        out, space(), None, tmp_path / "b.json", None, None, "cmd", "", "", outcome_json(out)
+        out, space(), None, tmp_path / "b.json", None, None, "cmd", "", "", outcome_document(out)
     )
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -15,7 +15,7 @@ from studykit import BATCH, MAP, outcome_json, settings, space
 
 from tftune.core.learning import LossCurve, LossVerdict, OptimizerSeen, ScaleRule
 from tftune.core.tuning_document import TuningDocument
-from tftune.reports import tuning_html, tuning_terminal
+from tftune.reports import render_report_json, tuning_terminal
 from tftune.testing import FakeRunner, Figures
 from tftune.tuner.searchspace.config import AUTOTUNE, Config
 from tftune.tuner.searchspace.space import Knob
@@ -115,12 +115,12 @@ def test_the_check_reaches_the_json_and_both_reports(tmp_path: Path) -> None:
     data = outcome_json(out, searched=space())
     learning = data["learning"]
     assert learning["verdict"] == "higher" and learning["throughput_only"] is not None
-    text = tuning_terminal.render(data)
+    doc = TuningDocument.from_json(data, source="t.json")
+    text = tuning_terminal.render(doc)
     assert "learning check (batch 32 -> 128): higher: learns worse" in text
     assert f"trial {learning['throughput_only']} was fastest but learns worse" in text
-    page = tuning_html.render_tuning_html(data, generated_at="2026-12-05T00:00:00Z")
+    page = render_report_json(data, generated_at="2026-12-05T00:00:00Z", source="t.json")
     assert 'id="learning"' in page and "Does it learn no worse?" in page
-    doc = TuningDocument.from_json(data, source="t.json")
     assert doc.to_json()["learning"] == learning  # read back to the same JSON
 
 

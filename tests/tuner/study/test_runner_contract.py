@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import requires_tf
 
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.testing import OUT_OF_MEMORY, Failure, FakeRunner, Figures, by_config
-from tftune.tuner.measurement import FailureKind, Measurement
+from tftune.tuner.measurement import Measurement
 from tftune.tuner.option_defaults import EXTRA_WINDOWS
 from tftune.tuner.searchspace.bounds import bound_mode
 from tftune.tuner.searchspace.config import Config, SiteConfig

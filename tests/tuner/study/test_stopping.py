@@ -15,7 +15,7 @@ from tftune.core.vocabulary import TrialState
 from tftune.reports.tuning_model import break_even_sentence
 from tftune.testing import FakeRunner
 from tftune.tuner.option_defaults import DEFAULT_TRIALS
-from tftune.tuner.output.breakeven import BreakEven
+from tftune.tuner.output.breakeven import break_even
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.study import (
     Objective,
@@ -173,20 +173,26 @@ def test_a_compute_bound_guess_tries_a_larger_batch() -> None:
 
 
 def test_break_even_arithmetic() -> None:
-    be = BreakEven(120.0, 1000.0, 4000.0)  # the same examples in a quarter of the time
+    be = break_even(120.0, 1000.0, 4000.0)  # the same examples in a quarter of the time
     assert be.saved_s_per_hour == pytest.approx(2700.0)
     assert be.pays_off_after_s == pytest.approx(160.0)
-    assert BreakEven(120.0, 1000.0, 990.0).to_json()["pays_off_after_s"] is None
-    assert BreakEven(120.0, 1000.0, None).saved_s_per_hour is None
+    assert break_even(120.0, 1000.0, 990.0).to_json()["pays_off_after_s"] is None
+    assert break_even(120.0, 1000.0, None).saved_s_per_hour is None
+    odd = break_even(100.0 / 3, 1000.0 / 3, 4000.0 / 3)  # rounded as the JSON writes it
+    assert (odd.tuning_s, odd.as_written_examples_per_s, odd.pays_off_after_s) == (
+        33.33,
+        333.33,
+        44.44,
+    )
 
 
 def test_break_even_in_words() -> None:
-    words = break_even_sentence(BreakEven(120.0, 1000.0, 4000.0).to_json())
+    words = break_even_sentence(break_even(120.0, 1000.0, 4000.0))
     assert words == (
         "Tuning took 2.0 min; at the measured rates (1,000.0 → 4,000.0 ex/s) the winner saves "
         "45.0 min of every hour of training, and has paid for itself after 2.7 min of training."
     )
-    kept = break_even_sentence(BreakEven(75.0, 1000.0, None).to_json())
+    kept = break_even_sentence(break_even(75.0, 1000.0, None))
     assert (
         kept == "Tuning took 75 s; the script as written stays, so there is nothing to pay it back."
     )

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from studykit import settings
 
-from tftune.core.vocabulary import TrialState
+from tftune.core.training import StreamSeen
+from tftune.core.vocabulary import FALLBACK_HOW, TrialState
 from tftune.testing import FakeRunner
-from tftune.tuner.child.roles import FALLBACK_HOW
 from tftune.tuner.searchspace.bounds import Ceiling
 from tftune.tuner.searchspace.config import AUTOTUNE, Config, SiteConfig
 from tftune.tuner.searchspace.guided import NO_MODEL, measure_ceiling, profile_skipped
@@ -38,7 +38,7 @@ from tftune.tuner.trial.script_text import (
     parse_module,
     shows_training,
 )
-from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S, StreamSeen
+from tftune.tuner.trial.watch import FALLBACK_S, KNOWN_BUSIEST_S
 
 MAP = "train.py:10"
 SITES = [CallSite(MAP, "map", (), SiteConfig(), None, 1)]

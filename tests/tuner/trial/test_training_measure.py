@@ -221,10 +221,10 @@ def test_profile_and_analyze_name_the_epoch_stall_of_steady_profiled_steps(
     assert prof.captured, prof.reason
     assert prof.training is not None and prof.training.stall is not None
     assert list(logdir.glob(f"plugins/profile/*/{CLOCK_FILE}"))
-    data = analyze(logdir).to_json()
-    stall = data["training"]["stall"]
-    assert stall["cause"] == SHUFFLE_BEHIND_MAP and stall["share"] > 0.3
-    assert "each epoch's start waits for it" in data["verdict"]["sentence"]
-    assert "will not help much" not in data["verdict"]["sentence"]
-    text = render(data, width=100)
+    doc = analyze(logdir).document()
+    stall = doc.training.stall if doc.training is not None else None
+    assert stall is not None and stall.cause == SHUFFLE_BEHIND_MAP and stall.share > 0.3
+    assert "each epoch's start waits for it" in doc.verdict.sentence
+    assert "will not help much" not in doc.verdict.sentence
+    text = render(doc, width=100)
     assert "Epoch start: each epoch opens with a" in text and "ds.shuffle(" in text

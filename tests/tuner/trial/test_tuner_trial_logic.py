@@ -13,9 +13,9 @@ from typing import IO, Any
 
 import pytest
 
+from tftune.core.failures import FailureKind
 from tftune.core.vocabulary import TrialState
 from tftune.probes.live.nvml import GpuSample, NvmlUnavailable
-from tftune.tuner.measurement import FailureKind
 from tftune.tuner.trial import MeasureSpec, RunnerDeps, run_trial
 from tftune.tuner.trial.launch import ChildProcess
 
