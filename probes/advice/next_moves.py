@@ -150,7 +150,7 @@ def _function_calls(line: Line | None, plane: Plane | None) -> tuple[str | None,
     if line is None or plane is None or not len(line):
         return None, z, z.copy()
     fn_of = {}
-    for mid in set(line.metadata_id.tolist()):
+    for mid in line.ids_seen():
         m = FUNCTION_CALL_RE.match(plane.event_names[mid])
         if m:
             fn_of[mid] = m.group(1)
@@ -202,7 +202,7 @@ def _eager_facts(
     if line is None or plane is None or not len(line) or total <= 0:
         return {}
     lo, hi = steps.start_ps, steps.end_ps
-    names = {mid: plane.event_names[mid] for mid in set(line.metadata_id.tolist())}
+    names = {mid: plane.event_names[mid] for mid in line.ids_seen()}
     eager = [m for m, n in names.items() if EAGER_OP_RE.match(n) and not ITERATOR_RE.match(n)]
     kernels = [m for m, n in names.items() if _EAGER_KERNEL_RE.match(n)]
     waits = [m for m, n in names.items() if ITERATOR_RE.match(n)]

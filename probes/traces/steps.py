@@ -105,21 +105,6 @@ class Steps:
         return Steps(DETECTION_NONE, z, z.copy(), z.copy(), notes=tuple(notes))
 
 
-def _first_index_per_id(line: Line) -> tuple[I64, npt.NDArray[np.intp]]:
-    """The line's metadata ids, ascending, and where each first occurs. Ids are small
-    numbers (a plane's metadata count): a table indexed by id finds them without the
-    sort of `np.unique`, 8x faster on a million events."""
-    mids = line.metadata_id
-    n = int(mids.shape[0])
-    if not n or int(mids.min()) < 0 or int(mids.max()) > 4 * n:
-        ids, first = np.unique(mids, return_index=True)
-        return ids, first
-    at = np.full(int(mids.max()) + 1, n, dtype=np.intp)
-    np.minimum.at(at, mids, np.arange(n, dtype=np.intp))
-    found = np.flatnonzero(at < n)
-    return found.astype(np.int64), at[found]
-
-
 def _marker_candidates(plane: Plane) -> list[tuple[Line, int, bool]]:
     """(line, metadata id, is_root) for event names whose events carry `step_num`.
 
@@ -131,7 +116,7 @@ def _marker_candidates(plane: Plane) -> list[tuple[Line, int, bool]]:
     for line in plane.lines:
         if not len(line):
             continue
-        ids, first = _first_index_per_id(line)
+        ids, first = line.first_of_each_id()
         for mid, idx in zip(ids.tolist(), first.tolist(), strict=True):
             keys = {plane.stat_names.get(s.metadata_id) for s in line.raw_stats(idx)}
             if STEP_NUM_STAT in keys:
