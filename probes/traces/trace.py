@@ -291,26 +291,13 @@ def _host_trace(
     for header, lines in headers:
         planes.append(_plane(header, tuple(built[k : k + len(lines)])))
         k += len(lines)
-    hostnames, errors, warnings = notes
-    return HostTrace(
-        host=host,
-        path=path,
-        size_bytes=size,
-        origin_ns=origin_ns,
-        planes=tuple(planes),
-        hostnames=hostnames,
-        errors=errors,
-        warnings=warnings,
-    )
+    return HostTrace(host, path, size, origin_ns, tuple(planes), *notes)
 
 
 def _parse_owned(holder: list[bytes], path: Path, host: str) -> HostTrace:
-    """Parse a file held whole, dropping its bytes as soon as the lines are split out.
-
-    Lines stay serialized (one `bytes` each) until each is decoded column-wise. This is
-    the path of a file `_parse_streamed` cannot read line by line: protobuf's parse of
-    the whole space tells what is wrong with it.
-    """
+    """Parse a file held whole (one `_parse_streamed` cannot read line by line: the
+    parse of the whole space tells what is wrong), dropping its bytes once the lines
+    are split out; each line stays serialized until it is decoded."""
     size = len(holder[0])
     if not size:
         raise TraceError(f"{path}: file is empty (0 bytes)")
