@@ -81,6 +81,22 @@ def test_xprof_style_names_win_over_other_step_num_events(tmp_path: Path) -> Non
     assert st.source == "train"
 
 
+def test_a_step_marked_on_several_threads_is_its_longest_span_in_time_order(
+    tmp_path: Path,
+) -> None:
+    b = XSpaceBuilder()
+    host = b.plane("/host:CPU")
+    host.event("python", "train", 30 * MS, 5 * MS, step_num=2, _r=1)
+    host.event("python", "train", 10 * MS, 5 * MS, step_num=1, _r=1)
+    host.event("worker", "train", 9 * MS, 8 * MS, step_num=1, _r=1)  # longer: kept
+    host.event("worker", "train", 29 * MS, 5 * MS, step_num=2, _r=1)  # as long: the first
+    host.event("worker", "train", 20 * MS, 4 * MS, step_num=0, _r=1)
+    st = steps.detect_steps(_load(b, tmp_path))
+    assert st.numbers.tolist() == [1, 0, 2]
+    assert st.start_ps.tolist() == [9 * MS, 20 * MS, 30 * MS]
+    assert st.duration_ps.tolist() == [8 * MS, 4 * MS, 5 * MS]
+
+
 def test_real_trace_with_markers(trace_case) -> None:  # type: ignore[no-untyped-def]
     host = trace.load_host(tracegen_steps.one_file(trace_case("latency_py")))
     st = steps.detect_steps(host)

@@ -76,10 +76,15 @@ def _protobuf(data: bytes) -> tuple[bool, tuple[int, int | None]]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(_event, st.lists(_edit, max_size=3)), min_size=1, max_size=12))
-def test_first_stat_agrees_with_protobuf(events: list[tuple[tuple, list]]) -> None:
+@given(
+    st.lists(st.tuples(_event, st.lists(_edit, max_size=3)), min_size=1, max_size=12),
+    st.sampled_from([0, 64]),
+)
+def test_first_stat_agrees_with_protobuf(events: list[tuple[tuple, list]], tail: int) -> None:
+    """With bytes after the events (`tail`), every stat is far enough from the end to be
+    read the quick way where it is laid out as usual; without, the last ones are not."""
     parts = [_mutate(_encode(*ev), edits) for ev, edits in events]
-    data = b"".join(parts)
+    data = b"".join(parts) + bytes(tail)
     lengths = np.array([len(p) for p in parts], dtype=np.int64)
     pos = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
     kind, value, unusual = first_stat(data, pos, lengths, np.array(KEYS, dtype=np.int64))
