@@ -181,7 +181,7 @@ def _varints_within(
 
 
 # Events decoded per numpy batch: bounds the temporaries on million-event lines.
-_DECODE_BATCH = 1 << 14
+_DECODE_BATCH = 1 << 13
 # False, True, False, ...: which spans `_gather` keeps (gaps and spans alternate).
 _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
 

@@ -1,8 +1,9 @@
 """The event model: one host's XSpace, held column-wise.
 
 Each line keeps numpy columns (event metadata id, start and duration in picoseconds on a
-trace-wide time base); stats are decoded lazily, per event or for a chosen subset, from
-the protobuf objects that are kept alongside. Everything here is frozen after loading.
+trace-wide time base) and its events' stats as bytes, decoded lazily, per event or for a
+chosen subset. Everything here is frozen after loading. `load_host` reads the file a line
+at a time (`_xspace_file`), or parses it whole where it is laid out otherwise.
 
 Time base: `start_ps` is picoseconds since `HostTrace.origin_ns` (the earliest line
 timestamp of the file), so int64 never overflows and all lines of a host share one clock.
@@ -48,7 +49,7 @@ TASK_ENV_PLANE = "Task Environment"
 # bound also keeps base + offset + duration inside int64.
 MAX_TIME_PS = 2**60
 # Events whose stats `Line.first_stat` reads per batch.
-_STAT_BATCH = 1 << 15
+_STAT_BATCH = 1 << 13
 
 
 def decode_stat(stat: Any, stat_names: Mapping[int, str]) -> Any:
