@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tftune.core.analysis_trace import StepRow, StepTable, steps_json
+from tftune.core.analysis_steps import StepRow, StepTable, steps_json
 
 table = StepTable(
     step=(4, 5, 6),

@@ -14,8 +14,8 @@ from google.protobuf.internal.encoder import _VarintBytes
 from gputrace import MS, XSpaceBuilder, gpu_trace
 
 from tftune.core.errors import TraceError
-from tftune.probes import trace
-from tftune.probes._xspace_file import LineReader, _skip_field, _varint_at, read_layout
+from tftune.probes.traces import trace
+from tftune.probes.traces._xspace_file import LineReader, _skip_field, _varint_at, read_layout
 
 
 def _content(host: trace.HostTrace) -> list[Any]:
