@@ -6,8 +6,8 @@ the front door, `tuner.options`) and the caller's `OptimizeHooks` (progress, the
 renderer, test doubles), and runs named phases: check the inputs and output paths
 (before any trial runs), discover the training loop and build the space, make the
 runners (one per worker slot), measure the bounds and take the guided profile, run the
-study, then emit the winner (config file, diff, snippet, tuning JSON, HTML page). It
-returns a frozen `OptimizeResult`. The steps before the study live where their job does
+study, then write the outputs (`tuner.output.run_outputs`: config file, diff, snippet,
+tuning JSON, HTML page). It returns a frozen `OptimizeResult`. The steps before the study live where their job does
 (options' checks, `trial.discovery`, `searchspace.space_build`, `searchspace.guided`) and
 are re-exported here.
 
@@ -30,12 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.errors import ConfigError
-from tftune.core.run_record import Environment, Record
-from tftune.core.trial_notes import FLOAT32_OUTPUT_FIX
+from tftune.core.run_record import Environment
 from tftune.core.tuning_document import TuningDocument
-from tftune.core.tuning_parts import ABSENT
-from tftune.core.tuning_run import ScreenRanking
-from tftune.core.userfiles import check_writable, write_output
+from tftune.core.userfiles import check_writable
 from tftune.core.vocabulary import Phase
 from tftune.probes.live.environment import collect
 from tftune.probes.live.nvml import gpu_visible
@@ -45,8 +42,7 @@ from tftune.tuner.options import (
     default_study_name,
     pick_objective,
 )
-from tftune.tuner.output.repro import api_call, build_record
-from tftune.tuner.output.winner_files import WinnerFiles, emit_winner
+from tftune.tuner.output.run_outputs import HtmlRenderer, TunedRun, write_outputs
 from tftune.tuner.runners import MeasureOptions, RunnerPool, Slots, make_runners, spare_pool
 from tftune.tuner.searchspace.bounds import Ceiling
 from tftune.tuner.searchspace.config import Config
@@ -97,7 +93,6 @@ __all__ = [
 
 TrialCallback = Callable[[TrialRecord, TrialRecord | None], None]
 PhaseCallback = Callable[[Phase], None]
-HtmlRenderer = Callable[[TuningDocument], str]  # the tuning document → one HTML page
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,25 +202,21 @@ def optimize(
         settings = _settings(o, obj, hint, path, args, started, screen, space)
         phase(Phase.SEARCH)
         outcome = _run_study(space, pool, settings, h, note)
-    record = _record(script, path, args, o, h.invocation, env_future)
-    won = emit_winner(script, path, args, found, outcome, o.best_file, record, note, plan)
     screened = screen.ranking() if screen is not None else None
-    document = _tuning_report(
-        script, won, found, space, ceiling, gpu, o.seed, record, started, screened, plan
-    )
-    json_path = _write_json(document, o.json_file)
-    html_path = _write_html(document, o.html_file, h.render_html)
+    run = TunedRun(script, path, args, found, space, ceiling, gpu, plan, screened, outcome, started)
+    out = write_outputs(run, o, h.invocation, env_future, h.render_html, note)
+    won = out.won
     return OptimizeResult(
         outcome,
         space,
         ceiling,
         won.best_file,
-        json_path,
-        html_path,
+        out.json_file,
+        out.html_file,
         won.command,
         won.diff,
         won.snippet,
-        document,
+        out.document,
         inline=h.inline,
     )
 
@@ -375,100 +366,6 @@ def _run_study(
         on_note=note,
         on_phase=hooks.on_phase,
     )
-
-
-# --- the winner's files and the tuning report ---------------------------------------------
-
-
-def _record(
-    script: str | os.PathLike[str],
-    path: Path,
-    args: Sequence[str],
-    options: OptimizeOptions,
-    invocation: Sequence[str] | None,
-    env_future: Future[Environment],
-) -> Record:
-    """The reproducibility record: the command line as typed, or the API call."""
-    argv = (
-        list(invocation)
-        if invocation is not None
-        else [
-            api_call(
-                str(script),
-                args,
-                {
-                    "trials": options.trials,
-                    "seed": options.seed,
-                    "storage": options.storage,
-                    "study_name": options.study_name,
-                },
-            )
-        ]
-    )
-    env = env_future.result()
-    return build_record(path, args, argv=argv, seed=options.seed, environment=env)
-
-
-def _tuning_report(
-    script: str | os.PathLike[str],
-    won: WinnerFiles,
-    found: Discovery,
-    space: SearchSpace,
-    ceiling: Ceiling | None,
-    gpu: bool,
-    seed: int,
-    record: Record,
-    started: float,
-    screen: ScreenRanking | None,
-    plan: RewritePlan,
-) -> TuningDocument:
-    """The tuning JSON (schema 1, docs/json.md), with the run's wall time, its
-    record, the precision findings and the pipeline screen's ranking."""
-    from tftune.tuner.output import assemble
-
-    run = assemble.RunFacts(
-        wall_s=time.monotonic() - started,
-        training=assemble.run_training(found, won.outcome),
-        record=record,
-        findings=tuple(f.message() for f in won.findings),
-        advice=won.advice,
-        requires=FLOAT32_OUTPUT_FIX if won.advice is not None else None,
-        screen=screen,
-        rewrites=plan.rows if plan.considered else ABSENT,
-    )
-    return assemble.tuning_document(
-        script=str(script),
-        outcome=won.outcome,
-        space=space,
-        ceiling=ceiling,
-        device="GPU" if gpu else "CPU_ONLY",
-        config_file=str(won.best_file),
-        command=won.command,
-        diff=won.diff,
-        snippet=won.snippet,
-        seed=seed,
-        run=run,
-    )
-
-
-def _write_json(document: TuningDocument, json_file: str | os.PathLike[str] | None) -> Path | None:
-    from tftune.tuner.output import assemble
-
-    if json_file is None:
-        return None
-    return assemble.write_json_atomic(document.to_json(), json_file)
-
-
-def _write_html(
-    document: TuningDocument,
-    html_file: str | os.PathLike[str] | None,
-    render_html: HtmlRenderer | None,
-) -> Path | None:
-    """The HTML tuning report, where the caller gave a renderer."""
-    if html_file is None or render_html is None:
-        return None
-    write_output(html_file, str(render_html(document)), ConfigError)
-    return Path(html_file)
 
 
 def check_inputs(script: str | os.PathLike[str], options: OptimizeOptions) -> Path:
