@@ -7,9 +7,9 @@ renderer, test doubles), and runs named phases: check the inputs and output path
 (before any trial runs), discover the training loop and build the space, make the
 runners (one per worker slot), measure the bounds and take the guided profile, run the
 study, then write the outputs (`tuner.output.run_outputs`: config file, diff, snippet,
-tuning JSON, HTML page). It returns a frozen `OptimizeResult`. The steps before the study live where their job does
-(options' checks, `trial.discovery`, `searchspace.space_build`, `searchspace.guided`) and
-are re-exported here.
+tuning JSON, HTML page). It returns a frozen `OptimizeResult`. The steps before the
+study live where their job does (options' checks, `trial.discovery`,
+`searchspace.space_build`, `searchspace.guided`) and are re-exported here.
 
 The HTML page is drawn by the caller's ``render_html`` (the front door passes
 `tftune._notebook.tuning_page`): the tuner never imports the reports.

@@ -61,7 +61,7 @@ def trial_budget(trials: Trials) -> tuple[int, int | None]:
 FINAL_CANDIDATES = 2
 # A close call (the final round's best gains at least `gains.MIN_GAIN` but less than the
 # noise demands) is decided by this many more runs of it and of the script as written,
-# alternately (`winner.decide_close_call`).
+# alternately (`close_call.decide_close_call`).
 DECIDE_PAIRS = 2
 
 

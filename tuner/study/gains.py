@@ -2,10 +2,14 @@
 
 Shared by the stopping rule (`stopping`: a new best must gain beyond the noise), the
 final round's plan (`round_plan`: a lead beyond any noise) and its verdict (`winner`: a
-change must pay for itself).
+change must pay for itself, `close_call`: a gain within the noise decided by more runs),
+and the one way several runs of one config become one record (`pool_runs`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
 
 from tftune.tuner.study.contract import Objective, TrialRecord
 
@@ -23,7 +27,7 @@ SEARCH_GAIN = 0.08
 # A change must gain this many times the run-to-run noise of the script as written (the
 # range of its two runs, its trial and the final round's, over their mean) to win
 # outright; a gain between `MIN_GAIN` and that is a close call, settled by more runs of
-# both (`winner.decide_close_call`). The range of two runs is one sample of the spread,
+# both (`close_call.decide_close_call`). The range of two runs is one sample of the spread,
 # and the candidate's own re-measure is as noisy: a gain of one range was passed on a
 # script whose runs as written read 255 and 332 ex/s, a "+40%" that its own counter
 # (368-452 ex/s over four plain runs) did not show.
@@ -68,3 +72,25 @@ def search_gain(r: TrialRecord, best: TrialRecord) -> float:
     """What a searched trial must gain over the best so far to count as a new best for
     the stopping rule: `SEARCH_GAIN`, or `required_gain` where that asks for more."""
     return max(SEARCH_GAIN, required_gain(r, best))
+
+
+def pool_runs(runs: Sequence[TrialRecord]) -> TrialRecord:
+    """Several completed runs of one config as one record: the mean figures, every
+    window's rate, the largest spread and the summed wall time."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    return replace(
+        first,
+        examples_per_s=mean([r.examples_per_s for r in runs]),
+        utilization=mean([r.utilization for r in runs]),
+        input_wait_share=mean([r.input_wait_share for r in runs]),
+        spread=max(r.spread or 0.0 for r in runs),
+        repeats=tuple(x for r in runs for x in r.repeats),
+        wall_s=sum(r.wall_s for r in runs),
+    )

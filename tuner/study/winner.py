@@ -11,39 +11,28 @@ nothing beats the script as written in it by more than the noise
 (`gains.required_gain`), the winner is the script as written: tftune never ends below
 it, and never recommends a change that does not pay for itself. A close call (at least
 `MIN_GAIN`, but within the round's noise) is settled by more runs of it and the script
-as written, alternately (`decide_close_call`, with `welch_t`)."""
+as written, alternately (`close_call.decide_close_call`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tftune.core.learning import LearningCheck, LearningRateScale
 from tftune.core.vocabulary import TrialState
-from tftune.probes.live.clock import spread
+from tftune.tuner.study.close_call import (
+    CloseCall,
+    decide_close_call,
+    one_pair_decides_nothing,
+    settled,
+)
 from tftune.tuner.study.contract import Objective, Role, Runner, StudySettings, TrialRecord
-from tftune.tuner.study.gains import MIN_GAIN, relative_gain, required_gain, score
+from tftune.tuner.study.gains import MIN_GAIN, pool_runs, relative_gain, required_gain, score
 from tftune.tuner.study.round_plan import final_candidates, leader, still_open
 
 if TYPE_CHECKING:
     from tftune.tuner.searchspace.space import SearchSpace
-
-# A close call's deciding runs (`contract.DECIDE_PAIRS` pairs) recommend a change only
-# with a Welch t of at least DECIDE_T over all runs of the two, as well as MIN_GAIN.
-DECIDE_T = 2.0
-# The deciding runs stop after a pair where Welch's t over the runs so far is already this
-# far from zero either way: a +20% gain whose runs each vary by 1% needs no second pair,
-# and a bar twice DECIDE_T keeps a decision taken on two runs a side as safe as one taken
-# on all of them.
-DECIDE_EARLY_T = 4.0
-# Where the two runs of the script as written, or the winner's search trial and its
-# re-measure, lie further apart than this (relative to their mean), one pair of runs is
-# no evidence however large the gain: it is decided by the deciding runs. A
-# MirroredStrategy loop's batch-256 config read 975 and then 1,467 ex/s, "1.96x" over a
-# script as written at 748 and 900, and 0.87x by the script's own counter.
-DECIDE_ABOVE_SPREAD = 0.15
 
 
 def pareto_front(records: Sequence[TrialRecord]) -> tuple[TrialRecord, ...]:
@@ -129,28 +118,6 @@ def final_round(
     return tuple(out)
 
 
-def pool_runs(runs: Sequence[TrialRecord]) -> TrialRecord:
-    """Several completed runs of one config as one record: the mean figures, every
-    window's rate, the largest spread and the summed wall time."""
-    first = runs[0]
-    if len(runs) == 1:
-        return first
-
-    def mean(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return sum(known) / len(known) if known else None
-
-    return replace(
-        first,
-        examples_per_s=mean([r.examples_per_s for r in runs]),
-        utilization=mean([r.utilization for r in runs]),
-        input_wait_share=mean([r.input_wait_share for r in runs]),
-        spread=max(r.spread or 0.0 for r in runs),
-        repeats=tuple(x for r in runs for x in r.repeats),
-        wall_s=sum(r.wall_s for r in runs),
-    )
-
-
 def merge_as_written(
     final: Sequence[TrialRecord], as_written: TrialRecord
 ) -> tuple[tuple[TrialRecord, ...], float]:
@@ -170,97 +137,6 @@ def merge_as_written(
         return (merged, *rest), 0.0
     mean = sum(rates) / len(rates)
     return (merged, *rest), (max(rates) - min(rates)) / mean
-
-
-@dataclass(frozen=True, slots=True)
-class CloseCall:
-    """The final round's best, when it gained at least MIN_GAIN over the script as
-    written but less than the round's noise demands (`required_gain`)."""
-
-    record: TrialRecord
-    gain: float
-    needed: float
-    # Why more runs decide it, said in the notes.
-    why: str = ""
-
-    def reason(self) -> str:
-        return self.why or f"within the noise (a change must gain {self.needed:.0%})"
-
-
-def welch_t(a: Sequence[float], b: Sequence[float]) -> float:
-    """Welch's t of mean(b) - mean(a): how many standard errors b's runs sit above a's.
-    Infinite when neither side varies and b is higher."""
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) if len(a) > 1 else 0.0
-    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) if len(b) > 1 else 0.0
-    se = math.sqrt(va / len(a) + vb / len(b))
-    if se == 0.0:
-        return math.inf if mb > ma else (0.0 if mb == ma else -math.inf)
-    return (mb - ma) / se
-
-
-def _completed(runs: Sequence[TrialRecord], number: int) -> list[TrialRecord]:
-    return [r for r in runs if r.number == number and r.state is TrialState.COMPLETE]
-
-
-def _t(
-    mine: Sequence[TrialRecord], base: Sequence[TrialRecord], objective: Objective
-) -> float | None:
-    """Welch's t of the contender's completed runs (`mine`) over the script as written's
-    (`base`); None where either has none."""
-    if not mine or not base:
-        return None
-    return welch_t([score(r, objective)[0] for r in base], [score(r, objective)[0] for r in mine])
-
-
-def _settled(
-    contender: TrialRecord,
-    as_written: TrialRecord,
-    runs: Sequence[TrialRecord],
-    settings: StudySettings,
-) -> bool:
-    """The deciding runs so far settle it already (`DECIDE_EARLY_T`), with two completed
-    runs a side at least."""
-    mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
-    t = _t(mine, base, settings.objective)
-    return len(mine) >= 2 and len(base) >= 2 and t is not None and abs(t) >= DECIDE_EARLY_T
-
-
-def decide_close_call(
-    close: CloseCall,
-    contender: TrialRecord,
-    as_written: TrialRecord,
-    runs: Sequence[TrialRecord],
-    objective: Objective,
-) -> tuple[bool, TrialRecord | None, TrialRecord | None, str]:
-    """(change?, the contender's pooled record, the script as written's pooled record, a
-    note) from every completed run of the two in the final round and the deciding runs.
-    A pooled record is None where that config has no completed run. A change needs
-    MIN_GAIN on the pooled means, a Welch t of DECIDE_T over the runs, and no fewer
-    examples/s than the script as written."""
-    mine, base = _completed(runs, contender.number), _completed(runs, as_written.number)
-    t = _t(mine, base, objective)
-    if t is None:
-        note = (
-            f"final round: trial {contender.number} ({contender.description}) gained "
-            f"{close.gain:+.1%}, within the noise, and the runs meant to decide it did not "
-            "complete: keeping the script as written"
-        )
-        return False, pool_runs(mine) if mine else None, pool_runs(base) if base else None, note
-    pooled, pooled_base = pool_runs(mine), pool_runs(base)
-    gain = relative_gain(pooled, pooled_base, objective) or 0.0
-    holds = (pooled.examples_per_s or 0.0) >= (pooled_base.examples_per_s or 0.0)
-    change = gain >= MIN_GAIN and t >= DECIDE_T and holds
-    verdict = "a real gain" if change else "not told apart from the noise"
-    note = (
-        f"final round: trial {contender.number} ({contender.description}) gained "
-        f"{close.gain:+.1%} beside the script as written, {close.reason()}; over "
-        f"{len(mine)} runs of it and "
-        f"{len(base)} of the script as written, alternately: {gain:+.1%}, t = {t:.1f} (a "
-        f"change needs {MIN_GAIN:.0%} and t >= {DECIDE_T:.0f}): {verdict}"
-        + (", recommending it" if change else ", keeping the script as written")
-    )
-    return change, pooled, pooled_base, note
 
 
 # Where no config clears the noise in the round, AUTOTUNE everywhere (tf.data's own
@@ -310,7 +186,7 @@ def choose_final(
     the same round*; else the script as written. `trial_best` is the search's own winner
     (`choose_winner`), named in the notes. A close call (settled by `decide_close_call`)
     is the best's record when it gained `MIN_GAIN` but less than the noise demands, or
-    where one pair of runs is no evidence (`_one_pair_decides_nothing`)."""
+    where one pair of runs is no evidence (`close_call.one_pair_decides_nothing`)."""
     by_number = {r.number: r for r in records}
     again = next((f for f in final if f.number == as_written.number), None)
     base = again if again is not None and again.state is TrialState.COMPLETE else as_written
@@ -367,7 +243,7 @@ def choose_final(
             f"{said}: keeping the script as written",
             CloseCall(pick, gain, needed) if gain >= MIN_GAIN else None,
         )
-    noisy = _one_pair_decides_nothing(pick, by_number.get(pick.number), run_noise, objective)
+    noisy = one_pair_decides_nothing(pick, by_number.get(pick.number), run_noise, objective)
     if gain is not None and gain >= MIN_GAIN and noisy is not None:
         said = f"final round: trial {pick.number} gained {gain:+.1%}, {noisy}"
         return (
@@ -377,22 +253,6 @@ def choose_final(
             CloseCall(pick, gain, needed, noisy),
         )
     return by_number[pick.number], pick, _beat_the_search(pick, trial_best), None
-
-
-def _one_pair_decides_nothing(
-    pick: TrialRecord, searched: TrialRecord | None, run_noise: float, objective: Objective
-) -> str | None:
-    """Why one pair of runs is no evidence (`DECIDE_ABOVE_SPREAD`): the script as
-    written's two runs (`run_noise`), or the pick's search trial and its re-measure, lie
-    too far apart; None where they do not."""
-    own = 0.0
-    if searched is not None and searched.state is TrialState.COMPLETE:
-        runs = [score(searched, objective)[0], score(pick, objective)[0]]
-        own = spread(runs) if min(runs) > 0 else 0.0
-    apart = max(run_noise, own)
-    if apart <= DECIDE_ABOVE_SPREAD:
-        return None
-    return f"but two runs of one config differ by {apart:.0%} here, so one pair decides nothing"
 
 
 def _beat_the_search(pick: TrialRecord, trial_best: TrialRecord) -> str | None:
@@ -481,7 +341,7 @@ def _settle_close_call(
     runs = verdict.runs
     for pair in range(1, settings.decide_pairs + 1):
         runs += final_round([contender, as_written], runner, space, on_note)
-        if pair < settings.decide_pairs and _settled(contender, as_written, runs, settings):
+        if pair < settings.decide_pairs and settled(contender, as_written, runs, settings):
             break
     change, pooled, pooled_aw, note = decide_close_call(
         close, contender, as_written, runs, settings.objective

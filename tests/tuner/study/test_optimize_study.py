@@ -554,7 +554,7 @@ def test_a_close_call_settled_by_its_first_deciding_pair_stops_there(tmp_path: P
 
 
 def test_welch_t() -> None:
-    from tftune.tuner.study.winner import welch_t
+    from tftune.tuner.study.close_call import welch_t
 
     assert welch_t([1.0, 1.0], [2.0, 2.0]) == math.inf
     assert welch_t([1.0, 1.0], [1.0]) == 0.0
