@@ -13,7 +13,8 @@ from conftest import requires_tf
 
 from tftune.core.tuning_rewrites import RewriteKind, RewriteRow, RewriteState
 from tftune.tuner.fixes.rewrite_check import check_rewrites
-from tftune.tuner.fixes.rewrites import LOOP_EAGER, consider
+from tftune.tuner.fixes.rewrites import consider
+from tftune.tuner.fixes.training_calls import LOOP_EAGER
 from tftune.tuner.trial import discover
 
 pytestmark = [requires_tf, pytest.mark.slow]

@@ -15,14 +15,8 @@ from tftune.core.errors import ConfigError
 from tftune.core.tuning_rewrites import Equivalence, RewriteKind, RewriteRow, RewriteState
 from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.fixes.rewrite_check import place_cache, rewrite_seeds, with_rewrites
-from tftune.tuner.fixes.rewrites import (
-    LOOP_EAGER,
-    LOOP_FIT,
-    LOOP_GRAPH,
-    Candidate,
-    FitCall,
-    consider,
-)
+from tftune.tuner.fixes.rewrites import Candidate, consider
+from tftune.tuner.fixes.training_calls import LOOP_EAGER, LOOP_FIT, LOOP_GRAPH, FitCall
 from tftune.tuner.output.emit import globals_snippet, rewrite_sources
 from tftune.tuner.output.rewrite_code import RewriteFacts
 from tftune.tuner.searchspace.config import CACHE_MEMORY, Config, SiteConfig, config_from_json
@@ -261,12 +255,8 @@ def test_one_iterator_in_a_custom_loop_is_a_snippet() -> None:
 
 
 def test_the_compute_switches_each_loop_allows() -> None:
-    from tftune.tuner.fixes.rewrites import (
-        LOOP_FIT_STEPS,
-        CompileCall,
-        StepFunction,
-        consider_compute,
-    )
+    from tftune.tuner.fixes.rewrites import consider_compute
+    from tftune.tuner.fixes.training_calls import LOOP_FIT_STEPS, CompileCall, StepFunction
 
     graph = CompileCall("train.py:30", False, "auto", 1)
     found, rows = consider_compute(LOOP_FIT, graph, None)
@@ -303,7 +293,7 @@ def train_step(x, y):
 
 
 def test_the_compute_switches_are_written_where_the_script_sets_them(tmp_path: Path) -> None:
-    from tftune.tuner.fixes.rewrites import CompileCall, StepFunction
+    from tftune.tuner.fixes.training_calls import CompileCall, StepFunction
 
     script = tmp_path / "train.py"
     script.write_text(STEP_SCRIPT)
@@ -322,7 +312,8 @@ def test_the_compute_switches_are_written_where_the_script_sets_them(tmp_path: P
 def test_a_switch_searches_the_values_that_passed_their_check() -> None:
     """compile_step is checked at "function" and at "xla" apart: where XLA changes the
     loss, only the tf.function is searched, and the XLA row says why not."""
-    from tftune.tuner.fixes.rewrites import StepFunction, consider_compute
+    from tftune.tuner.fixes.rewrites import consider_compute
+    from tftune.tuner.fixes.training_calls import StepFunction
 
     space = build_space([CallSite("train.py:20", "map", (), SiteConfig(), None, 1)], cores=2)
     found, _ = consider_compute(LOOP_EAGER, None, StepFunction("step", "train.py:9", True))

@@ -64,7 +64,7 @@ from tftune.tuner.child.imports import _PostImportHook
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.patcher import Patcher
 from tftune.tuner.child.state import Hooks, IterationInfo, SiteCall
-from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, FitCall, StepFunction
 from tftune.tuner.searchspace.config import config_from_json
 
 SPEC_ENV = "TFTUNE_CHILD_SPEC"

@@ -18,7 +18,7 @@ from collections.abc import Callable, MutableMapping
 from types import FrameType, FunctionType
 from typing import Any
 
-from tftune.tuner.fixes.rewrites import CompileCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, StepFunction
 from tftune.tuner.searchspace.config import COMPILE_XLA, Config
 
 # Marks a function tftune compiled (so that it is compiled once).

@@ -20,7 +20,7 @@ from tftune.core.document_reading import Reader
 from tftune.probes.live.clock_events import ScriptStarted, StreamFound, TrainingFound
 from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.child.state import IterationInfo, SiteCall
-from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, FitCall, StepFunction
 from tftune.tuner.searchspace.config import config_from_json
 
 

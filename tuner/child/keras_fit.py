@@ -36,7 +36,7 @@ from tftune.tuner.child.learning_rate import patch_optimizers
 from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.rewrite_apply import fit_call, one_iterator_fit
 from tftune.tuner.child.state import Hooks
-from tftune.tuner.fixes.rewrites import LOOP_FIT, LOOP_FIT_STEPS
+from tftune.tuner.fixes.training_calls import LOOP_FIT, LOOP_FIT_STEPS
 
 
 class KerasPatches(DatasetOps):

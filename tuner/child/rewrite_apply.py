@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tftune.tuner.fixes.rewrites import FitCall
+from tftune.tuner.fixes.training_calls import FitCall
 from tftune.tuner.searchspace.config import CACHE_MEMORY, VECTORIZE_BATCH
 
 CALL_ATTR = "_tftune_call"

@@ -28,7 +28,7 @@ from tftune.tuner.child.loss_log import LossLog
 from tftune.tuner.child.nanwatch import _WeightWatch
 from tftune.tuner.child.ring import _Ring
 from tftune.tuner.child.roles import Roles
-from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, FitCall, StepFunction
 from tftune.tuner.searchspace.config import Config, SiteConfig
 
 

@@ -37,7 +37,7 @@ from tftune.tuner.child.screen_drain import lineage_sites, run_screen, screen_sp
 from tftune.tuner.child.service_read import distribute_at_cut
 from tftune.tuner.child.state import IterationInfo
 from tftune.tuner.child.step_clock import StepClock
-from tftune.tuner.fixes.rewrites import LOOP_EAGER, LOOP_GRAPH, LOOP_OTHER
+from tftune.tuner.fixes.training_calls import LOOP_EAGER, LOOP_GRAPH, LOOP_OTHER
 from tftune.tuner.searchspace import bounds
 
 

@@ -23,8 +23,6 @@ from tftune.tuner.child.elements import CHECK_COUNT_S
 from tftune.tuner.child.equivalence import CHECK_CANDIDATE_S, CHECK_META_KEY, CheckSpec
 from tftune.tuner.fixes.rewrites import (
     COMPUTE_FIELDS,
-    LOOP_FIT,
-    LOOP_FIT_STEPS,
     REWRITE_FIELDS,
     UNKNOWN_LENGTH,
     Candidate,
@@ -32,6 +30,7 @@ from tftune.tuner.fixes.rewrites import (
     consider_compute,
     consider_device,
 )
+from tftune.tuner.fixes.training_calls import LOOP_FIT, LOOP_FIT_STEPS
 from tftune.tuner.option_defaults import CACHE_BUDGET_SHARE, FIRST_STEP_S
 from tftune.tuner.options import parse_bytes
 from tftune.tuner.output.rewrite_code import RewriteFacts

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tftune.core.learning import LearningRateScale, OptimizerSeen
-from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, FitCall, StepFunction
 from tftune.tuner.output.rate_code import rate_edits
 from tftune.tuner.output.source_edits import Edit, find_calls, keyword_added, op_of, span, tf_alias
 from tftune.tuner.searchspace.config import (

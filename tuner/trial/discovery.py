@@ -41,7 +41,7 @@ from tftune.tuner.child.discovery_events import (
     StepFunctionFound,
 )
 from tftune.tuner.child.state import IterationInfo, SiteCall
-from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, FitCall, StepFunction
 from tftune.tuner.option_defaults import FIRST_STEP_S
 from tftune.tuner.searchspace.config import Config, SiteConfig
 from tftune.tuner.trial.launch import ChildRun, RunnerDeps, check_script, child_spec, workdir

@@ -30,7 +30,7 @@ from tftune.tuner.child.discovery_events import (
     StepFunctionFound,
 )
 from tftune.tuner.child.state import IterationInfo, SiteCall
-from tftune.tuner.fixes.rewrites import CompileCall, FitCall, StepFunction
+from tftune.tuner.fixes.training_calls import CompileCall, FitCall, StepFunction
 from tftune.tuner.searchspace.config import SiteConfig
 from tftune.tuner.trial.discovery import parse_discovery
 

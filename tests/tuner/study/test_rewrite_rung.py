@@ -7,7 +7,8 @@ from tftune.core.tuning_rewrites import RewriteState
 from tftune.core.vocabulary import TrialState
 from tftune.probes.live.epoch_stall import PipelineStage
 from tftune.tuner.fixes.rewrite_check import with_rewrites
-from tftune.tuner.fixes.rewrites import LOOP_EAGER, consider
+from tftune.tuner.fixes.rewrites import consider
+from tftune.tuner.fixes.training_calls import LOOP_EAGER
 from tftune.tuner.searchspace.config import CACHE_MEMORY, SiteConfig
 from tftune.tuner.searchspace.space import KnobValue, SearchSpace
 from tftune.tuner.searchspace.space_build import build_space
