@@ -74,8 +74,8 @@ OURS = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from tftune.probes.traces import breakdown, steps, trace
-    host = trace.load_host(Path(sys.argv[1]))
+    from tftune.probes.traces import breakdown, steps, trace_file
+    host = trace_file.load_host(Path(sys.argv[1]))
     st = steps.detect_steps(host)
     bd = breakdown.compute_breakdown(host, st)
     tl = breakdown.extract_timeline(host, st)

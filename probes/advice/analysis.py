@@ -44,7 +44,8 @@ from tftune.probes.traces.loop_work import find_loop_work
 from tftune.probes.traces.remote import fetched, is_url
 from tftune.probes.traces.stages import Stage, StageTree, build_stage_tree
 from tftune.probes.traces.steps import FUNCTION_CALL_RE, Steps, detect_steps
-from tftune.probes.traces.trace import HostTrace, RunTrace, load_run
+from tftune.probes.traces.trace import HostTrace, RunTrace
+from tftune.probes.traces.trace_file import load_run
 from tftune.probes.traces.xprof_check import compare_with_xprof
 
 

@@ -21,17 +21,17 @@ from gputrace import GPU_PLANE_STATS, H2D_STREAM, gpu_trace
 
 from tftune.core.units import PS_PER_MS
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
-from tftune.probes.traces import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace_file
 
 
 def _analyse(path: Path) -> breakdown.Breakdown:
-    host = trace.load_host(path)
+    host = trace_file.load_host(path)
     return breakdown.compute_breakdown(host, steps.detect_steps(host))
 
 
 def test_gpu_conventions_are_read(tmp_path: Path) -> None:
     b, exp = gpu_trace()
-    host = trace.load_host(b.write(tmp_path / "run"))
+    host = trace_file.load_host(b.write(tmp_path / "run"))
     (gpu,) = host.gpu_planes
     assert gpu.name == "/device:GPU:0"
     assert {k: gpu.stats[k] for k in GPU_PLANE_STATS} == GPU_PLANE_STATS

@@ -10,7 +10,7 @@ import tracegen_steps
 from gputrace import MS, XSpaceBuilder
 
 from tftune.core.vocabulary import BREAKDOWN_CATEGORIES
-from tftune.probes.traces import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace_file
 
 
 def _one_step(tmp_path: Path, fill) -> breakdown.Breakdown:  # type: ignore[no-untyped-def]
@@ -18,7 +18,7 @@ def _one_step(tmp_path: Path, fill) -> breakdown.Breakdown:  # type: ignore[no-u
     host = b.plane("/host:CPU")
     host.event("python", "train", 0, 10 * MS, step_num=0, _r=1)
     fill(b)
-    h = trace.load_host(b.write(tmp_path / "run"))
+    h = trace_file.load_host(b.write(tmp_path / "run"))
     st = steps.detect_steps(h)
     assert len(st) == 1
     return breakdown.compute_breakdown(h, st)
@@ -68,7 +68,7 @@ def test_device_compute_beats_input_wait_and_events_are_clipped(tmp_path: Path) 
 def test_no_steps_gives_nulls_not_zeros(tmp_path: Path) -> None:
     b = XSpaceBuilder()
     b.plane("/host:CPU").event("python", "x", 0, MS)
-    h = trace.load_host(b.write(tmp_path / "run"))
+    h = trace_file.load_host(b.write(tmp_path / "run"))
     bd = breakdown.compute_breakdown(h, steps.detect_steps(h))
     assert bd.input_share is None
     assert set(bd.fractions().values()) == {None}
@@ -77,11 +77,11 @@ def test_no_steps_gives_nulls_not_zeros(tmp_path: Path) -> None:
 
 
 def test_real_input_bound_and_compute_bound(trace_case) -> None:  # type: ignore[no-untyped-def]
-    slow = trace.load_host(tracegen_steps.one_file(trace_case("latency_py")))
+    slow = trace_file.load_host(tracegen_steps.one_file(trace_case("latency_py")))
     bd = breakdown.compute_breakdown(slow, steps.detect_steps(slow))
     # Ranges, not exact figures: the recording machine is shared and busy.
     assert bd.input_share is not None and bd.input_share > 0.8
-    fast = trace.load_host(tracegen_steps.one_file(trace_case("compute_bound")))
+    fast = trace_file.load_host(tracegen_steps.one_file(trace_case("compute_bound")))
     bd2 = breakdown.compute_breakdown(fast, steps.detect_steps(fast))
     fr = bd2.fractions()
     assert bd2.input_share is not None and bd2.input_share < 0.25
@@ -91,14 +91,14 @@ def test_real_input_bound_and_compute_bound(trace_case) -> None:  # type: ignore
 def test_keras_wait_inside_tf_function_counts_as_input(trace_case) -> None:  # type: ignore[no-untyped-def]
     # In Keras the IteratorGetNext op runs inside the train function, on a
     # tf_data_iterator_get_next thread, not on the Python thread.
-    host = trace.load_host(tracegen_steps.one_file(trace_case("keras_markers")))
+    host = trace_file.load_host(tracegen_steps.one_file(trace_case("keras_markers")))
     bd = breakdown.compute_breakdown(host, steps.detect_steps(host))
     assert bd.input_share is not None and bd.input_share > 0.3
     assert bd.fractions()["host_compute"] is not None
 
 
 def test_timeline_is_capped_and_json_ready(trace_case) -> None:  # type: ignore[no-untyped-def]
-    host = trace.load_host(tracegen_steps.one_file(trace_case("latency_py")))
+    host = trace_file.load_host(tracegen_steps.one_file(trace_case("latency_py")))
     st = steps.detect_steps(host)
     tl = breakdown.extract_timeline(host, st, max_tracks=3, max_events=5)
     assert tl is not None and len(tl.steps) == breakdown.TIMELINE_STEPS

@@ -9,11 +9,11 @@ import pytest
 import tracegen_steps
 from gputrace import MS, XSpaceBuilder
 
-from tftune.probes.traces import steps, trace
+from tftune.probes.traces import steps, trace, trace_file
 
 
 def _load(b: XSpaceBuilder, tmp_path: Path) -> trace.HostTrace:
-    return trace.load_host(b.write(tmp_path / "run"))
+    return trace_file.load_host(b.write(tmp_path / "run"))
 
 
 def _consumer(b: XSpaceBuilder, n: int, period: int, wait: int, markers: bool = False) -> None:
@@ -98,7 +98,7 @@ def test_a_step_marked_on_several_threads_is_its_longest_span_in_time_order(
 
 
 def test_real_trace_with_markers(trace_case) -> None:  # type: ignore[no-untyped-def]
-    host = trace.load_host(tracegen_steps.one_file(trace_case("latency_py")))
+    host = trace_file.load_host(tracegen_steps.one_file(trace_case("latency_py")))
     st = steps.detect_steps(host)
     assert st.detection == "markers" and st.source == "train"
     assert st.numbers.tolist() == list(range(20))
@@ -108,7 +108,7 @@ def test_real_trace_with_markers(trace_case) -> None:  # type: ignore[no-untyped
 
 
 def test_real_trace_without_markers_is_inferred(trace_case) -> None:  # type: ignore[no-untyped-def]
-    host = trace.load_host(tracegen_steps.one_file(trace_case("steps_nomarkers")))
+    host = trace_file.load_host(tracegen_steps.one_file(trace_case("steps_nomarkers")))
     st = steps.detect_steps(host)
     assert st.detection == "inferred:iterator_get_next" and st.line == "python"
     assert len(st) == 12 - 1
@@ -121,14 +121,16 @@ def test_real_trace_without_markers_is_inferred(trace_case) -> None:  # type: ig
 
 
 def test_real_keras_fit_markers(trace_case) -> None:  # type: ignore[no-untyped-def]
-    host = trace.load_host(tracegen_steps.one_file(trace_case("keras_markers")))
+    host = trace_file.load_host(tracegen_steps.one_file(trace_case("keras_markers")))
     st = steps.detect_steps(host)
     assert st.detection == "markers" and st.source == steps.KERAS_MARKER
     assert st.numbers.tolist() == list(range(3, 13))
 
 
 def test_real_keras_fit_without_markers_uses_the_train_function(trace_case) -> None:  # type: ignore[no-untyped-def]
-    st = steps.detect_steps(trace.load_host(tracegen_steps.one_file(trace_case("keras_plain"))))
+    st = steps.detect_steps(
+        trace_file.load_host(tracegen_steps.one_file(trace_case("keras_plain")))
+    )
     assert st.detection == "inferred:train_function"
     assert "multi_step_on_iterator" in (st.source or "")
     assert 8 <= len(st) <= 10

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tftune.core.errors import TraceError
-from tftune.probes.traces import locate, trace
+from tftune.probes.traces import locate, trace_file
 
 
 def _one_file(logdir: Path) -> Path:
@@ -17,7 +17,7 @@ def _one_file(logdir: Path) -> Path:
 
 def test_real_trace_has_host_plane_and_tf_data_events(trace_case) -> None:  # type: ignore[no-untyped-def]
     run = locate.locate(trace_case("latency_py"))
-    host = trace.load_host(run.hosts[0].path)
+    host = trace_file.load_host(run.hosts[0].path)
     plane = host.host_plane
     assert plane is not None
     names = set(plane.event_names.values())
@@ -60,7 +60,7 @@ def test_bad_files_give_one_line_naming_the_file(
     f = tmp_path / "vm.xplane.pb"
     f.write_bytes(payload)
     with pytest.raises(TraceError) as err:
-        trace.load_host(f)
+        trace_file.load_host(f)
     text = str(err.value)
     assert str(f) in text and message in text and "\n" not in text
 
@@ -70,7 +70,7 @@ def test_truncated_real_trace_is_a_clean_error(trace_case, tmp_path: Path) -> No
     f = tmp_path / "cut.xplane.pb"
     f.write_bytes(data[: len(data) // 2])
     with pytest.raises(TraceError, match=r"cut\.xplane\.pb"):
-        trace.load_host(f)
+        trace_file.load_host(f)
 
 
 def test_missing_and_empty_logdirs(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_one_bad_host_is_skipped_others_load(trace_case, tmp_path: Path) -> None
     (run_dir / "worker0.xplane.pb").write_bytes(good.read_bytes())
     (run_dir / "worker1.xplane.pb").write_bytes(b"\x00garbage")
     info = locate.locate(tmp_path)
-    loaded = trace.load_run(info.name, info.path, [(h.host, h.path) for h in info.hosts])
+    loaded = trace_file.load_run(info.name, info.path, [(h.host, h.path) for h in info.hosts])
     assert [h.host for h in loaded.hosts] == ["worker0"]
     assert [s.host for s in loaded.skipped] == ["worker1"]
     assert "worker1.xplane.pb" in loaded.skipped[0].reason

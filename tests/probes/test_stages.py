@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tftune.probes.traces import intervals, locate, trace
+from tftune.probes.traces import intervals, locate, trace_file
 from tftune.probes.traces.stage_events import op_type, stage_name
 from tftune.probes.traces.stage_scan import nest
 from tftune.probes.traces.stages import StageTree, _capped_by, build_stage_tree
@@ -21,7 +21,7 @@ def union_ps(starts: list[int], ends: list[int]) -> int:
 
 def _tree(trace_case, name: str) -> StageTree:  # type: ignore[no-untyped-def]
     info = locate.locate(trace_case(name))
-    return build_stage_tree(trace.load_host(info.hosts[0].path))
+    return build_stage_tree(trace_file.load_host(info.hosts[0].path))
 
 
 def test_nesting_parents_finds_innermost_enclosing_event() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from gputrace import MS, XSpaceBuilder
 
 from tftune.probes.advice.analysis import analyze
-from tftune.probes.traces import trace
+from tftune.probes.traces import trace_file
 from tftune.probes.traces.stages import build_stage_tree
 
 ROOT, PF, MAP, SRC = (
@@ -49,7 +49,7 @@ def _pipeline(n: int = 5, wait_ps: int = 8 * MS) -> XSpaceBuilder:
 
 
 def test_sync_map_owns_its_function_and_prefetch_wait_is_not_work(tmp_path: Path) -> None:
-    host = trace.load_host(_pipeline().write(tmp_path / "run", host="vm"))
+    host = trace_file.load_host(_pipeline().write(tmp_path / "run", host="vm"))
     tree = build_stage_tree(host, (0, 50 * MS))
     pf, mp, src = tree.by_name(PF), tree.by_name(MAP), tree.by_name(SRC)
     assert pf is not None and mp is not None and src is not None
@@ -65,7 +65,7 @@ def test_sync_map_owns_its_function_and_prefetch_wait_is_not_work(tmp_path: Path
 
 
 def test_a_full_prefetch_buffer_hides_the_stages_below(tmp_path: Path) -> None:
-    host = trace.load_host(_pipeline(wait_ps=MS // 100).write(tmp_path / "run", host="vm"))
+    host = trace_file.load_host(_pipeline(wait_ps=MS // 100).write(tmp_path / "run", host="vm"))
     tree = build_stage_tree(host, (0, 50 * MS))
     assert tree.by_name(PF) is not None and not tree.by_name(MAP).blocking  # type: ignore[union-attr]
     assert tree.bottleneck is None
@@ -86,7 +86,9 @@ def test_older_tensorflow_root_name_is_a_root_too(tmp_path: Path) -> None:
     raw = b.plane("/host:CPU").raw
     for md in raw.event_metadata.values():  # TF before 2.7 named the root `Iterator::Model`
         md.name = md.name.replace("Iterator::Root", "Iterator::Model")
-    tree = build_stage_tree(trace.load_host(b.write(tmp_path / "run", host="vm")), (0, 50 * MS))
+    tree = build_stage_tree(
+        trace_file.load_host(b.write(tmp_path / "run", host="vm")), (0, 50 * MS)
+    )
     root = tree.root
     assert root is not None and root.name == "Iterator::Model" and root.blocking
     bn = tree.bottleneck
@@ -103,7 +105,7 @@ def test_a_knob_written_unavailable_is_read_from_an_earlier_event(tmp_path: Path
     r = "tf_data_iterator_resource/9"
     host_plane.event(r, pmap, 31 * MS, MS, id=7, parent_id=2, parallelism=8, autotune=1)
     host_plane.event(r, pmap, 33 * MS, MS, id=7, parent_id=2, parallelism="unavailable")
-    host = trace.load_host(b.write(tmp_path / "run", host="vm"))
+    host = trace_file.load_host(b.write(tmp_path / "run", host="vm"))
     stage = build_stage_tree(host, (0, 40 * MS)).by_name(pmap)
     assert stage is not None
     assert stage.knob("parallelism") == 8 and stage.knob("autotune") is True

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import TraceError
-from tftune.probes.traces import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace, trace_file
 
 EXAMPLES = 250
 HANG_SECONDS = 20  # far above the few ms one input takes; only a hang reaches it
@@ -78,7 +78,7 @@ def test_mutated_traces_fail_cleanly_or_analyse(
         signal.alarm(HANG_SECONDS)
         try:
             try:
-                host = trace.load_host(target)
+                host = trace_file.load_host(target)
             except TraceError as exc:
                 msg = str(exc)
                 assert "\n" not in msg and str(target) in msg
@@ -109,7 +109,7 @@ def test_truncated_prefixes(trace_case, tmp_path: Path, cut: int) -> None:  # ty
     f = tmp_path / "cut.xplane.pb"
     f.write_bytes(data[:cut])
     with pytest.raises(TraceError, match=r"cut\.xplane\.pb"):
-        trace.load_host(f)
+        trace_file.load_host(f)
 
 
 _I64 = st.one_of(
@@ -170,7 +170,7 @@ def test_structurally_valid_but_wild_values(trace_case, tmp_path: Path) -> None:
         signal.alarm(HANG_SECONDS)
         try:
             try:
-                host = trace.load_host(target)
+                host = trace_file.load_host(target)
             except TraceError as exc:
                 assert "\n" not in str(exc) and str(target) in str(exc)
                 outcomes["error"] += 1
@@ -234,7 +234,7 @@ def test_bulk_decoding_equals_protobuf_on_real_and_gpu_traces(trace_case, tmp_pa
     real = tracegen_steps.one_file(trace_case("latency_py"))
     gpu = gpu_trace()[0].write(tmp_path / "gpu")
     for path in (real, gpu):
-        assert _ours(trace.load_host(path)) == _reference(path.read_bytes())
+        assert _ours(trace_file.load_host(path)) == _reference(path.read_bytes())
 
 
 def test_unusual_field_order_takes_the_slow_path(tmp_path: Path) -> None:
@@ -259,7 +259,7 @@ def test_unusual_field_order_takes_the_slow_path(tmp_path: Path) -> None:
     data[at + 2 : at + 2 + len(normal)] = swapped
     f = tmp_path / "swapped.xplane.pb"
     f.write_bytes(bytes(data))
-    ours = _ours(trace.load_host(f))
+    ours = _ours(trace_file.load_host(f))
     assert ours == _reference(bytes(data))
     assert [r[0] for r in ours[0]] == [1, 2]
 
@@ -277,7 +277,7 @@ def test_corrupt_stats_inside_a_valid_event_read_as_no_stats(tmp_path: Path) -> 
     data[at + 1] = len(stat) + 9
     f = tmp_path / "badstat.xplane.pb"
     f.write_bytes(bytes(data))
-    host = trace.load_host(f)
+    host = trace_file.load_host(f)
     plane = host.host_plane
     assert plane is not None
     line = plane.lines[0]

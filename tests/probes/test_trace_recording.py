@@ -15,7 +15,7 @@ import tracegen
 from conftest import requires_tf
 
 from tftune.probes.advice.analysis import Analysis, analyze
-from tftune.probes.traces import locate, steps, trace
+from tftune.probes.traces import locate, steps, trace_file
 
 # Recorded live: the plainest pipeline (markers, a py_function map), and Keras' own
 # per-batch markers inside `fit`, which a new Keras or TensorFlow may name differently.
@@ -43,7 +43,7 @@ def test_tensorflow_writes_a_trace_tftune_reads_as_it_reads_the_recorded_one(
     case = rt.all_cases()[name]
     logdir = tracegen.record(case, tmp_path)
     run = locate.locate(logdir)
-    host = trace.load_host(run.hosts[0].path)
+    host = trace_file.load_host(run.hosts[0].path)
     assert host.host_plane is not None
     names = set(host.host_plane.event_names.values())
     assert any(n.startswith("Iterator::Root") for n in names)

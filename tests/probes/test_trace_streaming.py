@@ -14,7 +14,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 from gputrace import MS, XSpaceBuilder, gpu_trace
 
 from tftune.core.errors import TraceError
-from tftune.probes.traces import trace
+from tftune.probes.traces import trace, trace_file
 from tftune.probes.traces._xspace_file import LineReader, _skip_field, _varint_at, read_layout
 
 
@@ -31,12 +31,12 @@ def _content(host: trace.HostTrace) -> list[Any]:
 
 
 def _whole(path: Path) -> trace.HostTrace:
-    return trace._parse_owned([path.read_bytes()], path, trace.host_name_of(path))
+    return trace_file._parse_owned([path.read_bytes()], path, trace.host_name_of(path))
 
 
 def _streamed(path: Path) -> trace.HostTrace:
     with path.open("rb") as f:
-        loaded = trace._parse_streamed(f, path.stat().st_size, path, trace.host_name_of(path))
+        loaded = trace_file._parse_streamed(f, path.stat().st_size, path, trace.host_name_of(path))
     assert loaded is not None, "the file should be read line by line"
     return loaded
 
@@ -45,7 +45,7 @@ def _streamed(path: Path) -> trace.HostTrace:
 def test_a_trace_read_line_by_line_is_the_whole_file_parse(tmp_path: Path, case: str) -> None:
     path = getattr(golden_traces, case)().write(tmp_path, host="vm")
     assert _content(_streamed(path)) == _content(_whole(path))
-    assert _content(trace.load_host(path)) == _content(_whole(path))
+    assert _content(trace_file.load_host(path)) == _content(_whole(path))
 
 
 def _field(number: int, wire: int, payload: bytes) -> bytes:
@@ -90,7 +90,7 @@ def test_a_file_it_cannot_walk_is_parsed_whole_with_the_same_error(tmp_path: Pat
     with path.open("rb") as f:
         assert read_layout(f, path.stat().st_size) is None
     with pytest.raises(TraceError) as err:
-        trace.load_host(path)
+        trace_file.load_host(path)
     with pytest.raises(TraceError) as whole:
         _whole(path)
     assert str(err.value) == str(whole.value)
@@ -110,6 +110,6 @@ def test_lines_read_into_one_buffer_and_a_file_cut_while_read(tmp_path: Path) ->
 
 def test_ids_that_fit_32_bits_are_kept_in_4_bytes(tmp_path: Path) -> None:
     path = golden_traces.cpu_pyfunc().write(tmp_path, host="vm")
-    plane = trace.load_host(path).host_plane
+    plane = trace_file.load_host(path).host_plane
     assert plane is not None
     assert all(ln.metadata_id.dtype == np.int32 for ln in plane.lines if len(ln))

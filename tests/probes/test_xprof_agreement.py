@@ -13,7 +13,7 @@ import json
 import pytest
 import tracegen_steps
 
-from tftune.probes.traces import breakdown, steps, trace
+from tftune.probes.traces import breakdown, steps, trace_file
 from tftune.probes.traces.xprof_check import xprof_input_pipeline
 
 pytest.importorskip("xprof.convert.raw_to_tool_data")
@@ -25,7 +25,7 @@ STEP_TIME_TOLERANCE = 0.05  # relative
 @pytest.mark.parametrize("case", ["latency_py", "compute_bound"])
 def test_step_time_and_input_share_agree_with_xprof(trace_case, case: str) -> None:  # type: ignore[no-untyped-def]
     path = tracegen_steps.one_file(trace_case(case))
-    host = trace.load_host(path)
+    host = trace_file.load_host(path)
     st = steps.detect_steps(host)
     bd = breakdown.compute_breakdown(host, st)
     xp = xprof_input_pipeline([path])
@@ -55,7 +55,7 @@ def test_where_xprof_sees_no_steps_we_still_do(trace_case) -> None:  # type: ign
     ):
         xp = xprof_input_pipeline([path])
         assert not xp.steps
-        st = steps.detect_steps(trace.load_host(path))
+        st = steps.detect_steps(trace_file.load_host(path))
         assert len(st) >= 8 and st.detection != "none"
 
 
