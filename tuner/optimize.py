@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,10 +249,21 @@ def _plan_rewrites(
 
 def _read_environment(environment: Callable[[], Environment] | None) -> Future[Environment]:
     """The machine record (TF build, NVML, pip freeze) takes seconds: read it once, in
-    the Python that runs the script, while discovery and the trials run."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tftune-record")
-    future = pool.submit(environment or (lambda: collect(sys.executable)))
-    pool.shutdown(wait=False)
+    the Python that runs the script, while discovery and the trials run. Its thread is a
+    daemon: a run stopped early (Ctrl-C, an error) exits at once, never waiting for
+    TensorFlow's import or pip in the record's probes (up to minutes on a loaded host)."""
+    future: Future[Environment] = Future()
+    read = environment or (lambda: collect(sys.executable))
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(read())
+        except BaseException as exc:  # handed to whoever asks for the record
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="tftune-record", daemon=True).start()
     return future
 
 

@@ -161,3 +161,29 @@ def test_apply_warns_too(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "RuntimeWarning" in out.stderr and "CPU cores: tuned with" in out.stderr
+
+
+def test_a_run_stopped_early_does_not_wait_for_the_machine_record() -> None:
+    """The record's probes (TensorFlow's import, pip freeze) can take minutes on a loaded
+    host: a run that exits before they finish (Ctrl-C) exits at once, and the record is
+    still there for a run that asks for it."""
+    code = (
+        "import time, sys\n"
+        "from tftune.tuner.optimize import _read_environment\n"
+        "_read_environment(lambda: time.sleep(60))\n"
+        "print('exiting', flush=True)\n"
+        "sys.exit(130)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=40
+    )  # a join of the record's thread at exit would run past the timeout
+    assert out.returncode == 130 and "exiting" in out.stdout, out.stderr
+
+    from tftune.tuner.optimize import _read_environment
+
+    def fails() -> Any:
+        raise OSError("no pip")
+
+    assert _read_environment(lambda: "the record").result(timeout=10) == "the record"  # type: ignore[arg-type,return-value]
+    with pytest.raises(OSError, match="no pip"):
+        _read_environment(fails).result(timeout=10)
