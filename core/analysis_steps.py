@@ -14,6 +14,7 @@ from itertools import repeat
 from typing import Any, overload
 
 from tftune.core.document_reading import Reader
+from tftune.core.userfiles import JsonRows
 
 _STEP_TIMES = ("start_ms", "duration_ms")
 
@@ -153,17 +154,20 @@ class StepTable(Sequence[StepRow]):
     def __hash__(self) -> int:
         return hash(tuple(self))
 
-    def to_json(self) -> list[dict[str, Any]]:
-        if len(set(map(len, (self.step, self.start_ms, self.duration_ms)))) > 1 or any(
-            len(ms) != len(self.step) for _, ms in (*self.parts, ("", self.host_to_device_bytes))
-        ):
-            raise ValueError("a StepTable's columns must have one value per step")
+    def json_rows(self) -> JsonRows:
+        """The rows `to_json` writes, held as these columns (`JsonRows`)."""
         parts = _part_keys(tuple(c for c, _ in self.parts))
         keys = ("step", *_STEP_TIMES, *parts, "host_to_device_bytes")
         columns = (self.step, self.start_ms, self.duration_ms, *(ms for _, ms in self.parts))
-        # Lengths checked above: the rows are zipped without a check per row.
-        rows = zip(*columns, self.host_to_device_bytes, strict=False)
-        return list(map(dict, map(zip, repeat(keys), rows)))
+        try:
+            return JsonRows(keys, (*columns, self.host_to_device_bytes))
+        except ValueError:
+            raise ValueError("a StepTable's columns must have one value per step") from None
+
+    def to_json(self) -> list[dict[str, Any]]:
+        table = self.json_rows()  # lengths checked: the rows are zipped without a check
+        rows = zip(*table.columns, strict=False)
+        return list(map(dict, map(zip, repeat(table.keys), rows)))
 
 
 def steps_json(rows: Sequence[StepRow]) -> list[dict[str, Any]]:
@@ -171,3 +175,9 @@ def steps_json(rows: Sequence[StepRow]) -> list[dict[str, Any]]:
     if isinstance(rows, StepTable):
         return rows.to_json()
     return [s.to_json() for s in rows]
+
+
+def steps_rows(rows: Sequence[StepRow]) -> Sequence[dict[str, Any]]:
+    """`steps_json`'s rows, column by column where they are held so (`JsonRows`: what
+    `core.userfiles.json_text` writes without an object per row)."""
+    return rows.json_rows() if isinstance(rows, StepTable) else steps_json(rows)

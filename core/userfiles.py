@@ -9,7 +9,9 @@ Failures are one-line user errors naming the path.
 
 Where a command takes an output path, `check_writable` fails before any work starts, and
 `write_output` takes `-` (`STDOUT`) for standard output, as Unix tools do. `json_text` is
-the text of a JSON file tftune writes (`json.dumps(data, indent=1)` and a newline).
+the text of a JSON file tftune writes (`json.dumps(data, indent=1)` and a newline); a
+document's large table may reach it as `JsonRows`, held column by column and written
+without an object per row.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from tftune.core.errors import UserError
 
@@ -117,6 +120,50 @@ def write_output(
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 _ENCODERS: dict[int, json.JSONEncoder] = {}
+# Items of one column, as the C encoder writes them: a newline only ever separates them
+# (it escapes newlines inside strings).
+_COLUMN = json.JSONEncoder(separators=("\n", ": "))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class JsonRows(Sequence[dict[str, Any]]):
+    """A JSON list of objects with the same `keys`, held as one column of scalars per
+    key. As a sequence it is those objects (each made when asked for); `json_text`
+    writes it as `json.dumps` writes the list, byte for byte, encoding each column in
+    one call and never making a row's object."""
+
+    keys: tuple[str, ...]
+    columns: tuple[Sequence[Any], ...]  # one per key, each as long as the table
+
+    def __post_init__(self) -> None:
+        if len(self.columns) != len(self.keys) or len(set(map(len, self.columns))) > 1:
+            raise ValueError("JsonRows needs one column per key, all of one length")
+
+    def __len__(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            cut = (c[index] for c in self.columns)
+            return [dict(zip(self.keys, row, strict=True)) for row in zip(*cut, strict=True)]
+        return {k: c[index] for k, c in zip(self.keys, self.columns, strict=True)}
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for row in zip(*self.columns, strict=True):
+            yield dict(zip(self.keys, row, strict=True))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def json_text(data: Any) -> str:
@@ -148,6 +195,9 @@ def _scalars(values: Iterable[Any]) -> bool:
 
 
 def _json_value(o: Any, depth: int, out: list[str]) -> None:
+    if isinstance(o, JsonRows):
+        out.append(_json_rows(o, depth))
+        return
     is_dict = isinstance(o, dict)
     if not is_dict and not isinstance(o, (list, tuple)):
         out.append(_encoder(0).encode(o))
@@ -194,3 +244,19 @@ def _json_table(rows: list[Any] | tuple[Any, ...], depth: int, out: list[str]) -
     body = text[2:-2].replace(f"{c},{cell}{o}", f"{row}{c},{row}{o}{cell}")
     out.append(f"[{row}{o}{cell}{body}{row}{c}\n{' ' * depth}]")
     return True
+
+
+def _json_rows(rows: JsonRows, depth: int) -> str:
+    """`rows` as `json.dumps(list(rows), indent=1)` writes it at `depth`: each column's
+    values encoded in one call, then each row laid out by one format string."""
+    if not len(rows):
+        return "[]"
+    row, cell = "\n" + " " * (depth + 1), "\n" + " " * (depth + 2)
+    key = json.encoder.encode_basestring_ascii
+    fields = ("," + cell).join(
+        key(k).replace("{", "{{").replace("}", "}}") + ": {}" for k in rows.keys
+    )
+    template = "{{" + cell + fields + row + "}}"
+    texts = [_COLUMN.encode(list(c))[1:-1].split("\n") for c in rows.columns]
+    body = ("," + row).join(map(template.format, *texts))
+    return "[" + row + body + "\n" + " " * depth + "]"

@@ -142,7 +142,7 @@ def _capped(data: Mapping[str, Any], timeline: Timeline | None) -> dict[str, Any
     """The input as the page embeds it: within the same caps as the model."""
     capped = dict(data)
     if data.get("per_step"):
-        capped["per_step"] = list(data["per_step"])[:MAX_STEPS]
+        capped["per_step"] = list(data["per_step"][:MAX_STEPS])
     if data.get("stages"):
         capped["stages"] = list(data["stages"])[:MAX_STAGES]
     if timeline is not None:

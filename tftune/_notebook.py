@@ -14,10 +14,12 @@ import html
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tftune.core.analysis_document import AnalysisDocument
-from tftune.core.tuning_document import TuningDocument
+
+if TYPE_CHECKING:  # `tftune analyze` never needs the tuning document's types
+    from tftune.core.tuning_document import TuningDocument
 
 # A report inside a notebook cell: tall enough for the verdict, the fix and the charts
 # without a second scroll bar in most notebooks.
@@ -25,7 +27,7 @@ CELL_HEIGHT_PX = 900
 # What the page of `tftune optimize --html` names as its source.
 TUNING_SOURCE = "tuning JSON"
 
-Document = AnalysisDocument | TuningDocument
+Document: TypeAlias = "AnalysisDocument | TuningDocument"
 
 
 def document_of(obj: object) -> tuple[Document, Mapping[str, Any] | None, str]:

@@ -351,9 +351,10 @@ def analyze(
             for h in info.hosts:
                 click.echo(f"    {h.host}  {h.size_bytes / 1e6:.2f} MB")
         return
-    # The terminal and the page render the document made here; the JSON is its to_json.
+    # The terminal and the page render the document made here; the JSON is its to_json
+    # (its step table held column by column, as it is written fastest).
     document = run_analysis(logdir, run=run_name, host=host, xprof=xprof).document()
-    data = document.to_json()
+    data = document.json_to_write()
     words = human_stream(quiet, json_out, output)
     if words is not None:
         width = min(shutil.get_terminal_size((100, 24)).columns, 140)

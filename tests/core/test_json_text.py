@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tftune.core.userfiles import json_text
+from tftune.core.userfiles import JsonRows, json_text
 
 ODD_SCALARS: list[Any] = [
     0,
@@ -82,3 +82,38 @@ def test_what_json_cannot_encode_fails_as_json_does() -> None:
         json_text({"a": [{"b": object()}]})
     with pytest.raises(TypeError, match="not JSON serializable"):
         json_text([{"b": 1}, {"b": {1, 2}}])
+
+
+def _plain(data: Any) -> Any:
+    """`data` with each `JsonRows` as the list of objects it stands for."""
+    if isinstance(data, JsonRows):
+        return list(data)
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_plain(v) for v in data]
+    return data
+
+
+def test_rows_held_as_columns_write_as_their_objects() -> None:
+    """A `JsonRows` is written as `json.dumps` writes its objects, at any depth, with
+    keys and values that look like the layout's own text (braces, quotes, newlines)."""
+    rng = random.Random(40)
+    keys = ("step", "a}", "{b}", '"c"', "é", "")
+    for _ in range(300):
+        n, k = rng.randint(0, 5), rng.randint(1, len(keys))
+        rows = JsonRows(
+            keys[:k], tuple([rng.choice(ODD_SCALARS) for _ in range(n)] for _ in range(k))
+        )
+        data = rng.choice([rows, {"per_step": rows, "x": 1}, [rows, {"t": [rows]}]])
+        assert json_text(data) == json.dumps(_plain(data), indent=1) + "\n"
+
+
+def test_rows_read_as_the_objects_they_hold() -> None:
+    rows = JsonRows(("a", "b"), ((1, 2, 3), ("x", None, 2.5)))
+    objects = [{"a": 1, "b": "x"}, {"a": 2, "b": None}, {"a": 3, "b": 2.5}]
+    assert len(rows) == 3 and list(rows) == objects and rows == objects
+    assert rows[1] == objects[1] and rows[-1] == objects[-1] and rows[:2] == objects[:2]
+    assert rows != objects[:2] and bool(JsonRows((), ())) is False
+    with pytest.raises(ValueError, match="one column per key"):
+        JsonRows(("a", "b"), ((1, 2), (3,)))

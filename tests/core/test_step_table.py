@@ -55,3 +55,14 @@ def test_columns_of_different_lengths_are_refused() -> None:
     ragged = StepTable((1, 2), (0.0, 1.0), (1.0,), (), (None, None))
     with pytest.raises(ValueError, match="one value per step"):
         ragged.to_json()
+
+
+def test_its_rows_held_as_columns_are_its_json() -> None:
+    """What `tftune analyze --json` writes: the table's own columns, the same objects."""
+    from tftune.core.analysis_steps import steps_rows
+
+    held = steps_rows(table)
+    assert held == table.to_json() and list(held) == table.to_json()
+    assert steps_rows(rows) == table.to_json()  # rows read back: a plain list
+    with pytest.raises(ValueError, match="one value per step"):
+        StepTable((1, 2), (0.0, 1.0), (1.0,), (), (None, None)).json_rows()
