@@ -260,9 +260,12 @@ def test_kill_9_then_ctrl_c_then_resume_loses_nothing(tmp_path: Path) -> None:
     started: list[subprocess.Popen[str]] = []
 
     def start() -> subprocess.Popen[str]:
+        # Ctrl-C as a terminal delivers it: a suite started in the background (`cmd &`
+        # in a script) has SIGINT ignored, a child inherits that, and Python then keeps
+        # ignoring it, as `nohup tftune optimize ... &` should.
         p = subprocess.Popen(
             cmd, cwd=tmp_path, env=env, text=True, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint,
         )  # fmt: skip
         started.append(p)
         return p
@@ -366,3 +369,7 @@ def test_sigterm_during_discovery_stops_the_script_and_exits_143(tmp_path: Path)
         for pid in _pids(marks, "main"):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
