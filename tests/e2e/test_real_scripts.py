@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import requires_tf
@@ -390,15 +391,33 @@ def test_optimize_measures_the_training_loop(case: Case, data_dir: Path, tmp_pat
     as_written = tuning["baselines"]["as_written"]
     assert as_written is not None and as_written["state"] == "complete", as_written
     rate = as_written["examples_per_s"]
-    median_rate = summary.batch * 1000.0 / summary.median_ms
-    # The median step sees no epoch-start stall; tftune's figure includes it, so it may sit
-    # below the median rate by the stall's share. Where the trial named one (a
-    # MirroredStrategy iterator rebuilt each epoch took 2-36 s under the suite's load), the
-    # lower reference is an epoch of median steps plus that stall. The stall is a mean
-    # over the epochs seen, which one slow epoch start can lift above what the windows held
-    # (fit_validation_epochs: 2.0 s over 19 steps, the windows at 313 ex/s), so the upper
-    # reference stays the median rate: a stall only ever lowers the training rate.
     trial = next(t for t in tuning["trials_detail"] if t["number"] == as_written["trial"])
+    low, high, context = _rate_band(summary, trial, rate)
+    if not low <= rate <= high:
+        # A load spike from the other test worker can starve one short reference run (a
+        # 30-step median at 1,355 ex/s, 8.9 ms a step alone, beside a trial at 4,086):
+        # the script's own clock again, after the trial, and the band over both.
+        _, again = _plain(case, data_dir, tmp_path)
+        low2, high2, context2 = _rate_band(again, trial, rate)
+        low, high, context = min(low, low2), max(high, high2), f"{context}; again: {context2}"
+    assert low <= rate <= high, context
+    if as_written.get("steps_per_s"):  # examples per step, where the JSON gives steps
+        per_step = rate / as_written["steps_per_s"]
+        assert per_step == pytest.approx(case.batch, rel=0.02), context
+    _training_loop(case, opt)
+
+
+def _rate_band(summary: Summary, trial: dict[str, Any], rate: float) -> tuple[float, float, str]:
+    """The band tftune's as-written figure must fall in, from the script's own clock.
+
+    The median step sees no epoch-start stall; tftune's figure includes it, so it may sit
+    below the median rate by the stall's share. Where the trial named one (a
+    MirroredStrategy iterator rebuilt each epoch took 2-36 s under the suite's load), the
+    lower reference is an epoch of median steps plus that stall. The stall is a mean over
+    the epochs seen, which one slow epoch start can lift above what the windows held
+    (fit_validation_epochs: 2.0 s over 19 steps, the windows at 313 ex/s), so the upper
+    reference stays the median rate: a stall only ever lowers the training rate."""
+    median_rate = summary.batch * 1000.0 / summary.median_ms
     stall_s = (trial.get("training") or {}).get("epoch_stall_s") or 0.0
     per_epoch = (trial.get("training") or {}).get("steps_per_epoch")
     stalled_rate = median_rate
@@ -410,8 +429,4 @@ def test_optimize_measures_the_training_loop(case: Case, data_dir: Path, tmp_pat
         f"its median step, {stalled_rate:.1f} with the epoch-start stall ({stall_s} s over "
         f"{per_epoch} steps)"
     )
-    assert MIN_RATE_SHARE * stalled_rate <= rate <= MAX_RATE_SHARE * median_rate, context
-    if as_written.get("steps_per_s"):  # examples per step, where the JSON gives steps
-        per_step = rate / as_written["steps_per_s"]
-        assert per_step == pytest.approx(case.batch, rel=0.02), context
-    _training_loop(case, opt)
+    return MIN_RATE_SHARE * stalled_rate, MAX_RATE_SHARE * median_rate, context
