@@ -141,7 +141,7 @@ def build_analysis_model(
 def _capped(data: Mapping[str, Any], timeline: Timeline | None) -> dict[str, Any]:
     """The input as the page embeds it: within the same caps as the model."""
     capped = dict(data)
-    if data.get("per_step"):
+    if data.get("per_step") is not None:  # a list, or the table held as columns (`JsonRows`)
         capped["per_step"] = list(data["per_step"][:MAX_STEPS])
     if data.get("stages"):
         capped["stages"] = list(data["stages"])[:MAX_STAGES]
