@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
-from itertools import repeat
 from typing import Any, overload
 
 from tftune.core.document_reading import Reader
@@ -165,9 +164,7 @@ class StepTable(Sequence[StepRow]):
             raise ValueError("a StepTable's columns must have one value per step") from None
 
     def to_json(self) -> list[dict[str, Any]]:
-        table = self.json_rows()  # lengths checked: the rows are zipped without a check
-        rows = zip(*table.columns, strict=False)
-        return list(map(dict, map(zip, repeat(table.keys), rows)))
+        return list(self.json_rows())
 
 
 def steps_json(rows: Sequence[StepRow]) -> list[dict[str, Any]]:

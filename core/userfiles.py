@@ -22,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any, overload
 
@@ -150,13 +150,11 @@ class JsonRows(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
-            cut = (c[index] for c in self.columns)
-            return [dict(zip(self.keys, row, strict=True)) for row in zip(*cut, strict=True)]
+            return list(_objects(self.keys, (c[index] for c in self.columns)))
         return {k: c[index] for k, c in zip(self.keys, self.columns, strict=True)}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for row in zip(*self.columns, strict=True):
-            yield dict(zip(self.keys, row, strict=True))
+        return _objects(self.keys, self.columns)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):
@@ -164,6 +162,11 @@ class JsonRows(Sequence[dict[str, Any]]):
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _objects(keys: tuple[str, ...], columns: Iterable[Sequence[Any]]) -> Iterator[dict[str, Any]]:
+    """The objects of columns of one length (checked by `JsonRows`): no check a row."""
+    return map(dict, map(zip, repeat(keys), zip(*columns, strict=False)))
 
 
 def json_text(data: Any) -> str:
