@@ -71,7 +71,7 @@ _MSB = _U64(0x8080808080808080)
 _ONES = _U64(0x0101010101010101)
 
 
-class _Bytes:
+class Bytes:
     """A serialized line's bytes, as bytes and as 8-byte words, so that the 8 bytes at
     any offset are read in a few operations on whole columns (`word_at`)."""
 
@@ -113,7 +113,7 @@ _PACK_STEPS = (
 )
 
 
-def _varints_at(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
+def varints_at(b: Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
     """The varint at each position, as `_read_varints` reads it: (value, size), size 0
     where it does not end within 10 bytes or runs past the bytes. A one-byte varint is
     its byte; a longer one is read as one 8-byte word (and, past 8 bytes, 2 more bytes);
@@ -138,8 +138,8 @@ def _varints_at(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np
     return value, size
 
 
-def _word_varints(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
-    """`_varints_at` of positions at least 16 bytes before the end: each varint's first
+def _word_varints(b: Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[np.uint64], I64]:
+    """`varints_at` of positions at least 16 bytes before the end: each varint's first
     8 bytes read as one word, its size from the first byte without a continuation bit."""
     w = b.word_at(at)
     stops = ~w & _MSB
@@ -167,12 +167,12 @@ def _word_varints(b: _Bytes, at: I64, values: bool = True) -> tuple[npt.NDArray[
 
 
 def _varints_within(
-    b: _Bytes, at: I64, end: I64, values: bool = True
+    b: Bytes, at: I64, end: I64, values: bool = True
 ) -> tuple[npt.NDArray[np.uint64], I64, npt.NDArray[np.bool_]]:
     """The varint at each position: (value, the position after it, ok). Not ok where it
     runs past `end` or is a 10-byte varint with bits beyond 64 (protobuf drops them; a
     serializer never writes them)."""
-    value, size = _varints_at(b, at, values)
+    value, size = varints_at(b, at, values)
     after = at + size
     ok = (size > 0) & (at < end) & (after <= end)
     long = ok & (size == _MAX_VARINT)
@@ -191,16 +191,11 @@ _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
 Columns = tuple[npt.NDArray[np.signedinteger[Any]], I64, I64, bytes, npt.NDArray[np.integer[Any]]]
 
 
-def line_columns(data: Data, lengths: I64) -> Columns | None:
-    """A line's columns and stats (`Columns`), decoded in bulk from its serialized
-    bytes, given each event's length.
-
-    Needs the events to be contiguous in the line's bytes (as every protobuf serializer
-    writes them); returns None otherwise, and the caller takes the slow path.
-    """
-    b = _Bytes(data)
-    buf = b.buf
-    n = int(lengths.shape[0])
+def payload_bounds(data: Data, lengths: I64) -> tuple[I64, I64] | None:
+    """Each event record's payload (start, end) from the events' lengths, where the
+    records are contiguous from the first one (as every protobuf serializer writes them);
+    None otherwise."""
+    size = len(data)
     first = first_event_offset(data)
     if first is None:
         return None
@@ -208,10 +203,21 @@ def line_columns(data: Data, lengths: I64) -> Columns | None:
     ends = 1 + _varint_size(lengths)
     ends += lengths
     end_all = first + int(ends.sum())
-    if end_all > buf.shape[0] or (end_all < buf.shape[0] and buf[end_all] == _EVENT_TAG):
+    if end_all > size or (end_all < size and data[end_all] == _EVENT_TAG):
         return None
     np.cumsum(ends, out=ends)
     ends += first
+    return ends - lengths, ends
+
+
+def line_columns(data: Data, starts: I64, ends: I64) -> Columns | None:
+    """A line's columns and stats (`Columns`), decoded in bulk from its serialized
+    bytes, given each event's payload start and end (`payload_bounds`, or
+    `_event_walk.event_bounds`); None where the events' fields are not in the order the
+    serializers write them (the caller then takes the slow path)."""
+    b = Bytes(data)
+    buf = b.buf
+    n = int(starts.shape[0])
     # Ids in 4 bytes each while they fit (they are small), offsets and durations in 8;
     # stats bounds in 4 bytes for a line under 4 GiB.
     mids: npt.NDArray[np.signedinteger[Any]] = np.zeros(n, dtype=np.int32)
@@ -224,7 +230,7 @@ def line_columns(data: Data, lengths: I64) -> Columns | None:
         end = ends[lo:hi]
         batch = batch_mids[: hi - lo]
         batch[:] = 0
-        cur = _decode_fields(b, end - lengths[lo:hi], end, [batch, offs[lo:hi], durs[lo:hi]])
+        cur = _decode_fields(b, starts[lo:hi], end, [batch, offs[lo:hi], durs[lo:hi]])
         if cur is None:
             return None
         if mids.dtype != np.int64 and not -(2**31) <= int(batch.min()) <= int(batch.max()) < 2**31:
@@ -236,7 +242,7 @@ def line_columns(data: Data, lengths: I64) -> Columns | None:
     return mids, offs, durs, b"".join([s.data for s in stats]), bounds
 
 
-def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | None:
+def _decode_fields(b: Bytes, start: I64, end: I64, out: list[I64]) -> I64 | None:
     """Decode the leading varint fields of a batch of events into `out` (one column per
     field); return where each event's fields end, or None if they are not laid out
     as the serializers write them."""
@@ -251,7 +257,7 @@ def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | Non
         here = np.flatnonzero(present)
         if not here.size:
             continue
-        value, size = _varints_at(b, cur[here] + 1)
+        value, size = varints_at(b, cur[here] + 1)
         if not (size > 0).all():
             return None
         out[col][here] = value.view(np.int64)
@@ -259,7 +265,7 @@ def _decode_fields(b: _Bytes, start: I64, end: I64, out: list[I64]) -> I64 | Non
     return _fields_end(buf, cur, end)
 
 
-def _decode_far_fields(b: _Bytes, cur: I64, end: I64, out: list[I64]) -> I64 | None:
+def _decode_far_fields(b: Bytes, cur: I64, end: I64, out: list[I64]) -> I64 | None:
     """`_decode_fields` of events that end at least 16 bytes before the line's end: each
     field read at every event, kept where its tag is there (most events have all)."""
     buf = b.buf
@@ -359,7 +365,7 @@ def first_stat(
     decode those, and may reject them. Every other event is read to its end, so that
     protobuf would accept it whole.
     """
-    b = _Bytes(data)
+    b = Bytes(data)
     n = int(pos.shape[0])
     kind = np.zeros(n, dtype=np.int8)
     value = np.zeros(n, dtype=np.uint64)
@@ -385,7 +391,7 @@ def first_stat(
 
 
 def _read_plain_stats(
-    b: _Bytes,
+    b: Bytes,
     cur: I64,
     end: I64,
     which: I64,
@@ -438,7 +444,7 @@ def _among(values: I64, keys: I64) -> npt.NDArray[np.bool_]:
 
 
 def _read_stats(
-    b: _Bytes,
+    b: Bytes,
     cur: I64,
     end: I64,
     which: I64,

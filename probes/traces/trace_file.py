@@ -19,15 +19,17 @@ import numpy as np
 
 from tftune.core.errors import TraceError
 from tftune.core.units import PS_PER_NS, PS_PER_S
+from tftune.probes.traces._event_walk import MIN_WALK_BYTES, event_bounds
 from tftune.probes.traces._schema import (
     xline_events_as_bytes_class,
     xplane_lines_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes.traces._wire import line_columns, slow_columns
+from tftune.probes.traces._wire import Columns, line_columns, payload_bounds, slow_columns
 from tftune.probes.traces._xspace_file import (
     FileLayout,
     LineReader,
+    first_event_offset,
     line_header,
     read_at,
     read_layout,
@@ -44,18 +46,38 @@ from tftune.probes.traces.trace import (
 )
 
 
-def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane_name: str) -> Line:
+def _line_events(data: bytes | memoryview) -> tuple[Any, Columns | None]:
+    """A line's own fields (an XLine message without its events) and its events'
+    columns (None: no events). Large lines' records are found by walking them with numpy
+    (`_event_walk`); smaller ones, and any the walk cannot prove, by protobuf."""
+    first = first_event_offset(data) if len(data) >= MIN_WALK_BYTES else None
+    found = event_bounds(data, first) if first is not None else None
+    if found is not None:
+        end = int(found[1][-1])
+        head = xline_events_as_bytes_class().FromString(bytes(data[:first]) + bytes(data[end:]))
+        if not len(head.events):  # else the events are not one run: protobuf reads them
+            return head, line_columns(data, *found) or slow_columns(data)
     light = xline_events_as_bytes_class().FromString(data)
     n = len(light.events)
+    if not n:
+        return light, None
     lengths = np.fromiter(map(len, light.events), dtype=np.int64, count=n)
+    light.ClearField("events")  # its per-event copies are not needed for the bulk decode
+    bounds = payload_bounds(data, lengths)
+    del lengths
+    cols = line_columns(data, *bounds) if bounds is not None else None
+    return light, cols or slow_columns(data)
+
+
+def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane_name: str) -> Line:
+    light, cols = _line_events(data)
     line_id, name, display_name = light.id, light.name, light.display_name
     timestamp_ns = light.timestamp_ns
-    del light  # its per-event copies are not needed for the bulk decode
-    cols = (line_columns(data, lengths) or slow_columns(data)) if n else None
-    del lengths
+    del light
     if cols is None:
         z = np.zeros(0, dtype=np.int64)
         cols = (z, z, z, b"", np.zeros(1, dtype=np.int64))
+    n = len(cols[1])
     mids, offs, durs, stats, bounds = cols
     base_ps = (timestamp_ns - base_origin_ns) * PS_PER_NS
     if abs(base_ps) > MAX_TIME_PS:
