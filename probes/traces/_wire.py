@@ -72,26 +72,21 @@ _ONES = _U64(0x0101010101010101)
 
 
 class Bytes:
-    """A serialized line's bytes, as bytes and as 8-byte words, so that the 8 bytes at
-    any offset are read in a few operations on whole columns (`word_at`)."""
+    """A serialized line's bytes, as bytes and as the 8-byte word at every offset (an
+    unaligned view, one word per byte: no copy), so that the 8 bytes at many offsets
+    are one gather (`word_at`)."""
 
     def __init__(self, data: Data) -> None:
         self.buf = np.frombuffer(data, dtype=np.uint8)
         self.size = int(self.buf.shape[0])
-        self.words: npt.NDArray[np.uint64] = np.frombuffer(data, "<u8", count=self.size // 8)
+        self.words: npt.NDArray[np.uint64] = np.ndarray(
+            (max(self.size - 7, 0),), dtype="<u8", buffer=data, strides=(1,)
+        )
 
     def word_at(self, at: I64) -> npt.NDArray[np.uint64]:
-        """The 8 bytes from each offset, little-endian; each offset + 16 <= the size."""
-        shift = (at & 7).astype(np.uint64)
-        shift <<= _U64(3)
-        low: npt.NDArray[np.uint64] = self.words[at >> 3]
-        high: npt.NDArray[np.uint64] = self.words[(at >> 3) + 1]
-        low >>= shift
-        # The high word's share, shifted by 64 - shift in two steps: none where shift is 0.
-        high <<= _U64(1)
-        high <<= _U64(63) - shift
-        low |= high
-        return low
+        """The 8 bytes from each offset, little-endian; each offset + 8 <= the size."""
+        word: npt.NDArray[np.uint64] = self.words[at]
+        return word
 
 
 def _compact(w: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
