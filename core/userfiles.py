@@ -17,6 +17,7 @@ without an object per row.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -251,15 +252,31 @@ def _json_table(rows: list[Any] | tuple[Any, ...], depth: int, out: list[str]) -
 
 def _json_rows(rows: JsonRows, depth: int) -> str:
     """`rows` as `json.dumps(list(rows), indent=1)` writes it at `depth`: each column's
-    values encoded in one call, then each row laid out by one format string."""
-    if not len(rows):
+    values encoded in one call (a column of one value, as in a CPU trace's device
+    columns, once), then every cell and the text before it laid out in one list, column
+    by column, and joined once."""
+    n = len(rows)
+    if not n:
         return "[]"
     row, cell = "\n" + " " * (depth + 1), "\n" + " " * (depth + 2)
-    key = json.encoder.encode_basestring_ascii
-    fields = ("," + cell).join(
-        key(k).replace("{", "{{").replace("}", "}}") + ": {}" for k in rows.keys
-    )
-    template = "{{" + cell + fields + row + "}}"
-    texts = [_COLUMN.encode(list(c))[1:-1].split("\n") for c in rows.columns]
-    body = ("," + row).join(map(template.format, *texts))
-    return "[" + row + body + "\n" + " " * depth + "]"
+    names = [json.encoder.encode_basestring_ascii(k) + ": " for k in rows.keys]
+    width = 2 * len(names)  # a cell's text, and what comes before it
+    parts = [""] * (width * n)
+    for j, (name, column) in enumerate(zip(names, rows.columns, strict=True)):
+        # The first column's cell also closes the row before and opens its own.
+        before = row + "}," + row + "{" + cell + name if j == 0 else "," + cell + name
+        parts[2 * j :: width] = [before] * n
+        parts[2 * j + 1 :: width] = _column_texts(column, n)
+    parts[0] = "{" + cell + names[0]
+    return "[" + row + "".join(parts) + row + "}\n" + " " * depth + "]"
+
+
+def _column_texts(column: Sequence[Any], n: int) -> list[str]:
+    """Each value's JSON text (no newline: the C encoder escapes those in strings)."""
+    first = column[0]
+    kind = type(first)
+    same = column.count(first) == n and all(type(v) is kind for v in column)
+    # Equal values of one type have one text, but for 0.0 and -0.0.
+    if same and (kind is not float or first or len({math.copysign(1.0, v) for v in column}) == 1):
+        return [_COLUMN.encode([first])[1:-1]] * n
+    return _COLUMN.encode(list(column))[1:-1].split("\n")

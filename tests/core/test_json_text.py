@@ -109,6 +109,21 @@ def test_rows_held_as_columns_write_as_their_objects() -> None:
         assert json_text(data) == json.dumps(_plain(data), indent=1) + "\n"
 
 
+def test_columns_of_one_value_write_as_their_objects() -> None:
+    """A column whose values are all equal is encoded once, unless they differ in text:
+    0.0 and -0.0, 0 and 0.0 and False, NaNs."""
+    rng = random.Random(41)
+    alike = [0.0, -0.0, 0, False, 1, 1.0, True, float("nan"), "0", None, 2.5]
+    for _ in range(400):
+        n = rng.randint(1, 6)
+        pool = rng.sample(alike, rng.randint(1, 2))
+        columns = tuple(tuple(rng.choice(pool) for _ in range(n)) for _ in range(rng.randint(1, 3)))
+        rows = JsonRows(("a", "b", "c")[: len(columns)], columns)
+        assert (
+            json_text({"per_step": rows}) == json.dumps(_plain({"per_step": rows}), indent=1) + "\n"
+        )
+
+
 def test_rows_read_as_the_objects_they_hold() -> None:
     rows = JsonRows(("a", "b"), ((1, 2, 3), ("x", None, 2.5)))
     objects = [{"a": 1, "b": "x"}, {"a": 2, "b": None}, {"a": 3, "b": 2.5}]
