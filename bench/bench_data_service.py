@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tftune.probes.advice.analysis import analyze
-from tftune.probes.advice.service_sizing import host_cores
+from tftune.probes.live.environment import usable_cores
 from tftune.tuner.searchspace import bounds
 from tftune.tuner.searchspace.config import Config
 from tftune.tuner.trial import MeasureSpec, profile_script, run_trial
@@ -63,7 +63,7 @@ def main() -> None:
     script = Path(ns.case).resolve()
     out = {
         "case": script.name,
-        "host_cores": host_cores(),
+        "host_cores": usable_cores(),
         "bound_analysis": _bounds(script, ns.args),
         "trace": _trace(script, ns.args),
     }

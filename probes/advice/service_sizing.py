@@ -215,14 +215,6 @@ def sizing_at_best(
     )
 
 
-def host_cores() -> int:
-    """The cores this process may run on (its affinity), as a trial's child sees them."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 # --- a tuning run: the pipeline-alone trial's child measures itself ---------------------
 
 

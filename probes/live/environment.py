@@ -46,6 +46,7 @@ def cpu_model() -> str | None:
 
 
 def usable_cores() -> int:
+    """The cores this process may run on (its affinity), as a trial's child sees them."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

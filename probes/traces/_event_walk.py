@@ -2,7 +2,7 @@
 
 A line's events are records laid end to end: the tag 0x22, a length varint, the event.
 Each record's length says where the next one starts, a chain that only a walk follows.
-`event_bounds` walks many stretches of it at once. Walker 0 starts at the line's first
+`event_records` walks many stretches of it at once. Walker 0 starts at the line's first
 event; the others start at evenly spaced points, each at the first bytes there that
 look like an event record's start (the tag, a length, the event's id field and its
 offset field: a stat has no field 2 of wire type 0, so the look tells events from the
@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from tftune.probes.traces._wire import Bytes, varints_at
+from tftune.probes.traces._wire import Bytes, Records, varints_at
 from tftune.probes.traces._xspace_file import Data
 
 I64 = npt.NDArray[np.int64]
@@ -40,10 +40,10 @@ _ROUNDS = 4  # walks run (each dropping the false starts the last one found) bef
 MIN_WALK_BYTES = 1 << 22
 
 
-def event_bounds(data: Data, first: int, stride: int = _STRIDE) -> tuple[I64, I64] | None:
-    """(payload start, payload end) of each event record, from the one at `first` to the
-    last of the run of records after it; None where no walk proves the chain. `stride`:
-    the bytes between walkers' starting points (more than `_LOOK`)."""
+def event_records(data: Data, first: int, stride: int = _STRIDE) -> Records | None:
+    """The event records (`_wire.Records`) from the one at `first` to the last of the run
+    of records after it; None where no walk proves the chain. `stride`: the bytes
+    between walkers' starting points (more than `_LOOK`)."""
     b = Bytes(data)
     starts = _starts(b.buf, first, stride)
     for _ in range(_ROUNDS):
@@ -84,32 +84,20 @@ def _starts(buf: _U8, first: int, stride: int) -> I64:
     return np.concatenate([np.array([first], dtype=np.int64), picked])
 
 
-def _in_order(
-    b: Bytes, walkers: int, ids: list[npt.NDArray[np.int32]], records: list[I64], end: int
-) -> tuple[I64, I64]:
-    """The payload bounds of every record, in the line's order (walker by walker, each
-    walker's in steps) from each step's walkers and the records they stood on; `end`:
-    where the last record ends."""
+def _in_order(walkers: int, ids: list[npt.NDArray[np.int32]], records: list[I64]) -> I64:
+    """Every record's offset in the line's order (walker by walker, each walker's in
+    steps), from each step's walkers and the records they stood on."""
     counts = np.bincount(np.concatenate(ids), minlength=walkers)
     first = np.zeros(counts.shape[0], dtype=np.int64)
     np.cumsum(counts[:-1], out=first[1:])
     starts = np.empty(int(counts.sum()), dtype=np.int64)
     for step, (here, at) in enumerate(zip(ids, records, strict=True)):
         starts[first[here] + step] = at
-    # The records are end to end: each ends where the next starts.
-    ends = np.empty_like(starts)
-    ends[:-1], ends[-1] = starts[1:], end
-    starts += 1  # past the tag, then past the length
-    one_byte = b.buf[starts] < 0x80
-    if one_byte.all():
-        starts += 1
-    else:
-        starts += varints_at(b, starts)[1]
-    return starts, ends
+    return starts
 
 
-def _walk(b: Bytes, starts: I64) -> tuple[I64, I64] | npt.NDArray[np.intp] | None:
-    """Walk from every start to the next: the records (payload starts and ends) where
+def _walk(b: Bytes, starts: I64) -> Records | npt.NDArray[np.intp] | None:
+    """Walk from every start to the next: the records where
     every walker lands on the next one's start; else the starts to drop before walking
     again; None where the walker known to be on the chain meets bytes that are no record."""
     k = int(starts.shape[0])
@@ -141,7 +129,7 @@ def _walk(b: Bytes, starts: I64) -> tuple[I64, I64] | npt.NDArray[np.intp] | Non
     landed = (stopped_at == limits) & ~broken
     landed[-1] = not broken[-1]
     if landed.all():
-        return _in_order(b, k, ids_per_step, records, int(stopped_at[-1]))
+        return _in_order(k, ids_per_step, records), int(stopped_at[-1])
     return _false_starts(landed, broken, stopped_at, limits)
 
 

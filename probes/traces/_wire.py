@@ -175,43 +175,50 @@ def _varints_within(
     return value, after, ok
 
 
-# Events decoded per numpy batch: bounds the temporaries on million-event lines.
-_DECODE_BATCH = 1 << 13
+# Events decoded per numpy batch: bounds the temporaries on million-event lines (a few
+# MB), and is large enough that numpy's calls, not the Python between them, take the
+# time: lines decoded on two threads then share the GIL little (`trace_file`).
+_DECODE_BATCH = 1 << 15
 # False, True, False, ...: which spans `_gather` keeps (gaps and spans alternate).
 _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)
 
+# A line's event records: each record's offset (its tag byte; records lie end to end, so
+# each ends where the next starts) and where the last one ends.
+Records = tuple[I64, int]
 # A line's columns (metadata id, offset, duration) and its events' stats: the bytes of
 # each event after its first three fields, laid end to end; event i's are
 # stats[bounds[i]:bounds[i + 1]] and parse as an XEvent that has the event's stats.
 Columns = tuple[npt.NDArray[np.signedinteger[Any]], I64, I64, bytes, npt.NDArray[np.integer[Any]]]
 
 
-def payload_bounds(data: Data, lengths: I64) -> tuple[I64, I64] | None:
-    """Each event record's payload (start, end) from the events' lengths, where the
-    records are contiguous from the first one (as every protobuf serializer writes them);
-    None otherwise."""
+def records_of(data: Data, lengths: I64) -> Records | None:
+    """A line's event records from the events' lengths, where they are contiguous from
+    the first one (as every protobuf serializer writes them); None otherwise."""
     size = len(data)
     first = first_event_offset(data)
     if first is None:
         return None
-    # Each record is: tag byte, length varint, payload. `ends` is each payload's end.
-    ends = 1 + _varint_size(lengths)
-    ends += lengths
-    end_all = first + int(ends.sum())
-    if end_all > size or (end_all < size and data[end_all] == _EVENT_TAG):
+    # Each record is: tag byte, length varint, payload.
+    sizes = 1 + _varint_size(lengths)
+    sizes += lengths
+    end = first + int(sizes.sum())
+    if end > size or (end < size and data[end] == _EVENT_TAG):
         return None
-    np.cumsum(ends, out=ends)
-    ends += first
-    return ends - lengths, ends
+    starts = np.empty_like(sizes)
+    starts[0] = first
+    np.cumsum(sizes[:-1], out=starts[1:])
+    starts[1:] += first
+    return starts, end
 
 
-def line_columns(data: Data, starts: I64, ends: I64) -> Columns | None:
+def line_columns(data: Data, records: Records) -> Columns | None:
     """A line's columns and stats (`Columns`), decoded in bulk from its serialized
-    bytes, given each event's payload start and end (`payload_bounds`, or
-    `_event_walk.event_bounds`); None where the events' fields are not in the order the
-    serializers write them (the caller then takes the slow path)."""
+    bytes, given its event records (`records_of`, or `_event_walk.event_records`);
+    None where the events' fields are not in the order the serializers write them (the
+    caller then takes the slow path)."""
     b = Bytes(data)
     buf = b.buf
+    starts, last_end = records
     n = int(starts.shape[0])
     # Ids in 4 bytes each while they fit (they are small), offsets and durations in 8;
     # stats bounds in 4 bytes for a line under 4 GiB.
@@ -222,10 +229,10 @@ def line_columns(data: Data, starts: I64, ends: I64) -> Columns | None:
     stats: list[npt.NDArray[np.uint8]] = []
     for lo in range(0, n, _DECODE_BATCH):
         hi = min(lo + _DECODE_BATCH, n)
-        end = ends[lo:hi]
+        start, end = _payloads(b, starts, lo, hi, last_end)
         batch = batch_mids[: hi - lo]
         batch[:] = 0
-        cur = _decode_fields(b, starts[lo:hi], end, [batch, offs[lo:hi], durs[lo:hi]])
+        cur = _decode_fields(b, start, end, [batch, offs[lo:hi], durs[lo:hi]])
         if cur is None:
             return None
         if mids.dtype != np.int64 and not -(2**31) <= int(batch.min()) <= int(batch.max()) < 2**31:
@@ -235,6 +242,20 @@ def line_columns(data: Data, starts: I64, ends: I64) -> Columns | None:
         bounds[lo + 1 : hi + 1] = end - cur
     np.cumsum(bounds, dtype=bounds.dtype, out=bounds)
     return mids, offs, durs, b"".join([s.data for s in stats]), bounds
+
+
+def _payloads(b: Bytes, starts: I64, lo: int, hi: int, last_end: int) -> tuple[I64, I64]:
+    """The payload (start, end) of records `lo` to `hi`: each ends where the next starts
+    (the last where the run ends), and starts after its tag and length."""
+    end = np.empty(hi - lo, dtype=np.int64)
+    end[: hi - lo - 1] = starts[lo + 1 : hi]
+    end[-1] = starts[hi] if hi < starts.shape[0] else last_end
+    start = starts[lo:hi] + 1
+    if (b.buf[start] < 0x80).all():  # most lengths: one byte
+        start += 1
+    else:
+        start += varints_at(b, start)[1]
+    return start, end
 
 
 def _decode_fields(b: Bytes, start: I64, end: I64, out: list[I64]) -> I64 | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from io import BufferedReader
 from pathlib import Path
@@ -19,13 +20,15 @@ import numpy as np
 
 from tftune.core.errors import TraceError
 from tftune.core.units import PS_PER_NS, PS_PER_S
-from tftune.probes.traces._event_walk import MIN_WALK_BYTES, event_bounds
+from tftune.probes.live.environment import usable_cores
+from tftune.probes.traces._event_walk import MIN_WALK_BYTES, event_records
 from tftune.probes.traces._schema import (
+    xevent_class,
     xline_events_as_bytes_class,
     xplane_lines_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes.traces._wire import Columns, line_columns, payload_bounds, slow_columns
+from tftune.probes.traces._wire import Columns, line_columns, records_of, slow_columns
 from tftune.probes.traces._xspace_file import (
     FileLayout,
     LineReader,
@@ -51,21 +54,22 @@ def _line_events(data: bytes | memoryview) -> tuple[Any, Columns | None]:
     columns (None: no events). Large lines' records are found by walking them with numpy
     (`_event_walk`); smaller ones, and any the walk cannot prove, by protobuf."""
     first = first_event_offset(data) if len(data) >= MIN_WALK_BYTES else None
-    found = event_bounds(data, first) if first is not None else None
+    found = event_records(data, first) if first is not None else None
     if found is not None:
-        end = int(found[1][-1])
-        head = xline_events_as_bytes_class().FromString(bytes(data[:first]) + bytes(data[end:]))
+        head = xline_events_as_bytes_class().FromString(
+            bytes(data[:first]) + bytes(data[found[1] :])
+        )
         if not len(head.events):  # else the events are not one run: protobuf reads them
-            return head, line_columns(data, *found) or slow_columns(data)
+            return head, line_columns(data, found) or slow_columns(data)
     light = xline_events_as_bytes_class().FromString(data)
     n = len(light.events)
     if not n:
         return light, None
     lengths = np.fromiter(map(len, light.events), dtype=np.int64, count=n)
     light.ClearField("events")  # its per-event copies are not needed for the bulk decode
-    bounds = payload_bounds(data, lengths)
+    records = records_of(data, lengths)
     del lengths
-    cols = line_columns(data, *bounds) if bounds is not None else None
+    cols = line_columns(data, records) if records is not None else None
     return light, cols or slow_columns(data)
 
 
@@ -231,23 +235,39 @@ def _line_stamps(f: BinaryIO, layout: FileLayout) -> list[int]:
     return stamps
 
 
+# Lines decoded at once, each on its own thread: numpy lets go of the GIL for its work
+# on whole columns, so two lines' decoding runs on two cores (each thread also holds a
+# line's buffer and temporaries: more would raise the peak memory).
+_DECODE_THREADS = 2
+# Below this many bytes of lines, one thread: starting a second costs more than it saves.
+_THREADED_BYTES = 1 << 23
+
+
 def _build_lines(sources: list[_LineSource], origin_ns: int, path: Path) -> list[Line]:
     """Every line decoded, in the order of `sources`."""
     # Decode the largest lines first: their temporaries then coincide with the fewest
     # finished columns, which keeps the peak memory near the final size.
     order = sorted(range(len(sources)), key=lambda k: -sources[k][1])
-    built: dict[int, Line] = {}
-    for k in order:
+
+    def build(k: int) -> Line:
         plane_name, _, read = sources[k]
         try:
-            built[k] = _build_line(read(), origin_ns, path, plane_name)
+            return _build_line(read(), origin_ns, path, plane_name)
         except TraceError:
             raise
         except Exception as exc:
             raise TraceError(
                 f"{path}: not a readable XSpace trace (corrupt line in plane '{plane_name}': {exc})"
             ) from None
-    return [built[k] for k in range(len(sources))]
+
+    threads = min(_DECODE_THREADS, len(sources), usable_cores())
+    if threads < 2 or sum(size for _, size, _ in sources) < _THREADED_BYTES:
+        built = [build(k) for k in order]
+    else:
+        xline_events_as_bytes_class(), xevent_class()  # made once, not by two threads at once
+        with ThreadPoolExecutor(threads, thread_name_prefix="tftune-decode") as pool:
+            built = list(pool.map(build, order))
+    return [line for _, line in sorted(zip(order, built, strict=True), key=lambda t: t[0])]
 
 
 def _plane(header: Any, lines: tuple[Line, ...]) -> Plane:

@@ -1,4 +1,4 @@
-"""`_event_walk.event_bounds` (a line's event records found by walking them with numpy)
+"""`_event_walk.event_records` (a line's event records found by walking them with numpy)
 against protobuf.
 
 Whatever the bytes, a line read through the walk must come out exactly as protobuf's
@@ -25,7 +25,7 @@ from tftune.probes.traces._schema import (
     xline_events_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes.traces._wire import payload_bounds
+from tftune.probes.traces._wire import records_of
 from tftune.probes.traces._xspace_file import first_event_offset
 
 # Bytes that look like the start of an event record (tag, length, id field, offset field).
@@ -47,7 +47,9 @@ _event = st.tuples(
 )
 
 
-def _event_bytes(mid: int, offset: int, duration: int, stats: list[tuple[int, tuple]]) -> bytes:
+def _event_bytes(
+    mid: int, offset: int, duration: int, stats: list[tuple[int, tuple[str | None, object]]]
+) -> bytes:
     ev = xevent_class()()
     ev.metadata_id, ev.offset_ps, ev.duration_ps = mid, offset, duration
     for stat_id, (field, value) in stats:
@@ -70,10 +72,10 @@ def _read(data: bytes, walk: bool, stride: int) -> object:
     """`trace_file._line_events` of the bytes, through the walk or protobuf alone: its
     line fields and columns, or the exception it raised."""
     least = 0 if walk else 1 << 62
-    bounds = partial(_event_walk.event_bounds, stride=stride)
+    bounds = partial(_event_walk.event_records, stride=stride)
     with (
         mock.patch.object(trace_file, "MIN_WALK_BYTES", least),
-        mock.patch.object(trace_file, "event_bounds", bounds),
+        mock.patch.object(trace_file, "event_records", bounds),
     ):
         try:
             head, cols = trace_file._line_events(data)
@@ -121,17 +123,17 @@ def test_false_starts_are_dropped_and_the_walk_runs_again() -> None:
         return real_walk(*args)
 
     with mock.patch.object(_event_walk, "_walk", counted):
-        found = _event_walk.event_bounds(data, first_event_offset(data) or 0, stride=64)
+        found = _event_walk.event_records(data, first_event_offset(data) or 0, stride=64)
     assert found is not None
     assert len(walks) >= 2 and walks[1] < walks[0]  # fewer starts the second time
     light = xline_events_as_bytes_class().FromString(data)
     lengths = np.fromiter(map(len, light.events), dtype=np.int64)
-    expected = payload_bounds(data, lengths)
+    expected = records_of(data, lengths)
     assert expected is not None
-    assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
+    assert np.array_equal(found[0], expected[0]) and found[1] == expected[1]
 
 
-def test_records_of_every_length_size_are_walked() -> None:
+def test_records_with_every_length_size_are_walked() -> None:
     # One-, two- and three-byte lengths, two-byte ids, an event at offset 0 (no field 2).
     events = [_event_bytes(0, 0, 5, [])]
     for k in range(300):
@@ -139,14 +141,14 @@ def test_records_of_every_length_size_are_walked() -> None:
         events.append(_event_bytes(300 + k, 5 + k, 3, pad))
     data = _line(events, display="display name after the events")
     assert _read(data, walk=True, stride=128) == _read(data, walk=False, stride=128)
-    found = _event_walk.event_bounds(data, first_event_offset(data) or 0, stride=128)
+    found = _event_walk.event_records(data, first_event_offset(data) or 0, stride=128)
     assert found is not None and found[0].shape[0] == len(events)
 
 
 def test_a_truncated_line_is_left_to_protobuf() -> None:
     data = _line([_event_bytes(1, 10 * k + 1, 2, []) for k in range(200)])
     cut = data[: len(data) - 3]
-    assert _event_walk.event_bounds(cut, first_event_offset(cut) or 0, stride=64) is None
+    assert _event_walk.event_records(cut, first_event_offset(cut) or 0, stride=64) is None
     assert _read(cut, walk=True, stride=64) is _read(cut, walk=False, stride=64)
 
 
@@ -192,6 +194,16 @@ def big_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[int]
     return path, offsets
 
 
+def _host_columns(host: trace_file.HostTrace) -> list[tuple[object, ...]]:
+    """Every line of a loaded host: its plane, fields, columns and stats."""
+    out: list[tuple[object, ...]] = []
+    for p in host.planes:
+        for ln in p.lines:
+            columns = (ln.metadata_id, ln.start_ps, ln.duration_ps, ln._bounds)
+            out.append((p.name, ln.name, ln.timestamp_ns, ln._data, *(c.tolist() for c in columns)))
+    return out
+
+
 def _load_both(path: Path) -> tuple[object, object]:
     """The host as loaded through the walk (which must run) and by protobuf alone: its
     lines' columns and stats, or the error's message."""
@@ -201,21 +213,16 @@ def _load_both(path: Path) -> tuple[object, object]:
             host = trace_file.load_host(path)
         except TraceError as exc:
             return str(exc)
-        return [
-            (
-                ln.name,
-                ln.metadata_id.tolist(),
-                ln.start_ps.tolist(),
-                ln.duration_ps.tolist(),
-                ln._data,
-            )
-            for p in host.planes
-            for ln in p.lines
-        ]
+        return _host_columns(host)
 
-    walks = []
-    real = _event_walk.event_bounds
-    with mock.patch.object(trace_file, "event_bounds", lambda *a: walks.append(1) or real(*a)):
+    walks: list[int] = []
+    real = _event_walk.event_records
+
+    def counted(*args):  # type: ignore[no-untyped-def]
+        walks.append(1)
+        return real(*args)
+
+    with mock.patch.object(trace_file, "event_records", counted):
         walked = load()
     assert walks  # the line is large enough to be walked
     with mock.patch.object(trace_file, "MIN_WALK_BYTES", 1 << 62):
@@ -226,7 +233,7 @@ def test_a_large_line_loads_through_the_walk_as_through_protobuf(
     big_trace: tuple[Path, list[int]],
 ) -> None:
     walked, parsed = _load_both(big_trace[0])
-    assert isinstance(walked, list) and len(walked[0][1]) == 260_000
+    assert isinstance(walked, list) and len(walked[0][4]) == 260_000
     assert walked == parsed
 
 
@@ -242,3 +249,39 @@ def test_a_damaged_large_line_fails_as_protobuf_says(
         bad.write_bytes(bytes(data))
         walked, parsed = _load_both(bad)
         assert walked == parsed
+
+
+def test_lines_decoded_on_two_threads_come_out_as_on_one(trace_case) -> None:  # type: ignore[no-untyped-def]
+    (path,) = trace_case("keras_small_steps").glob("plugins/profile/*/*.xplane.pb")
+    threads = []
+    real_pool = trace_file.ThreadPoolExecutor
+
+    def pool(*args, **kw):  # type: ignore[no-untyped-def]
+        threads.append(args[0])
+        return real_pool(*args, **kw)
+
+    with (
+        mock.patch.object(trace_file, "_THREADED_BYTES", 0),
+        mock.patch.object(trace_file, "usable_cores", lambda: 4),
+        mock.patch.object(trace_file, "ThreadPoolExecutor", pool),
+    ):
+        threaded = _host_columns(trace_file.load_host(path))
+    assert threads == [2]
+    with mock.patch.object(trace_file, "_DECODE_THREADS", 1):
+        assert threaded == _host_columns(trace_file.load_host(path))
+
+
+def test_a_damaged_line_on_a_decoding_thread_is_one_error(
+    big_trace: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    path, offsets = big_trace
+    data = bytearray(path.read_bytes())
+    data[offsets[1000] + 1] = 0x7F  # a record's length now runs into the next ones
+    bad = tmp_path / "bighost.xplane.pb"
+    bad.write_bytes(bytes(data))
+    with (
+        mock.patch.object(trace_file, "_THREADED_BYTES", 0),
+        mock.patch.object(trace_file, "usable_cores", lambda: 4),
+    ):
+        threaded = _load_both(bad)[0]
+    assert threaded == _load_both(bad)[1]

@@ -241,11 +241,11 @@ def test_a_dataset_split_by_tf_distribute_is_not_screened_and_nothing_waits(
 
 
 def test_one_host_sizing_uses_the_pipeline_at_its_best_screened_config() -> None:
-    from tftune.probes.advice.service_sizing import host_cores
+    from tftune.probes.live.environment import usable_cores
     from tftune.tuner.searchspace.bounds import Ceiling
     from tftune.tuner.searchspace.screen import with_screen_sizing
 
-    cores = host_cores()
+    cores = usable_cores()
     entries = (
         ScreenEntry({"p": 1}, "as written", 1000.0, busy_cores=0.5),
         ScreenEntry({"p": 2}, "best", 4000.0, busy_cores=float(cores)),  # every core busy

@@ -28,8 +28,9 @@ from typing import Any, NoReturn
 
 from tftune.core.sizing import NotSized, ServiceSizing
 from tftune.core.tuning_parts import CeilingFigures
-from tftune.probes.advice.service_sizing import CpuMeter, CpuUsage, host_cores
+from tftune.probes.advice.service_sizing import CpuMeter, CpuUsage
 from tftune.probes.advice.service_sizing import size_service as _size_service
+from tftune.probes.live.environment import usable_cores
 from tftune.tuner.searchspace.config import Config
 
 BOUND_META_KEY = "tftune_bound_mode"
@@ -132,7 +133,7 @@ def pipeline_sizing(
         pipeline_rate=cpu.elements_per_s * examples / steps,
         busy_cores=cpu.busy_cores,
         model_rate=model_rate,
-        host_cores=host_cores(),
+        host_cores=usable_cores(),
         unit="examples",
     )
 

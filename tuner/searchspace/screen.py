@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from tftune.core.tuning_run import ScreenCandidate, ScreenRanking
-from tftune.probes.advice.service_sizing import host_cores, sizing_at_best
+from tftune.probes.advice.service_sizing import sizing_at_best
+from tftune.probes.live.environment import usable_cores
 from tftune.tuner.child.screen_drain import SCREEN_META_KEY, STOPPED_KEY
 from tftune.tuner.option_defaults import FIRST_STEP_S
 from tftune.tuner.searchspace.bounds import MODEL_BOUND_FACTOR, Ceiling
@@ -182,7 +183,7 @@ def with_screen_sizing(ceiling: Ceiling | None, screen: Screen | None) -> Ceilin
         pipeline_rate=best.examples_per_s,
         busy_cores=best.busy_cores,
         model_rate=ceiling.model_only_examples_per_s,
-        host_cores=host_cores(),
+        host_cores=usable_cores(),
         unit="examples",
     )
     return replace(ceiling, sizing=sizing) if sizing is not None else ceiling
