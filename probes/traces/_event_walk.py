@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from tftune.probes.traces._wire import Bytes, Records, varints_at
+from tftune.probes.traces._varints import Bytes, varints_at
+from tftune.probes.traces._wire import Records
 from tftune.probes.traces._xspace_file import Data
 
 I64 = npt.NDArray[np.int64]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tftune.probes.traces._wire import STAT_INT64, STAT_UINT64
+from tftune.probes.traces._stat_bytes import STAT_INT64, STAT_UINT64
 from tftune.probes.traces.stage_events import I64, PlaneIndex
 from tftune.probes.traces.trace import Line
 

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tftune.core.units import PS_PER_MS
-from tftune.probes.traces._wire import STAT_NONE, STAT_OTHER, STAT_UINT64
+from tftune.probes.traces._stat_bytes import STAT_NONE, STAT_OTHER, STAT_UINT64
 from tftune.probes.traces.trace import HostTrace, Line, Plane
 
 I64 = npt.NDArray[np.int64]

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from tftune.probes.traces._schema import (
     xevent_class,
 )
-from tftune.probes.traces._wire import first_stat
+from tftune.probes.traces._stat_bytes import first_stat
 
 I64 = npt.NDArray[np.int64]
 
@@ -108,7 +108,7 @@ class Line:
         self, indices: npt.NDArray[np.integer[Any]], stat_ids: I64
     ) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
         """Of each event in `indices`, its first stat whose metadata id is in `stat_ids`,
-        read from the bytes for all of them at once (`_wire.first_stat`: kind, raw value,
+        read from the bytes for all of them at once (`_stat_bytes.first_stat`: kind, raw value,
         and whether the event is unusual: then `raw_stats` must decode it)."""
         idx = np.asarray(indices, dtype=np.intp)
         kind = np.zeros(idx.shape[0], dtype=np.int8)

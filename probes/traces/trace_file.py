@@ -53,8 +53,13 @@ def _line_events(data: bytes | memoryview) -> tuple[Any, Columns | None]:
     """A line's own fields (an XLine message without its events) and its events'
     columns (None: no events). Large lines' records are found by walking them with numpy
     (`_event_walk`); smaller ones, and any the walk cannot prove, by protobuf."""
-    first = first_event_offset(data) if len(data) >= MIN_WALK_BYTES else None
-    found = event_records(data, first) if first is not None else None
+    found = None
+    if len(data) >= MIN_WALK_BYTES:
+        try:
+            first = first_event_offset(data)
+        except ValueError:  # a field before the events runs off the end: protobuf says so
+            first = None
+        found = event_records(data, first) if first is not None else None
     if found is not None:
         head = xline_events_as_bytes_class().FromString(
             bytes(data[:first]) + bytes(data[found[1] :])

@@ -1,4 +1,4 @@
-"""`_wire.first_stat` (a stat read for many events at once) against protobuf.
+"""`_stat_bytes.first_stat` (a stat read for many events at once) against protobuf.
 
 Whatever the bytes, an event `first_stat` does not call unusual must parse whole with
 protobuf and give the same first matching stat; an unusual one is left to protobuf.
@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tftune.probes.traces._schema import xevent_class
-from tftune.probes.traces._wire import STAT_INT64, STAT_NONE, STAT_OTHER, STAT_UINT64, first_stat
+from tftune.probes.traces._stat_bytes import (
+    STAT_INT64,
+    STAT_NONE,
+    STAT_OTHER,
+    STAT_UINT64,
+    first_stat,
+)
 
 KEYS = (3, 200)  # stat metadata ids looked for: one byte, and two as a varint
 
