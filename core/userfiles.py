@@ -17,10 +17,10 @@ without an object per row.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import tempfile
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
@@ -275,8 +275,12 @@ def _column_texts(column: Sequence[Any], n: int) -> list[str]:
     """Each value's JSON text (no newline: the C encoder escapes those in strings)."""
     first = column[0]
     kind = type(first)
-    same = column.count(first) == n and all(type(v) is kind for v in column)
-    # Equal values of one type have one text, but for 0.0 and -0.0.
-    if same and (kind is not float or first or len({math.copysign(1.0, v) for v in column}) == 1):
-        return [_COLUMN.encode([first])[1:-1]] * n
+    if set(map(type, column)) == {kind}:
+        # Equal floats have one text but for 0.0 and -0.0: compared bit for bit.
+        if kind is float:
+            same = array("d", column).tobytes() == array("d", [first]).tobytes() * n
+        else:
+            same = column.count(first) == n
+        if same:
+            return [_COLUMN.encode([first])[1:-1]] * n
     return _COLUMN.encode(list(column))[1:-1].split("\n")

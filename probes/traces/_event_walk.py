@@ -111,9 +111,13 @@ def _walk(b: Bytes, starts: I64) -> Records | npt.NDArray[np.intp] | None:
     ids_per_step: list[npt.NDArray[np.int32]] = []
     records: list[I64] = []
     while ids.shape[0]:
-        tags, first_len = buf[pos], buf[pos + 1]
-        fast = int(first_len.max()) < 0x80 and int(tags.min()) == int(tags.max()) == _EVENT_TAG
-        if fast:  # most steps: every record a tag and a one-byte length
+        # Most steps: every record a tag and a one-byte length, before the last byte
+        # (walkers stay in their starts' order, so the last one is the furthest).
+        fast = int(pos[-1]) + 1 < size
+        if fast:
+            tags, first_len = buf[pos], buf[pos + 1]
+            fast = int(first_len.max()) < 0x80 and int(tags.min()) == int(tags.max()) == _EVENT_TAG
+        if fast:
             ends = pos + 2
             ends += first_len
             fast = int(ends.max()) <= size

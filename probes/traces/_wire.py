@@ -28,8 +28,7 @@ _EVENT_FIELDS = ((0x08, 0), (0x10, 1), (0x18, 2))
 
 
 # Events decoded per numpy batch: bounds the temporaries on million-event lines (a few
-# MB), and is large enough that numpy's calls, not the Python between them, take the
-# time: lines decoded on two threads then share the GIL little (`trace_file`).
+# MB), and is large enough that numpy's calls, not the Python between them, take the time.
 _DECODE_BATCH = 1 << 15
 # False, True, False, ...: which spans `_gather` keeps (gaps and spans alternate).
 _ALTERNATE = np.tile(np.array([False, True]), _DECODE_BATCH)

@@ -7,7 +7,7 @@ protobuf to parse) and each line's place in the file, so that `probes.traces.tra
 line at a time and never holds the file and its decoded columns at once. It returns
 None where the file is not laid out as protobuf writes it (a field number or wire type
 these messages never use, a length past the end); the caller then parses the file whole
-with protobuf, which says what is wrong. `LineReader` reads the lines into one buffer per thread.
+with protobuf, which says what is wrong. `LineReader` reads the lines into one buffer.
 
 Within a line: `first_event_offset` finds its first event record and `line_header` its
 timestamp, walking only the line's own fields before its events.
@@ -15,7 +15,6 @@ timestamp, walking only the line's own fields before its events.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from io import BufferedReader
 from typing import BinaryIO
@@ -64,26 +63,18 @@ def read_at(f: BinaryIO, at: int, n: int) -> bytes:
 
 
 class LineReader:
-    """Reads a file's lines into one buffer per thread, reused: the bytes of the line a
-    thread read last are valid until its next read. Reading into memory already in use
-    spares the page faults of a fresh buffer per line (tens of thousands for a large
-    trace). Threads may read at once: the file's reads take turns."""
+    """Reads a file's lines into one buffer, reused: the bytes of the line read last
+    are valid until the next read. Reading into memory already in use spares the page
+    faults of a fresh buffer per line (tens of thousands for a large trace)."""
 
     def __init__(self, f: BufferedReader, largest: int) -> None:
         self.f = f
-        self.largest = largest
-        self._turn = threading.Lock()
-        self._mine = threading.local()
+        self.buffer = memoryview(bytearray(largest))
 
     def read(self, at: int, n: int) -> memoryview:
-        buffer = getattr(self._mine, "buffer", None)
-        if buffer is None:
-            buffer = self._mine.buffer = memoryview(bytearray(self.largest))
-        view: memoryview = buffer[:n]
-        with self._turn:
-            self.f.seek(at)
-            got = self.f.readinto(view)
-        if got != n:
+        view = self.buffer[:n]
+        self.f.seek(at)
+        if self.f.readinto(view) != n:
             raise OSError("the file is shorter than its own fields say (changed while read?)")
         return view
 

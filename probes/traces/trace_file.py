@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from io import BufferedReader
 from pathlib import Path
@@ -20,10 +19,8 @@ import numpy as np
 
 from tftune.core.errors import TraceError
 from tftune.core.units import PS_PER_NS, PS_PER_S
-from tftune.probes.live.environment import usable_cores
 from tftune.probes.traces._event_walk import MIN_WALK_BYTES, event_records
 from tftune.probes.traces._schema import (
-    xevent_class,
     xline_events_as_bytes_class,
     xplane_lines_as_bytes_class,
     xspace_lines_as_bytes_class,
@@ -240,14 +237,6 @@ def _line_stamps(f: BinaryIO, layout: FileLayout) -> list[int]:
     return stamps
 
 
-# Lines decoded at once, each on its own thread: numpy lets go of the GIL for its work
-# on whole columns, so two lines' decoding runs on two cores (each thread also holds a
-# line's buffer and temporaries: more would raise the peak memory).
-_DECODE_THREADS = 2
-# Below this many bytes of lines, one thread: starting a second costs more than it saves.
-_THREADED_BYTES = 1 << 23
-
-
 def _build_lines(sources: list[_LineSource], origin_ns: int, path: Path) -> list[Line]:
     """Every line decoded, in the order of `sources`."""
     # Decode the largest lines first: their temporaries then coincide with the fewest
@@ -265,13 +254,7 @@ def _build_lines(sources: list[_LineSource], origin_ns: int, path: Path) -> list
                 f"{path}: not a readable XSpace trace (corrupt line in plane '{plane_name}': {exc})"
             ) from None
 
-    threads = min(_DECODE_THREADS, len(sources), usable_cores())
-    if threads < 2 or sum(size for _, size, _ in sources) < _THREADED_BYTES:
-        built = [build(k) for k in order]
-    else:
-        xline_events_as_bytes_class(), xevent_class()  # made once, not by two threads at once
-        with ThreadPoolExecutor(threads, thread_name_prefix="tftune-decode") as pool:
-            built = list(pool.map(build, order))
+    built = [build(k) for k in order]
     return [line for _, line in sorted(zip(order, built, strict=True), key=lambda t: t[0])]
 
 

@@ -15,7 +15,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import TraceError
@@ -96,6 +96,17 @@ def _mutate(data: bytes, edits: list[tuple[float, int]]) -> bytes:
 
 
 @settings(max_examples=300, deadline=None)
+@example(  # a walker on the line's last byte, after a damaged length
+    events=[
+        (128, 2097152, 268435456, []),
+        (128, 16384, 16384, [(200, ("double_value", 0.0))]),
+        (128, 16384, 268435456, [(200, ("int64_value", 562_949_953_421_312))]),
+        (16384, 268435456, 34_359_738_368, []),
+    ],
+    stride=64,
+    edits=[(0.1875, 92)],
+    display="\x80",
+)
 @given(
     st.lists(_event, min_size=1, max_size=60),
     st.sampled_from([64, 97, 256]),
@@ -249,39 +260,3 @@ def test_a_damaged_large_line_fails_as_protobuf_says(
         bad.write_bytes(bytes(data))
         walked, parsed = _load_both(bad)
         assert walked == parsed
-
-
-def test_lines_decoded_on_two_threads_come_out_as_on_one(trace_case) -> None:  # type: ignore[no-untyped-def]
-    (path,) = trace_case("keras_small_steps").glob("plugins/profile/*/*.xplane.pb")
-    threads = []
-    real_pool = trace_file.ThreadPoolExecutor
-
-    def pool(*args, **kw):  # type: ignore[no-untyped-def]
-        threads.append(args[0])
-        return real_pool(*args, **kw)
-
-    with (
-        mock.patch.object(trace_file, "_THREADED_BYTES", 0),
-        mock.patch.object(trace_file, "usable_cores", lambda: 4),
-        mock.patch.object(trace_file, "ThreadPoolExecutor", pool),
-    ):
-        threaded = _host_columns(trace_file.load_host(path))
-    assert threads == [2]
-    with mock.patch.object(trace_file, "_DECODE_THREADS", 1):
-        assert threaded == _host_columns(trace_file.load_host(path))
-
-
-def test_a_damaged_line_on_a_decoding_thread_is_one_error(
-    big_trace: tuple[Path, list[int]], tmp_path: Path
-) -> None:
-    path, offsets = big_trace
-    data = bytearray(path.read_bytes())
-    data[offsets[1000] + 1] = 0x7F  # a record's length now runs into the next ones
-    bad = tmp_path / "bighost.xplane.pb"
-    bad.write_bytes(bytes(data))
-    with (
-        mock.patch.object(trace_file, "_THREADED_BYTES", 0),
-        mock.patch.object(trace_file, "usable_cores", lambda: 4),
-    ):
-        threaded = _load_both(bad)[0]
-    assert threaded == _load_both(bad)[1]
