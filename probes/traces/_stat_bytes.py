@@ -51,8 +51,9 @@ def first_stat(
     `unusual` where its bytes are not laid out as the serializers write XEvents (an
     unknown field, a stat with more than its id and one value, a string value, a varint
     or length past the event's end, a 10-byte varint beyond 64 bits): protobuf must
-    decode those, and may reject them. Every other event is read to its end, so that
-    protobuf would accept it whole.
+    decode those, and may reject them. Every other event is read up to its first such
+    stat (to its end where it has none), so that protobuf would accept the event's
+    bytes up to there; what follows that stat is not read.
     """
     b = Bytes(data)
     n = int(pos.shape[0])
@@ -75,7 +76,7 @@ def first_stat(
             stat = _read_plain_stats(b, cur, end, stat, keys, kind, value)
         if stat.size:
             _read_stats(b, cur, end, stat, keys, kind, value, unusual)
-        live = live[~unusual[live] & (cur[live] < end[live])]
+        live = live[~unusual[live] & (cur[live] < end[live]) & (kind[live] == STAT_NONE)]
     return kind, value, unusual
 
 
