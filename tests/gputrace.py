@@ -36,6 +36,21 @@ def xspace_class() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("tftune.xplane.XSpace"))
 
 
+def event_bytes(
+    mid: int, offset: int, duration: int, stats: list[tuple[int, tuple[str | None, object]]]
+) -> bytes:
+    """One XEvent serialized; each stat as (metadata id, (its value's field or None, the
+    value)): the bytes the wire decoders' tests build lines and event runs from."""
+    ev = xevent_class()()
+    ev.metadata_id, ev.offset_ps, ev.duration_ps = mid, offset, duration
+    for stat_id, (field_name, value) in stats:
+        stat = ev.stats.add()
+        stat.metadata_id = stat_id
+        if field_name is not None:
+            setattr(stat, field_name, value)
+    return bytes(ev.SerializeToString())
+
+
 US = 1_000_000  # picoseconds per microsecond
 MS = 1_000_000_000  # picoseconds per millisecond
 

@@ -15,13 +15,13 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from gputrace import event_bytes
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tftune.core.errors import TraceError
 from tftune.probes.traces import _event_walk, trace_file
 from tftune.probes.traces._schema import (
-    xevent_class,
     xline_events_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
@@ -45,19 +45,6 @@ _event = st.tuples(
     st.integers(0, 2**40),
     st.lists(st.tuples(st.sampled_from([1, 3, 200]), _value), max_size=4),
 )
-
-
-def _event_bytes(
-    mid: int, offset: int, duration: int, stats: list[tuple[int, tuple[str | None, object]]]
-) -> bytes:
-    ev = xevent_class()()
-    ev.metadata_id, ev.offset_ps, ev.duration_ps = mid, offset, duration
-    for stat_id, (field, value) in stats:
-        stat = ev.stats.add()
-        stat.metadata_id = stat_id
-        if field is not None:
-            setattr(stat, field, value)
-    return bytes(ev.SerializeToString())
 
 
 def _line(events: list[bytes], name: str = "worker", display: str = "") -> bytes:
@@ -114,7 +101,7 @@ def _mutate(data: bytes, edits: list[tuple[float, int]]) -> bytes:
     st.text(max_size=3),
 )
 def test_walk_reads_every_line_as_protobuf_does(events, stride, edits, display) -> None:  # type: ignore[no-untyped-def]
-    data = _mutate(_line([_event_bytes(*e) for e in events], display=display), edits)
+    data = _mutate(_line([event_bytes(*e) for e in events], display=display), edits)
     assert _read(data, walk=True, stride=stride) == _read(data, walk=False, stride=stride)
 
 
@@ -122,7 +109,7 @@ def test_false_starts_are_dropped_and_the_walk_runs_again() -> None:
     # Every event carries stat values that look like event records: walkers start on
     # some of them, the walk before each steps over it, and a second walk proves the line.
     events = [
-        _event_bytes(k % 5 + 1, 1000 + 17 * k, 9, [(3, ("str_value", LOOKALIKE.decode() * 4))])
+        event_bytes(k % 5 + 1, 1000 + 17 * k, 9, [(3, ("str_value", LOOKALIKE.decode() * 4))])
         for k in range(400)
     ]
     data = _line(events)
@@ -146,10 +133,10 @@ def test_false_starts_are_dropped_and_the_walk_runs_again() -> None:
 
 def test_records_with_every_length_size_are_walked() -> None:
     # One-, two- and three-byte lengths, two-byte ids, an event at offset 0 (no field 2).
-    events = [_event_bytes(0, 0, 5, [])]
+    events = [event_bytes(0, 0, 5, [])]
     for k in range(300):
         pad = [(1, ("bytes_value", bytes(k * 60 % 20000)))] if k % 7 == 0 else []
-        events.append(_event_bytes(300 + k, 5 + k, 3, pad))
+        events.append(event_bytes(300 + k, 5 + k, 3, pad))
     data = _line(events, display="display name after the events")
     assert _read(data, walk=True, stride=128) == _read(data, walk=False, stride=128)
     found = _event_walk.event_records(data, first_event_offset(data) or 0, stride=128)
@@ -157,14 +144,14 @@ def test_records_with_every_length_size_are_walked() -> None:
 
 
 def test_a_truncated_line_is_left_to_protobuf() -> None:
-    data = _line([_event_bytes(1, 10 * k + 1, 2, []) for k in range(200)])
+    data = _line([event_bytes(1, 10 * k + 1, 2, []) for k in range(200)])
     cut = data[: len(data) - 3]
     assert _event_walk.event_records(cut, first_event_offset(cut) or 0, stride=64) is None
     assert _read(cut, walk=True, stride=64) is _read(cut, walk=False, stride=64)
 
 
 def test_events_split_by_another_field_are_left_to_protobuf() -> None:
-    half = [_event_bytes(1, 10 * k + 1, 2, []) for k in range(100)]
+    half = [event_bytes(1, 10 * k + 1, 2, []) for k in range(100)]
     data = _line(half)
     # XLine field 9 (duration_ps) between two runs of events: protobuf joins them.
     data += b"\x48\x05" + b"".join(b'"' + bytes([len(e)]) + e for e in half)
@@ -179,7 +166,7 @@ def _big_trace(path: Path, events: int) -> list[int]:
     records = []
     for k in range(events):
         stats = [(2, ("int64_value", int(rng.integers(0, 2**40))))] if k % 3 else []
-        ev = _event_bytes(int(rng.integers(1, 300)), 1 + 1000 * k, int(rng.integers(1, 999)), stats)
+        ev = event_bytes(int(rng.integers(1, 300)), 1 + 1000 * k, int(rng.integers(1, 999)), stats)
         records.append(ev)
     line = _line(records, name="tf_data_private_threadpool/1")
     space = xspace_lines_as_bytes_class()()

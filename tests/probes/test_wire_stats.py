@@ -8,6 +8,7 @@ unusual one is left to protobuf.
 from __future__ import annotations
 
 import numpy as np
+from gputrace import event_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,17 +40,6 @@ _event = st.tuples(
     st.lists(_stat, max_size=5),
 )
 _edit = st.tuples(st.floats(0, 1), st.integers(0, 255), st.sampled_from(["set", "drop", "add"]))
-
-
-def _encode(mid: int, offset: int, duration: int, stats: list[tuple[int, tuple]]) -> bytes:
-    ev = xevent_class()()
-    ev.metadata_id, ev.offset_ps, ev.duration_ps = mid, offset, duration
-    for stat_id, (field, value) in stats:
-        stat = ev.stats.add()
-        stat.metadata_id = stat_id
-        if field is not None:
-            setattr(stat, field, value)
-    return bytes(ev.SerializeToString())
 
 
 def _mutate(data: bytes, edits: list[tuple[float, int, str]]) -> bytes:
@@ -100,7 +90,7 @@ def _protobuf_up_to_key(data: bytes) -> tuple[bool, tuple[int, int | None]]:
 def test_first_stat_agrees_with_protobuf(events: list[tuple[tuple, list]], tail: int) -> None:
     """With bytes after the events (`tail`), every stat is far enough from the end to be
     read the quick way where it is laid out as usual; without, the last ones are not."""
-    parts = [_mutate(_encode(*ev), edits) for ev, edits in events]
+    parts = [_mutate(event_bytes(*ev), edits) for ev, edits in events]
     data = b"".join(parts) + bytes(tail)
     lengths = np.array([len(p) for p in parts], dtype=np.int64)
     pos = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
@@ -116,12 +106,12 @@ def test_first_stat_agrees_with_protobuf(events: list[tuple[tuple, list]], tail:
 
 
 def test_a_string_value_or_an_unknown_field_is_left_to_protobuf() -> None:
-    stat_7 = _encode(0, 0, 0, [(3, ("int64_value", 7))])  # an event of that stat alone
-    text = _encode(1, 0, 5, [(3, ("str_value", "ok"))])
-    odd = _encode(1, 0, 5, []) + bytes([0x30, 0x01]) + stat_7  # field 6 before the stat
-    plain = _encode(1, 0, 5, [(7, ("int64_value", 1)), (200, ("uint64_value", 2**64 - 1))])
+    stat_7 = event_bytes(0, 0, 0, [(3, ("int64_value", 7))])  # an event of that stat alone
+    text = event_bytes(1, 0, 5, [(3, ("str_value", "ok"))])
+    odd = event_bytes(1, 0, 5, []) + bytes([0x30, 0x01]) + stat_7  # field 6 before the stat
+    plain = event_bytes(1, 0, 5, [(7, ("int64_value", 1)), (200, ("uint64_value", 2**64 - 1))])
     # Field 6 after the stat sought: that stat is read, what follows it is not.
-    after = _encode(1, 0, 5, [(3, ("int64_value", 7))]) + bytes([0x30, 0x01])
+    after = event_bytes(1, 0, 5, [(3, ("int64_value", 7))]) + bytes([0x30, 0x01])
     parts = [text, odd, plain, after]
     lengths = np.array([len(p) for p in parts], dtype=np.int64)
     pos = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
