@@ -98,9 +98,9 @@ def _in_order(walkers: int, ids: list[npt.NDArray[np.int32]], records: list[I64]
 
 
 def _walk(b: Bytes, starts: I64) -> Records | npt.NDArray[np.intp] | None:
-    """Walk from every start to the next: the records where
-    every walker lands on the next one's start; else the starts to drop before walking
-    again; None where the walker known to be on the chain meets bytes that are no record."""
+    """Walk from every start to the next: the records, where every walker lands on the
+    next one's start; else the starts to drop before walking again; None where the
+    walker known to be on the chain meets bytes that are no record."""
     k = int(starts.shape[0])
     buf, size = b.buf, b.size
     limits = np.empty(k, dtype=np.int64)
