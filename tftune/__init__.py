@@ -25,6 +25,24 @@ if TYPE_CHECKING:
     from tftune.tuner.study import Runner
 
 
+def _checkout_layers() -> None:
+    """In a checkout of tftune's source, this folder holds only the front package, and
+    the layers (`core`, `probes`, `tuner`, `reports`) are its siblings, mapped under
+    `tftune.` by setuptools' package-dir. Where Python imports this folder rather than
+    an install (the checkout is the current folder of `python -m tftune`, `python -c`,
+    a notebook, and the package is installed from it as a wheel), the layers are found
+    beside it, so that the checkout's `tftune` is whole; installed, they are inside."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    if not os.path.isdir(os.path.join(here, "probes")) and os.path.isfile(
+        os.path.join(root, "probes", "__init__.py")
+    ):
+        __path__.append(root)
+
+
+_checkout_layers()
+
+
 def _installed_version() -> str:
     """This install's version, read from its metadata where importlib.metadata finds it
     (the first `sys.path` entry with a `tftune-*.dist-info`, else a `tftune.egg-info`)

@@ -124,3 +124,22 @@ def test_wheel_installs_only_tftune(tmp_path: Path) -> None:
     assert tops == {"tftune", f"tftune-{tftune.__version__}.dist-info"}, tops
     for sub in ("core", "probes", "tuner", "reports"):
         assert f"tftune/{sub}/__init__.py" in names
+
+
+def test_the_checkout_imports_whole_without_an_editable_install() -> None:
+    """From a checkout's root, `import tftune` is the checkout's front package, also where
+    tftune is installed as a wheel (no editable finder maps its layers): the layers are
+    found beside it, as `python -m tftune` and a notebook started there need them."""
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    code = (
+        f"import sys; sys.path += {site!r}; import tftune, tftune.probes.advice.analysis; "
+        f"assert tftune.__file__.startswith({str(ROOT)!r}), tftune.__file__; "
+        "print(tftune.probes.__file__)"
+    )
+    # -S: no site, so no editable install's finder; the checkout's root is the current
+    # folder, first on the path, as for `python -c` run there.
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(ROOT / "probes" / "__init__.py")
