@@ -30,14 +30,32 @@ def _checkout_layers() -> None:
     the layers (`core`, `probes`, `tuner`, `reports`) are its siblings, mapped under
     `tftune.` by setuptools' package-dir. Where Python imports this folder rather than
     an install (the checkout is the current folder of `python -m tftune`, `python -c`,
-    a notebook, and the package is installed from it as a wheel), the layers are found
-    beside it, so that the checkout's `tftune` is whole; installed, they are inside."""
+    a notebook, and the package is installed from it as a wheel), a finder maps the
+    four layers to those folders, as an editable install's does; installed, they are
+    inside this folder and nothing is added."""
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(here)
-    if not os.path.isdir(os.path.join(here, "probes")) and os.path.isfile(
+    if os.path.isdir(os.path.join(here, "probes")) or not os.path.isfile(
         os.path.join(root, "probes", "__init__.py")
     ):
-        __path__.append(root)
+        return
+    from importlib.machinery import ModuleSpec
+    from importlib.util import spec_from_file_location
+
+    layers = {f"tftune.{n}": os.path.join(root, n) for n in ("core", "probes", "tuner", "reports")}
+
+    class _CheckoutLayers:
+        """Finds `tftune.<layer>` in the checkout (its subpackages then by `__path__`)."""
+
+        @staticmethod
+        def find_spec(name: str, path: object = None, target: object = None) -> ModuleSpec | None:
+            folder = layers.get(name)
+            if folder is None:
+                return None
+            init = os.path.join(folder, "__init__.py")
+            return spec_from_file_location(name, init, submodule_search_locations=[folder])
+
+    sys.meta_path.append(_CheckoutLayers())
 
 
 _checkout_layers()
