@@ -24,11 +24,10 @@ import numpy.typing as npt
 
 from tftune.probes.traces._varints import Bytes, varints_at
 from tftune.probes.traces._wire import Records
-from tftune.probes.traces._xspace_file import Data
+from tftune.probes.traces._xspace_file import EVENT_TAG, Data
 
 I64 = npt.NDArray[np.int64]
 _U8 = npt.NDArray[np.uint8]
-_EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
 _ID_TAG, _OFFSET_TAG = 0x08, 0x10  # XEvent fields 1 and 2, varints
 # Bytes between the walkers' starting points: a walker steps over about this many bytes
 # of records; fewer walkers make more steps, each a few numpy calls over all of them.
@@ -79,7 +78,7 @@ def _starts(buf: _U8, first: int, stride: int) -> I64:
     two_byte_len = at(1) & ~at(2) & at(3, _ID_TAG)
     found = one_byte_len & ((~at(3) & at(4, _OFFSET_TAG)) | (at(3) & ~at(4) & at(5, _OFFSET_TAG)))
     found |= two_byte_len & ((~at(4) & at(5, _OFFSET_TAG)) | (at(4) & ~at(5) & at(6, _OFFSET_TAG)))
-    found &= at(0, _EVENT_TAG)
+    found &= at(0, EVENT_TAG)
     has = found.any(axis=1)
     picked = points[has] + found[has].argmax(axis=1)
     return np.concatenate([np.array([first], dtype=np.int64), picked])
@@ -116,7 +115,7 @@ def _walk(b: Bytes, starts: I64) -> Records | npt.NDArray[np.intp] | None:
         fast = int(pos[-1]) + 1 < size
         if fast:
             tags, first_len = buf[pos], buf[pos + 1]
-            fast = int(first_len.max()) < 0x80 and int(tags.min()) == int(tags.max()) == _EVENT_TAG
+            fast = int(first_len.max()) < 0x80 and int(tags.min()) == int(tags.max()) == EVENT_TAG
         if fast:
             ends = pos + 2
             ends += first_len
@@ -154,7 +153,7 @@ def _checked_step(
     length, size_len = varints_at(b, pos + 1)
     after = pos + 1 + size_len
     ends = after + length.view(np.int64)
-    tag = buf[pos] == _EVENT_TAG
+    tag = buf[pos] == EVENT_TAG
     good = tag & (size_len > 0) & (ends <= b.size)
     if good.all():
         return ids, pos, lim, ends

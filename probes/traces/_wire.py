@@ -17,11 +17,10 @@ import numpy.typing as npt
 
 from tftune.probes.traces._schema import xevent_class, xline_events_as_bytes_class
 from tftune.probes.traces._varints import Bytes, varint_size, varints_at, word_varints
-from tftune.probes.traces._xspace_file import Data, first_event_offset
+from tftune.probes.traces._xspace_file import EVENT_TAG, Data, first_event_offset
 
 I64 = npt.NDArray[np.int64]
 _U8 = npt.NDArray[np.uint8]
-_EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
 # XEvent fields decoded in bulk: (wire tag, column); proto serializers write fields in
 # number order, so these come first, before stats (0x22) and num_occurrences (0x28).
 _EVENT_FIELDS = ((0x08, 0), (0x10, 1), (0x18, 2))
@@ -53,7 +52,7 @@ def records_of(data: Data, lengths: I64) -> Records | None:
     sizes = 1 + varint_size(lengths)
     sizes += lengths
     end = first + int(sizes.sum())
-    if end > size or (end < size and data[end] == _EVENT_TAG):
+    if end > size or (end < size and data[end] == EVENT_TAG):
         return None
     starts = np.empty_like(sizes)
     starts[0] = first

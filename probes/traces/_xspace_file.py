@@ -143,7 +143,7 @@ def read_layout(f: BinaryIO, size: int) -> FileLayout | None:
 
 # -- a line's own fields, before its events ------------------------------------------
 
-_EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
+EVENT_TAG = 0x22  # XLine field 4 (events), length-delimited
 
 
 def first_event_offset(data: Data) -> int | None:
@@ -151,8 +151,8 @@ def first_event_offset(data: Data) -> int | None:
     i, n = 0, len(data)
     while i < n:
         tag, i = _varint_at(data, i)
-        if tag == _EVENT_TAG:
-            return i - 1 if data[i - 1] == _EVENT_TAG else None
+        if tag == EVENT_TAG:
+            return i - 1 if data[i - 1] == EVENT_TAG else None
         skipped = _skip_field(data, i, tag & 7)
         if skipped is None:
             return None
