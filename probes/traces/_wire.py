@@ -101,10 +101,7 @@ def _payloads(b: Bytes, starts: I64, lo: int, hi: int, last_end: int) -> tuple[I
     end[: hi - lo - 1] = starts[lo + 1 : hi]
     end[-1] = starts[hi] if hi < starts.shape[0] else last_end
     start = starts[lo:hi] + 1
-    if (b.buf[start] < 0x80).all():  # most lengths: one byte
-        start += 1
-    else:
-        start += varints_at(b, start)[1]
+    start += varints_at(b, start, values=False)[1]
     return start, end
 
 

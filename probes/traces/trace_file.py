@@ -25,7 +25,7 @@ from tftune.probes.traces._schema import (
     xplane_lines_as_bytes_class,
     xspace_lines_as_bytes_class,
 )
-from tftune.probes.traces._wire import Columns, line_columns, records_of, slow_columns
+from tftune.probes.traces._wire import Columns, Records, line_columns, records_of, slow_columns
 from tftune.probes.traces._xspace_file import (
     FileLayout,
     LineReader,
@@ -50,29 +50,35 @@ def _line_events(data: bytes | memoryview) -> tuple[Any, Columns | None]:
     """A line's own fields (an XLine message without its events) and its events'
     columns (None: no events). Large lines' records are found by walking them with numpy
     (`_event_walk`); smaller ones, and any the walk cannot prove, by protobuf."""
-    found = None
-    if len(data) >= MIN_WALK_BYTES:
-        try:
-            first = first_event_offset(data)
-        except ValueError:  # a field before the events runs off the end: protobuf says so
-            first = None
-        found = event_records(data, first) if first is not None else None
-    if found is not None:
-        head = xline_events_as_bytes_class().FromString(
-            bytes(data[:first]) + bytes(data[found[1] :])
-        )
-        if not len(head.events):  # else the events are not one run: protobuf reads them
-            return head, line_columns(data, found) or slow_columns(data)
+    walked = _walked_line(data) if len(data) >= MIN_WALK_BYTES else None
+    if walked is not None:
+        head, records = walked
+        return head, line_columns(data, records) or slow_columns(data)
     light = xline_events_as_bytes_class().FromString(data)
     n = len(light.events)
     if not n:
         return light, None
     lengths = np.fromiter(map(len, light.events), dtype=np.int64, count=n)
     light.ClearField("events")  # its per-event copies are not needed for the bulk decode
-    records = records_of(data, lengths)
+    laid_out = records_of(data, lengths)
     del lengths
-    cols = line_columns(data, records) if records is not None else None
+    cols = line_columns(data, laid_out) if laid_out is not None else None
     return light, cols or slow_columns(data)
+
+
+def _walked_line(data: bytes | memoryview) -> tuple[Any, Records] | None:
+    """A line's own fields and its event records, found by the walk; None where a field
+    before the events runs off the end, the walk proves no chain, or events follow the
+    run it found (then protobuf reads the line, and names any damage)."""
+    try:
+        first = first_event_offset(data)
+    except ValueError:
+        return None
+    records = event_records(data, first) if first is not None else None
+    if records is None:
+        return None
+    head = xline_events_as_bytes_class().FromString(bytes(data[:first]) + bytes(data[records[1] :]))
+    return (head, records) if not len(head.events) else None
 
 
 def _build_line(data: bytes | memoryview, base_origin_ns: int, path: Path, plane_name: str) -> Line:
